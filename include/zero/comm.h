@@ -1,0 +1,177 @@
+/* Process groups and collectives.
+ *
+ * A zero_comm is an opaque group of ranks with one backend:
+ *   - MPI     host buffers, any number of ranks, any number of nodes;
+ *   - NCCL    device buffers, one rank per GPU (communicator bootstrapped over MPI);
+ *   - STAGED  device buffers carried through host memory over MPI, so several
+ *             ranks may share one GPU (testing sharding on a single device);
+ *   - LOCAL   world size 1 without MPI: every op is a local copy.
+ *
+ * Buffers: host memory for MPI/LOCAL, device memory of the comm's device for
+ * NCCL/STAGED. Device buffers must be ready (their producers synchronized)
+ * before an op is issued; a completed op's results are visible everywhere.
+ *
+ * In-place rules (NCCL's): all-reduce and broadcast are in place when
+ * recv == send; reduce-scatter is in place when recv == send + rank*count
+ * (elements); all-gather is in place when send == recv + rank*count.
+ * Any other overlap of send and recv is ZERO_INVALID_ARGUMENT.
+ *
+ * f16 and bf16 sums accumulate in fp32 and round once (to nearest even).
+ *
+ * Deadlines: every op that blocks (including zero_wait) gives up after the
+ * comm's timeout and returns ZERO_TIMEOUT with a message naming the op, the
+ * group and the ranks involved; a peer that has left returns ZERO_PEER_FAILURE.
+ * After such an error the comm may only be destroyed.
+ *
+ * Thread safety: a comm may be used by one thread at a time. */
+#ifndef ZERO_COMM_H
+#define ZERO_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <zero/dtype.h>
+#include <zero/export.h>
+#include <zero/status.h>
+
+ZERO_EXTERN_C_BEGIN
+
+typedef struct zero_comm zero_comm;
+typedef struct zero_request zero_request;
+
+typedef enum zero_backend {
+    ZERO_BACKEND_AUTO = 0,   /* MPI if built with it and more than one rank, else LOCAL */
+    ZERO_BACKEND_MPI = 1,
+    ZERO_BACKEND_NCCL = 2,
+    ZERO_BACKEND_STAGED = 3,
+    ZERO_BACKEND_LOCAL = 4,
+} zero_backend;
+
+typedef enum zero_redop {
+    ZERO_SUM = 0,
+    ZERO_MAX = 1,
+} zero_redop;
+
+/* Op kinds, for the byte counters. */
+typedef enum zero_op_kind {
+    ZERO_OP_ALLREDUCE = 0,
+    ZERO_OP_REDUCE_SCATTER = 1,
+    ZERO_OP_ALLGATHER = 2,
+    ZERO_OP_BROADCAST = 3,
+    ZERO_OP_SEND = 4,
+    ZERO_OP_RECV = 5,
+    ZERO_OP_BARRIER = 6,
+    ZERO_OP_KIND_COUNT = 7,
+} zero_op_kind;
+
+/* Versioned config: initialise with ZERO_COMM_CONFIG_INIT, then set fields.
+ * New fields are only ever appended. */
+typedef struct zero_comm_config {
+    size_t size;            /* sizeof(zero_comm_config), set by the INIT macro */
+    uint32_t version;       /* ZERO_COMM_CONFIG_VERSION */
+    zero_backend backend;
+    int device;             /* CUDA device ordinal for NCCL/STAGED; -1 = pick by local rank */
+    double timeout_s;       /* deadline of every blocking op and wait; > 0 */
+} zero_comm_config;
+
+#define ZERO_COMM_CONFIG_VERSION 1u
+#define ZERO_COMM_CONFIG_INIT \
+    { sizeof(zero_comm_config), ZERO_COMM_CONFIG_VERSION, ZERO_BACKEND_AUTO, -1, 60.0 }
+
+/* The world group. Calls MPI_Init_thread only if MPI is not yet initialized,
+ * and in that case the destroy of the last world comm calls MPI_Finalize.
+ * `config` may be NULL for the defaults. */
+ZERO_API zero_status zero_comm_init_world(zero_comm **out, const zero_comm_config *config);
+
+/* Like MPI_Comm_split: ranks with the same color form a group, ordered by key
+ * (ties by parent rank). Collective over `parent`. The child inherits the
+ * parent's backend, device and timeout. */
+ZERO_API zero_status zero_comm_split(zero_comm *parent, int color, int key, zero_comm **out);
+
+/* NULL is accepted. Pending requests must be waited on before. */
+ZERO_API void zero_comm_destroy(zero_comm *comm);
+
+ZERO_API int zero_comm_rank(const zero_comm *comm);
+ZERO_API int zero_comm_size(const zero_comm *comm);
+ZERO_API zero_backend zero_comm_backend(const zero_comm *comm);
+/* The rank of this process in the world group the comm descends from. */
+ZERO_API int zero_comm_world_rank(const zero_comm *comm);
+/* Change the deadline (seconds, > 0) for later ops on this comm. */
+ZERO_API zero_status zero_comm_set_timeout(zero_comm *comm, double timeout_s);
+/* The message of the last failed call on this comm; never NULL. */
+ZERO_API const char *zero_comm_last_error(const zero_comm *comm);
+
+/* -------------------------------------------------------------- grid */
+
+/* Megatron's rank order: tp varies fastest, then dp, then pp:
+ *   world_rank = pp_rank * (dp * tp) + dp_rank * tp + tp_rank.
+ * world size must equal dp * tp * pp. Destroy with zero_grid_destroy. */
+typedef struct zero_grid {
+    int tp_size, dp_size, pp_size;
+    int tp_rank, dp_rank, pp_rank;
+    zero_comm *tp; /* ranks that differ only in tp_rank */
+    zero_comm *dp; /* ranks that differ only in dp_rank */
+    zero_comm *pp; /* ranks that differ only in pp_rank */
+} zero_grid;
+
+ZERO_API zero_status zero_grid_create(zero_comm *world, int tp_size, int pp_size, zero_grid *out);
+/* Destroys the three comms; NULL and a zeroed grid are accepted. */
+ZERO_API void zero_grid_destroy(zero_grid *grid);
+
+/* -------------------------------------------------------------- ops
+ * count is in elements of dtype. For reduce-scatter `count` is the size of
+ * each rank's chunk (recv holds count, send holds count*size); for
+ * all-gather `count` is each rank's contribution. */
+
+ZERO_API zero_status zero_allreduce(zero_comm *comm, const void *send, void *recv, size_t count,
+                                    zero_dtype dtype, zero_redop op);
+ZERO_API zero_status zero_reduce_scatter(zero_comm *comm, const void *send, void *recv, size_t count,
+                                         zero_dtype dtype, zero_redop op);
+ZERO_API zero_status zero_allgather(zero_comm *comm, const void *send, void *recv, size_t count,
+                                    zero_dtype dtype);
+ZERO_API zero_status zero_broadcast(zero_comm *comm, const void *send, void *recv, size_t count,
+                                    zero_dtype dtype, int root);
+ZERO_API zero_status zero_send(zero_comm *comm, const void *buf, size_t count, zero_dtype dtype, int peer);
+ZERO_API zero_status zero_recv(zero_comm *comm, void *buf, size_t count, zero_dtype dtype, int peer);
+ZERO_API zero_status zero_barrier(zero_comm *comm);
+
+/* Asynchronous forms: the op is issued and *req receives a request that must
+ * be completed with zero_wait (or observed done by zero_test, then freed by
+ * zero_wait). Buffers must stay untouched until then. */
+ZERO_API zero_status zero_allreduce_async(zero_comm *comm, const void *send, void *recv, size_t count,
+                                          zero_dtype dtype, zero_redop op, zero_request **req);
+ZERO_API zero_status zero_reduce_scatter_async(zero_comm *comm, const void *send, void *recv, size_t count,
+                                               zero_dtype dtype, zero_redop op, zero_request **req);
+ZERO_API zero_status zero_allgather_async(zero_comm *comm, const void *send, void *recv, size_t count,
+                                          zero_dtype dtype, zero_request **req);
+ZERO_API zero_status zero_broadcast_async(zero_comm *comm, const void *send, void *recv, size_t count,
+                                          zero_dtype dtype, int root, zero_request **req);
+
+/* Wait until done or the comm's deadline passes; frees the request in every
+ * case (NULL is a no-op returning ZERO_OK). */
+ZERO_API zero_status zero_wait(zero_request *req);
+/* Non-blocking check: *done = 1 when complete. Does not free. */
+ZERO_API zero_status zero_test(zero_request *req, int *done);
+
+/* -------------------------------------------------------------- counters
+ * Bytes this rank sent and received, per op kind, since creation or the last
+ * reset. Counted as the bandwidth-optimal (ring) volume of each op, which is
+ * what ZeRO's communication analysis uses, independent of the algorithm MPI
+ * or NCCL picks: for S = bytes of the whole array and n ranks,
+ *   all-reduce      sent = recv = 2 S (n-1)/n
+ *   reduce-scatter  sent = recv = S (n-1)/n      (S = count*n elements)
+ *   all-gather      sent = recv = S (n-1)/n      (S = count*n elements)
+ *   broadcast       the root sent S; every other rank received S
+ *   send / recv     the message size.
+ * n = 1 counts nothing. */
+typedef struct zero_comm_counters {
+    uint64_t bytes_sent[ZERO_OP_KIND_COUNT];
+    uint64_t bytes_recv[ZERO_OP_KIND_COUNT];
+    uint64_t calls[ZERO_OP_KIND_COUNT];
+} zero_comm_counters;
+
+ZERO_API zero_status zero_comm_get_counters(const zero_comm *comm, zero_comm_counters *out);
+ZERO_API void zero_comm_reset_counters(zero_comm *comm);
+
+ZERO_EXTERN_C_END
+
+#endif

@@ -1,0 +1,106 @@
+/* The device layer: memory, copies, streams, events and element-wise kernels
+ * on the CPU or a CUDA GPU behind one interface.
+ *
+ * On the CPU, streams are ordering tokens and every op completes before it
+ * returns; on CUDA, *_async ops are enqueued on the given stream (NULL = the
+ * device's default stream) and complete in stream order.
+ *
+ * Pointers: "device memory" is memory of the zero_device (plain host memory
+ * for the CPU device). Pinned and NUMA-local host memory is host memory that a
+ * CUDA device can copy asynchronously from. */
+#ifndef ZERO_DEVICE_H
+#define ZERO_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <zero/dtype.h>
+#include <zero/export.h>
+#include <zero/status.h>
+
+ZERO_EXTERN_C_BEGIN
+
+typedef struct zero_device zero_device;
+typedef struct zero_stream zero_stream;
+typedef struct zero_event zero_event;
+
+typedef enum zero_device_kind {
+    ZERO_DEVICE_CPU = 0,
+    ZERO_DEVICE_CUDA = 1,
+} zero_device_kind;
+
+/* Open a device. For CUDA, `ordinal` selects the GPU (-1: local rank modulo
+ * the device count). ZERO_UNSUPPORTED when built without CUDA or no GPU is
+ * present, with a message saying which. */
+ZERO_API zero_status zero_device_open(zero_device **out, zero_device_kind kind, int ordinal);
+ZERO_API void zero_device_close(zero_device *dev); /* NULL accepted */
+ZERO_API zero_device_kind zero_device_get_kind(const zero_device *dev);
+ZERO_API int zero_device_ordinal(const zero_device *dev);
+/* 1 when this build can open CUDA devices and at least one is present. */
+ZERO_API int zero_cuda_available(void);
+ZERO_API const char *zero_device_last_error(const zero_device *dev);
+
+/* ------------------------------------------------------------ memory
+ * Every allocation is aligned to at least 256 bytes. Free functions accept NULL. */
+ZERO_API zero_status zero_device_alloc(zero_device *dev, size_t bytes, void **out);
+ZERO_API void zero_device_free(zero_device *dev, void *ptr);
+/* Page-locked host memory (plain aligned memory on the CPU device). */
+ZERO_API zero_status zero_host_alloc_pinned(zero_device *dev, size_t bytes, void **out);
+ZERO_API void zero_host_free_pinned(zero_device *dev, void *ptr);
+/* Host memory bound to the NUMA node nearest the device (or to the calling
+ * thread's node on the CPU device), pinned for CUDA. Falls back to unbound
+ * memory, with one warning, where binding is not possible. */
+ZERO_API zero_status zero_host_alloc_numa(zero_device *dev, size_t bytes, void **out);
+ZERO_API void zero_host_free_numa(zero_device *dev, void *ptr, size_t bytes);
+
+/* ------------------------------------------------------------ streams, events */
+ZERO_API zero_status zero_stream_create(zero_device *dev, zero_stream **out);
+ZERO_API void zero_stream_destroy(zero_stream *stream);
+ZERO_API zero_status zero_stream_sync(zero_stream *stream);
+ZERO_API zero_status zero_device_sync(zero_device *dev);
+ZERO_API zero_status zero_event_create(zero_device *dev, zero_event **out);
+ZERO_API void zero_event_destroy(zero_event *event);
+ZERO_API zero_status zero_event_record(zero_event *event, zero_stream *stream);
+/* Make `stream` wait for `event` without blocking the host. */
+ZERO_API zero_status zero_stream_wait_event(zero_stream *stream, zero_event *event);
+ZERO_API zero_status zero_event_sync(zero_event *event);
+/* *done = 1 when the work before the record has finished. */
+ZERO_API zero_status zero_event_query(zero_event *event, int *done);
+
+/* ------------------------------------------------------------ copies
+ * Direction is inferred (CUDA unified addressing); host<->host works too. */
+ZERO_API zero_status zero_memcpy(zero_device *dev, void *dst, const void *src, size_t bytes);
+ZERO_API zero_status zero_memcpy_async(zero_device *dev, void *dst, const void *src, size_t bytes,
+                                       zero_stream *stream);
+
+/* ------------------------------------------------------------ kernels
+ * Element-wise over n elements of device memory, enqueued on `stream`.
+ * Floating dtypes: f32, f16, bf16 (computed in fp32). */
+
+/* x[i] = value */
+ZERO_API zero_status zero_fill(zero_device *dev, void *x, zero_dtype dtype, size_t n, float value,
+                               zero_stream *stream);
+/* x[i] *= alpha */
+ZERO_API zero_status zero_scale(zero_device *dev, void *x, zero_dtype dtype, size_t n, float alpha,
+                                zero_stream *stream);
+/* y[i] += alpha * x[i]  (x and y of the same dtype) */
+ZERO_API zero_status zero_axpy(zero_device *dev, float alpha, const void *x, void *y, zero_dtype dtype,
+                               size_t n, zero_stream *stream);
+/* dst[i] = (dst_dtype) src[i]; narrowing float casts round to nearest even,
+ * NaN stays NaN (quiet), overflow goes to infinity. */
+ZERO_API zero_status zero_cast(zero_device *dev, const void *src, zero_dtype src_dtype, void *dst,
+                               zero_dtype dst_dtype, size_t n, zero_stream *stream);
+/* *out = sum of x[i]^2 accumulated in double; synchronizes `stream`.
+ * Also reports whether any element is inf or NaN (may be NULL). */
+ZERO_API zero_status zero_sumsq(zero_device *dev, const void *x, zero_dtype dtype, size_t n, double *out,
+                                int *nonfinite, zero_stream *stream);
+
+/* ------------------------------------------------------------ scalar conversions
+ * The host reference of the device casts, usable anywhere. */
+ZERO_API uint16_t zero_f32_to_bf16(float x);
+ZERO_API float zero_bf16_to_f32(uint16_t x);
+ZERO_API uint16_t zero_f32_to_f16(float x);
+ZERO_API float zero_f16_to_f32(uint16_t x);
+
+ZERO_EXTERN_C_END
+
+#endif

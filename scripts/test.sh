@@ -1,0 +1,39 @@
+#!/bin/bash
+# The whole test suite on a fresh machine: set up, build (a normal build and an
+# AddressSanitizer + UndefinedBehaviorSanitizer build), run every test, and end
+# with the line "N passed, N failed, N skipped".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+bash scripts/setup.sh || { echo "setup failed"; echo "0 passed, 1 failed"; exit 1; }
+
+status=0
+bash scripts/build.sh build || status=1
+# CUDA is left out of the sanitizer build: nvcc objects carry no ASan
+# instrumentation; the normal build compiles and links every CUDA source.
+bash scripts/build.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled \
+  || status=1
+
+logs=()
+for dir in build build-asan; do
+  if [ -f "$dir/build.ninja" ]; then
+    meson test -C "$dir" --print-errorlogs --num-processes 2 --timeout-multiplier 3 || true
+    logs+=("$dir/meson-logs/testlog.json")
+  fi
+done
+
+# Python tests (bindings, model and optimizer against PyTorch) run on the
+# project interpreter against the normal build.
+py=$(meson introspect build --buildoptions 2>/dev/null | /usr/bin/python3 -c \
+  'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"]=="python"))' \
+  2>/dev/null || echo /usr/bin/python3)
+if ls tests/python/test_*.py bindings/python/tests/test_*.py >/dev/null 2>&1; then
+  ZERO_BUILD_ROOT=$root/build "$py" -m pytest -q -p no:cacheprovider \
+    --junitxml="$root/build/pytest-junit.xml" tests/python bindings/python/tests || true
+  logs+=("build/pytest-junit.xml")
+fi
+
+"$py" scripts/summarize_tests.py "${logs[@]}"
+rc=$?
+[ $status -eq 0 ] || { echo "build failed"; exit 1; }
+exit $rc
