@@ -1,0 +1,497 @@
+/* zero-train configuration: validation of the top level and of zero-train's
+ * own sections, defaults, and the effective config (see train_config.h). */
+#include "train_config.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Small enough to train in a few minutes on two CPU cores. */
+const char train_default_config_json[] =
+    "{\n"
+    "  \"train_micro_batch_size_per_gpu\": 8,\n"
+    "  \"gradient_accumulation_steps\": 1,\n"
+    "  \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003, \"betas\": [0.9, 0.95],\n"
+    "                \"eps\": 1e-8, \"weight_decay\": 0.1}},\n"
+    "  \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"warmup_num_steps\": 20,\n"
+    "                \"total_num_steps\": 300, \"warmup_min_ratio\": 0.0, \"cos_min_ratio\": 0.1,\n"
+    "                \"warmup_type\": \"linear\"}},\n"
+    "  \"gradient_clipping\": 1.0,\n"
+    "  \"zero_optimization\": {\"stage\": 3},\n"
+    "  \"model\": {\"n_layer\": 4, \"n_head\": 4, \"d_model\": 128, \"seq_len\": 64, \"vocab\": 256},\n"
+    "  \"data\": {\"path\": \"auto\"},\n"
+    "  \"train\": {\"steps\": 300, \"seed\": 1234, \"log_every\": 10}\n"
+    "}\n";
+
+/* Keys the engine checks itself (zero_config_from_json). */
+static const char *const engine_keys[] = {"optimizer", "gradient_clipping", "bf16", "fp16",
+                                          "zero_optimization", NULL};
+
+static int cfail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int cfail(char *err, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static const char *type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "object";
+    case JSON_ARRAY: return "array";
+    case JSON_STRING: return "string";
+    case JSON_INTEGER: return "integer";
+    case JSON_REAL: return "number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "boolean";
+    case JSON_NULL: return "null";
+    }
+    return "?";
+}
+
+static int in_list(const char *key, const char *const *list)
+{
+    for (; *list; list++)
+        if (strcmp(key, *list) == 0) return 1;
+    return 0;
+}
+
+/* Reject keys of `obj` not in `allowed`, naming `prefix.key`. */
+static int check_keys(const json_t *obj, const char *prefix, const char *const *allowed, char *err, size_t n)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)obj, key, v) {
+        (void)v;
+        if (!in_list(key, allowed)) {
+            char list[512] = "";
+            for (const char *const *a = allowed; *a; a++) {
+                strncat(list, *a, sizeof list - strlen(list) - 1);
+                if (a[1]) strncat(list, ", ", sizeof list - strlen(list) - 1);
+            }
+            return cfail(err, n, "%s%s%s: unknown key (known: %s)", prefix, *prefix ? "." : "", key, list);
+        }
+    }
+    return 0;
+}
+
+/* A section that must be an object if present; returns it or NULL (absent). */
+static int get_section(json_t *root, const char *name, json_t **out, char *err, size_t n)
+{
+    json_t *v = json_object_get(root, name);
+    *out = v;
+    if (v && !json_is_object(v)) return cfail(err, n, "%s: expected an object, got %s", name, type_name(v));
+    return 0;
+}
+
+static int get_int(json_t *obj, const char *prefix, const char *key, int64_t *dst, int64_t lo, int64_t hi,
+                   char *err, size_t n)
+{
+    json_t *v = obj ? json_object_get(obj, key) : NULL;
+    if (!v) return 0;
+    if (!json_is_integer(v))
+        return cfail(err, n, "%s%s%s: expected an integer, got %s", prefix, *prefix ? "." : "", key, type_name(v));
+    int64_t x = (int64_t)json_integer_value(v);
+    if (x < lo || x > hi)
+        return cfail(err, n, "%s%s%s: %lld is out of range [%lld, %lld]", prefix, *prefix ? "." : "", key, (long long)x, (long long)lo,
+                     (long long)hi);
+    *dst = x;
+    return 0;
+}
+
+static int get_int32(json_t *obj, const char *prefix, const char *key, int *dst, int lo, int hi, char *err,
+                     size_t n)
+{
+    int64_t x = *dst;
+    if (get_int(obj, prefix, key, &x, lo, hi, err, n)) return -1;
+    *dst = (int)x;
+    return 0;
+}
+
+static int get_num(json_t *obj, const char *prefix, const char *key, double *dst, double lo, double hi,
+                   char *err, size_t n)
+{
+    json_t *v = obj ? json_object_get(obj, key) : NULL;
+    if (!v) return 0;
+    if (!json_is_number(v)) return cfail(err, n, "%s%s%s: expected a number, got %s", prefix, *prefix ? "." : "", key, type_name(v));
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) return cfail(err, n, "%s%s%s: %g is out of range [%g, %g]", prefix, *prefix ? "." : "", key, x, lo, hi);
+    *dst = x;
+    return 0;
+}
+
+/* A string or null (null leaves *dst NULL). */
+static int get_str(json_t *obj, const char *prefix, const char *key, char **dst, char *err, size_t n)
+{
+    json_t *v = obj ? json_object_get(obj, key) : NULL;
+    if (!v) return 0;
+    free(*dst);
+    *dst = NULL;
+    if (json_is_null(v)) return 0;
+    if (!json_is_string(v)) return cfail(err, n, "%s%s%s: expected a string, got %s", prefix, *prefix ? "." : "", key, type_name(v));
+    *dst = strdup(json_string_value(v));
+    return 0;
+}
+
+/* ---------------------------------------------------------------- scheduler */
+
+static int parse_scheduler(train_config *c, json_t *s, char *err, size_t n)
+{
+    train_sched *sc = &c->sched;
+    memset(sc, 0, sizeof *sc);
+    sc->warmup_log = 1;
+    sc->warmup_num_steps = 1000;
+    sc->total_num_steps = c->steps;
+    sc->warmup_max_lr = c->lr;
+    sc->cos_min_ratio = 1e-4;   /* DeepSpeed's WarmupCosineLR defaults */
+    if (!s) return 0;
+    static const char *const keys[] = {"type", "params", NULL};
+    if (check_keys(s, "scheduler", keys, err, n)) return -1;
+    json_t *t = json_object_get(s, "type");
+    if (!t) return cfail(err, n, "scheduler.type: missing (WarmupLR, WarmupDecayLR or WarmupCosineLR)");
+    if (!json_is_string(t)) return cfail(err, n, "scheduler.type: expected a string, got %s", type_name(t));
+    const char *type = json_string_value(t);
+    json_t *p = json_object_get(s, "params");
+    if (p && !json_is_object(p)) return cfail(err, n, "scheduler.params: expected an object, got %s", type_name(p));
+    static const char *const warm_keys[] = {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type",
+                                            NULL};
+    static const char *const decay_keys[] = {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type",
+                                             "total_num_steps", NULL};
+    static const char *const cos_keys[] = {"warmup_min_ratio", "warmup_num_steps", "warmup_type",
+                                           "total_num_steps", "cos_min_ratio", NULL};
+    const char *const *allowed;
+    if (strcmp(type, "WarmupLR") == 0) {
+        sc->kind = TRAIN_SCHED_WARMUP_LR;
+        allowed = warm_keys;
+    } else if (strcmp(type, "WarmupDecayLR") == 0) {
+        sc->kind = TRAIN_SCHED_WARMUP_DECAY_LR;
+        allowed = decay_keys;
+    } else if (strcmp(type, "WarmupCosineLR") == 0) {
+        sc->kind = TRAIN_SCHED_WARMUP_COSINE_LR;
+        allowed = cos_keys;
+    } else {
+        return cfail(err, n, "scheduler.type: unknown scheduler \"%s\" (WarmupLR, WarmupDecayLR, WarmupCosineLR)",
+                     type);
+    }
+    if (!p) return 0;
+    if (check_keys(p, "scheduler.params", allowed, err, n)) return -1;
+    const char *pf = "scheduler.params";
+    if (get_num(p, pf, "warmup_min_lr", &sc->warmup_min_lr, 0, 1e3, err, n) ||
+        get_num(p, pf, "warmup_max_lr", &sc->warmup_max_lr, 0, 1e3, err, n) ||
+        get_num(p, pf, "warmup_min_ratio", &sc->warmup_min_ratio, 0, 1, err, n) ||
+        get_num(p, pf, "cos_min_ratio", &sc->cos_min_ratio, 0, 1, err, n) ||
+        get_int(p, pf, "warmup_num_steps", &sc->warmup_num_steps, 0, INT64_MAX / 2, err, n) ||
+        get_int(p, pf, "total_num_steps", &sc->total_num_steps, 1, INT64_MAX / 2, err, n))
+        return -1;
+    json_t *wt = json_object_get(p, "warmup_type");
+    if (wt) {
+        if (!json_is_string(wt))
+            return cfail(err, n, "scheduler.params.warmup_type: expected a string, got %s", type_name(wt));
+        if (strcmp(json_string_value(wt), "log") == 0)
+            sc->warmup_log = 1;
+        else if (strcmp(json_string_value(wt), "linear") == 0)
+            sc->warmup_log = 0;
+        else
+            return cfail(err, n, "scheduler.params.warmup_type: \"%s\" is neither \"log\" nor \"linear\"",
+                         json_string_value(wt));
+    }
+    if (sc->kind != TRAIN_SCHED_WARMUP_LR && sc->warmup_num_steps > sc->total_num_steps)
+        return cfail(err, n, "scheduler.params.warmup_num_steps: %lld exceeds total_num_steps %lld",
+                     (long long)sc->warmup_num_steps, (long long)sc->total_num_steps);
+    return 0;
+}
+
+/* The warmup fraction DeepSpeed uses: log(step+1)/log(warmup) or linear. */
+static double warmup_gamma(const train_sched *s, int64_t step)
+{
+    if (s->warmup_num_steps <= 0 || step >= s->warmup_num_steps) return 1.0;
+    if (s->warmup_log) return log((double)step + 1.0) / log((double)s->warmup_num_steps + 1.0);
+    return ((double)step + 1.0) / (double)s->warmup_num_steps;
+}
+
+double train_sched_lr(const train_sched *s, double base_lr, int64_t step)
+{
+    switch (s->kind) {
+    case TRAIN_SCHED_CONSTANT:
+        return base_lr;
+    case TRAIN_SCHED_WARMUP_LR:
+        return s->warmup_min_lr + (s->warmup_max_lr - s->warmup_min_lr) * warmup_gamma(s, step);
+    case TRAIN_SCHED_WARMUP_DECAY_LR:
+        if (step < s->warmup_num_steps)
+            return s->warmup_min_lr + (s->warmup_max_lr - s->warmup_min_lr) * warmup_gamma(s, step);
+        {
+            double left = (double)(s->total_num_steps - step) /
+                          (double)(s->total_num_steps - s->warmup_num_steps > 0
+                                       ? s->total_num_steps - s->warmup_num_steps : 1);
+            if (left < 0) left = 0;
+            return s->warmup_max_lr * left;
+        }
+    case TRAIN_SCHED_WARMUP_COSINE_LR: {
+        double ratio;
+        if (step < s->warmup_num_steps) {
+            ratio = s->warmup_min_ratio + (1.0 - s->warmup_min_ratio) * warmup_gamma(s, step);
+        } else {
+            double span = (double)(s->total_num_steps - s->warmup_num_steps);
+            double prog = span > 0 ? (double)(step - s->warmup_num_steps) / span : 1.0;
+            if (prog > 1.0) prog = 1.0;
+            ratio = s->cos_min_ratio + (1.0 - s->cos_min_ratio) * 0.5 * (1.0 + cos(M_PI * prog));
+        }
+        return base_lr * ratio;
+    }
+    }
+    return base_lr;
+}
+
+/* ---------------------------------------------------------------- default corpus */
+
+int train_default_corpus(char *out, size_t n, char *note, size_t note_size)
+{
+    /* The newest /usr/lib/python3.N that holds os.py: the standard library
+     * of the system interpreter, present on every Debian with python3. */
+    int best = -1;
+    DIR *d = opendir("/usr/lib");
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            int minor;
+            char tail;
+            if (sscanf(e->d_name, "python3.%d%c", &minor, &tail) != 1) continue;
+            char probe[300];
+            struct stat st;
+            snprintf(probe, sizeof probe, "/usr/lib/%s/os.py", e->d_name);
+            if (stat(probe, &st) == 0 && minor > best) best = minor;
+        }
+        closedir(d);
+    }
+    if (best >= 0) {
+        snprintf(out, n, "/usr/lib/python3.%d", best);
+        snprintf(note, note_size, "default corpus: the Python standard library sources in %s (*.py)", out);
+        return 0;
+    }
+    struct stat st;
+    if (stat("/usr/share/common-licenses", &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(out, n, "/usr/share/common-licenses");
+        snprintf(note, note_size,
+                 "default corpus: no /usr/lib/python3.N with os.py here; falling back to the license texts "
+                 "in /usr/share/common-licenses (set data.path to use your own text)");
+        return 0;
+    }
+    snprintf(note, note_size,
+             "data.path \"auto\": neither /usr/lib/python3.N nor /usr/share/common-licenses exists; set data.path");
+    return -1;
+}
+
+/* ---------------------------------------------------------------- parse */
+
+int train_config_parse(train_config *c, json_t *root, int dp, char *err, size_t n)
+{
+    memset(c, 0, sizeof *c);
+    if (!json_is_object(root)) return cfail(err, n, "config: the top level must be a JSON object");
+    static const char *const top_keys[] = {"train_batch_size", "train_micro_batch_size_per_gpu",
+                                           "gradient_accumulation_steps", "optimizer", "scheduler",
+                                           "gradient_clipping", "bf16", "fp16", "zero_optimization",
+                                           "steps_per_print", "model", "data", "train", NULL};
+    if (check_keys(root, "", top_keys, err, n)) return -1;
+
+    /* defaults */
+    c->n_layer = 4;
+    c->n_head = 4;
+    c->d_model = 128;
+    c->seq_len = 64;
+    c->vocab = 256;
+    c->steps = 300;
+    c->seed = 1234;
+    c->log_every = 10;
+    c->lr = 1e-3;
+    c->device = strdup("cpu");
+    c->data_path = strdup("auto");
+    c->data_suffixes_auto = 1;
+
+    /* ------------------------------------------------ batch sizes (DeepSpeed's rule) */
+    int64_t tbs = 0, mbs = 0, gas = 0;
+    if (get_int(root, "", "train_batch_size", &tbs, 1, INT32_MAX, err, n) ||
+        get_int(root, "", "train_micro_batch_size_per_gpu", &mbs, 1, INT32_MAX, err, n) ||
+        get_int(root, "", "gradient_accumulation_steps", &gas, 1, INT32_MAX, err, n))
+        return -1;
+    if (tbs && mbs && gas) {
+        if (tbs != mbs * gas * dp)
+            return cfail(err, n,
+                         "train_batch_size: %lld != train_micro_batch_size_per_gpu %lld * "
+                         "gradient_accumulation_steps %lld * data-parallel ranks %d",
+                         (long long)tbs, (long long)mbs, (long long)gas, dp);
+    } else if (tbs && mbs) {
+        if (tbs % (mbs * dp))
+            return cfail(err, n,
+                         "train_batch_size: %lld is not divisible by train_micro_batch_size_per_gpu %lld * "
+                         "data-parallel ranks %d",
+                         (long long)tbs, (long long)mbs, dp);
+        gas = tbs / (mbs * dp);
+    } else if (tbs && gas) {
+        if (tbs % (gas * dp))
+            return cfail(err, n,
+                         "train_batch_size: %lld is not divisible by gradient_accumulation_steps %lld * "
+                         "data-parallel ranks %d",
+                         (long long)tbs, (long long)gas, dp);
+        mbs = tbs / (gas * dp);
+    } else if (tbs) {
+        if (tbs % dp)
+            return cfail(err, n, "train_batch_size: %lld is not divisible by the %d data-parallel ranks",
+                         (long long)tbs, dp);
+        gas = 1;
+        mbs = tbs / dp;
+    } else {
+        if (!mbs) mbs = 8;
+        if (!gas) gas = 1;
+        tbs = mbs * gas * dp;
+    }
+    c->train_batch_size = (int)tbs;
+    c->micro_batch = (int)mbs;
+    c->grad_accum = (int)gas;
+
+    /* ------------------------------------------------ model */
+    json_t *model, *data, *train, *sched, *opt;
+    if (get_section(root, "model", &model, err, n) || get_section(root, "data", &data, err, n) ||
+        get_section(root, "train", &train, err, n) || get_section(root, "scheduler", &sched, err, n) ||
+        get_section(root, "optimizer", &opt, err, n))
+        return -1;
+    if (model) {
+        static const char *const keys[] = {"n_layer", "n_head", "d_model", "seq_len", "vocab", NULL};
+        if (check_keys(model, "model", keys, err, n) ||
+            get_int32(model, "model", "n_layer", &c->n_layer, 1, 1024, err, n) ||
+            get_int32(model, "model", "n_head", &c->n_head, 1, 1024, err, n) ||
+            get_int32(model, "model", "d_model", &c->d_model, 1, 1 << 16, err, n) ||
+            get_int32(model, "model", "seq_len", &c->seq_len, 1, 1 << 20, err, n) ||
+            get_int32(model, "model", "vocab", &c->vocab, 256, 1 << 20, err, n))
+            return -1;
+    }
+    if (c->d_model % c->n_head)
+        return cfail(err, n, "model.d_model: %d is not divisible by model.n_head %d", c->d_model, c->n_head);
+
+    /* ------------------------------------------------ data */
+    if (data) {
+        static const char *const keys[] = {"path", "suffixes", "max_bytes", NULL};
+        if (check_keys(data, "data", keys, err, n) || get_str(data, "data", "path", &c->data_path, err, n))
+            return -1;
+        if (!c->data_path) return cfail(err, n, "data.path: must be a string (\"auto\" for the default corpus)");
+        int64_t mb = 0;
+        if (get_int(data, "data", "max_bytes", &mb, 0, INT64_MAX, err, n)) return -1;
+        c->data_max_bytes = (uint64_t)mb;
+        json_t *sfx = json_object_get(data, "suffixes");
+        if (sfx) {
+            if (!json_is_array(sfx))
+                return cfail(err, n, "data.suffixes: expected an array of strings, got %s", type_name(sfx));
+            size_t cnt = json_array_size(sfx);
+            c->data_suffixes = calloc(cnt + 1, sizeof *c->data_suffixes);
+            for (size_t i = 0; i < cnt; i++) {
+                json_t *s = json_array_get(sfx, i);
+                if (!json_is_string(s))
+                    return cfail(err, n, "data.suffixes[%zu]: expected a string, got %s", i, type_name(s));
+                c->data_suffixes[i] = strdup(json_string_value(s));
+            }
+            c->data_suffixes_auto = 0;
+        }
+    }
+
+    /* ------------------------------------------------ train */
+    if (train) {
+        static const char *const keys[] = {"steps", "seed", "log_every", "checkpoint", "resume",
+                                           "metrics_file", "device", NULL};
+        int64_t seed = (int64_t)c->seed;
+        if (check_keys(train, "train", keys, err, n) ||
+            get_int(train, "train", "steps", &c->steps, 0, INT64_MAX / 4, err, n) ||
+            get_int(train, "train", "seed", &seed, 0, INT64_MAX, err, n) ||
+            get_int32(train, "train", "log_every", &c->log_every, 1, INT32_MAX, err, n) ||
+            get_str(train, "train", "resume", &c->resume, err, n) ||
+            get_str(train, "train", "metrics_file", &c->metrics_file, err, n) ||
+            get_str(train, "train", "device", &c->device, err, n))
+            return -1;
+        c->seed = (uint64_t)seed;
+        if (!c->device) c->device = strdup("cpu");
+        if (strcmp(c->device, "cpu") != 0 && strcmp(c->device, "cuda") != 0)
+            return cfail(err, n, "train.device: \"%s\" is neither \"cpu\" nor \"cuda\"", c->device);
+        json_t *ck = json_object_get(train, "checkpoint");
+        if (ck && !json_is_null(ck)) {
+            if (!json_is_object(ck))
+                return cfail(err, n, "train.checkpoint: expected an object, got %s", type_name(ck));
+            static const char *const ckeys[] = {"dir", "every", "keep_last", NULL};
+            if (check_keys(ck, "train.checkpoint", ckeys, err, n) ||
+                get_str(ck, "train.checkpoint", "dir", &c->ckpt_dir, err, n) ||
+                get_int(ck, "train.checkpoint", "every", &c->ckpt_every, 0, INT64_MAX / 4, err, n) ||
+                get_int32(ck, "train.checkpoint", "keep_last", &c->ckpt_keep, 0, 1 << 20, err, n))
+                return -1;
+        }
+    }
+    json_t *spp = json_object_get(root, "steps_per_print");
+    if (spp) {
+        if (train && json_object_get(train, "log_every"))
+            return cfail(err, n, "steps_per_print: give either steps_per_print or train.log_every, not both");
+        if (get_int32(root, "", "steps_per_print", &c->log_every, 1, INT32_MAX, err, n)) return -1;
+    }
+
+    /* ------------------------------------------------ optimizer lr (the engine checks the rest) */
+    if (opt) {
+        json_t *p = json_object_get(opt, "params");
+        if (p && json_is_object(p) && json_object_get(p, "lr") &&
+            get_num(p, "optimizer.params", "lr", &c->lr, 0, 1e3, err, n))
+            return -1;
+    }
+    if (parse_scheduler(c, sched, err, n)) return -1;
+
+    /* ------------------------------------------------ engine sections */
+    c->engine_json = json_object();
+    for (const char *const *k = engine_keys; *k; k++) {
+        json_t *v = json_object_get(root, *k);
+        if (v) json_object_set(c->engine_json, *k, v);
+    }
+
+    /* ------------------------------------------------ effective config */
+    json_t *e = json_deep_copy(root);
+    json_object_del(e, "steps_per_print");
+    json_object_set_new(e, "train_batch_size", json_integer(c->train_batch_size));
+    json_object_set_new(e, "train_micro_batch_size_per_gpu", json_integer(c->micro_batch));
+    json_object_set_new(e, "gradient_accumulation_steps", json_integer(c->grad_accum));
+    json_object_set_new(e, "model", json_pack("{s:i,s:i,s:i,s:i,s:i}", "n_layer", c->n_layer, "n_head", c->n_head,
+                                              "d_model", c->d_model, "seq_len", c->seq_len, "vocab", c->vocab));
+    json_t *sfx = json_array();
+    if (c->data_suffixes)
+        for (char **s = c->data_suffixes; *s; s++) json_array_append_new(sfx, json_string(*s));
+    json_object_set_new(e, "data", json_pack("{s:s,s:o,s:I}", "path", c->data_path, "suffixes",
+                                             c->data_suffixes_auto ? json_string("auto") : sfx, "max_bytes",
+                                             (json_int_t)c->data_max_bytes));
+    if (c->data_suffixes_auto) json_decref(sfx);
+    json_t *ck = json_pack("{s:o,s:I,s:i}", "dir", c->ckpt_dir ? json_string(c->ckpt_dir) : json_null(), "every",
+                           (json_int_t)c->ckpt_every, "keep_last", c->ckpt_keep);
+    json_object_set_new(e, "train",
+                        json_pack("{s:I,s:I,s:i,s:o,s:o,s:o,s:s}", "steps", (json_int_t)c->steps, "seed",
+                                  (json_int_t)c->seed, "log_every", c->log_every, "checkpoint", ck, "resume",
+                                  c->resume ? json_string(c->resume) : json_null(), "metrics_file",
+                                  c->metrics_file ? json_string(c->metrics_file) : json_null(), "device",
+                                  c->device));
+    if (!sched) {
+        json_object_set_new(e, "scheduler", json_null());
+    }
+    c->effective = e;
+    return 0;
+}
+
+void train_config_free(train_config *c)
+{
+    free(c->data_path);
+    if (c->data_suffixes)
+        for (char **s = c->data_suffixes; *s; s++) free(*s);
+    free(c->data_suffixes);
+    free(c->ckpt_dir);
+    free(c->resume);
+    free(c->metrics_file);
+    free(c->device);
+    json_decref(c->engine_json);
+    json_decref(c->effective);
+    memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,81 @@
+/* zero-train's configuration: a DeepSpeed-style JSON file.
+ *
+ * Top-level keys with DeepSpeed's names and meanings: train_batch_size,
+ * train_micro_batch_size_per_gpu, gradient_accumulation_steps, optimizer,
+ * scheduler, gradient_clipping, bf16, fp16, zero_optimization,
+ * steps_per_print. The engine's sections (optimizer, gradient_clipping, bf16,
+ * fp16, zero_optimization) are handed to zero_config_from_json, which checks
+ * them; this file checks everything else: the top level, the batch-size
+ * arithmetic, the scheduler, and zero-train's own sections model, data and
+ * train. Every rejection names the key ("model.n_head: expected an integer,
+ * got string"). */
+#ifndef TRAIN_CONFIG_H
+#define TRAIN_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+typedef enum train_sched_kind {
+    TRAIN_SCHED_CONSTANT = 0,     /* no scheduler section: lr stays at optimizer.params.lr */
+    TRAIN_SCHED_WARMUP_LR,        /* DeepSpeed WarmupLR: warm up, then constant */
+    TRAIN_SCHED_WARMUP_DECAY_LR,  /* DeepSpeed WarmupDecayLR: warm up, then linear decay to 0 */
+    TRAIN_SCHED_WARMUP_COSINE_LR, /* DeepSpeed WarmupCosineLR: warm up, then cosine decay */
+} train_sched_kind;
+
+typedef struct train_sched {
+    train_sched_kind kind;
+    /* WarmupLR / WarmupDecayLR */
+    double warmup_min_lr, warmup_max_lr;
+    /* WarmupCosineLR: ratios of optimizer lr */
+    double warmup_min_ratio, cos_min_ratio;
+    int64_t warmup_num_steps, total_num_steps;
+    int warmup_log; /* warmup_type "log" (DeepSpeed's default) or "linear" */
+} train_sched;
+
+typedef struct train_config {
+    /* batch */
+    int train_batch_size, micro_batch, grad_accum;
+    /* model */
+    int n_layer, n_head, d_model, seq_len, vocab;
+    /* data */
+    char *data_path;          /* "auto" = the default corpus */
+    char **data_suffixes;     /* NULL-terminated; NULL with data_suffixes_auto */
+    int data_suffixes_auto;   /* suffixes not given: ".py" for the default corpus, all files otherwise */
+    uint64_t data_max_bytes;
+    /* train */
+    int64_t steps;
+    uint64_t seed;
+    int log_every;
+    char *ckpt_dir;           /* NULL = no checkpoints */
+    int64_t ckpt_every;       /* 0 = only at the end */
+    int ckpt_keep;            /* how many step directories to keep; 0 = all */
+    char *resume;             /* NULL, "auto" (latest in ckpt_dir if any) or a checkpoint path */
+    char *metrics_file;
+    char *device;             /* "cpu" or "cuda" */
+    /* optimizer lr (read from optimizer.params.lr for the scheduler) */
+    double lr;
+    train_sched sched;
+    /* The engine's sections, as given (owned), for zero_config_from_json. */
+    json_t *engine_json;
+    /* The whole effective config: defaults filled in (owned). */
+    json_t *effective;
+} train_config;
+
+/* The built-in config used when no --config is given. */
+extern const char train_default_config_json[];
+
+/* Parse and validate `root` (not consumed) for a run on `dp` data-parallel
+ * ranks. Returns 0, or -1 with a message naming the key in err. */
+int train_config_parse(train_config *cfg, json_t *root, int dp, char *err, size_t err_size);
+void train_config_free(train_config *cfg);
+
+/* The learning rate of optimizer step `step` (0-based). */
+double train_sched_lr(const train_sched *s, double base_lr, int64_t step);
+
+/* Resolve data.path "auto": the Python standard library of this machine
+ * (/usr/lib/python3.N), else /usr/share/common-licenses. Writes the chosen
+ * directory and a note for the user; returns -1 if neither exists. */
+int train_default_corpus(char *out, size_t n, char *note, size_t note_size);
+
+#endif
