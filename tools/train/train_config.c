@@ -149,7 +149,7 @@ static int parse_scheduler(train_config *c, json_t *s, char *err, size_t n)
     sc->warmup_log = 1;
     sc->warmup_num_steps = 1000;
     sc->total_num_steps = c->steps;
-    sc->warmup_max_lr = c->lr;
+    sc->warmup_max_lr = 0.001;
     sc->cos_min_ratio = 1e-4;   /* DeepSpeed's WarmupCosineLR defaults */
     if (!s) return 0;
     static const char *const keys[] = {"type", "params", NULL};
@@ -208,40 +208,48 @@ static int parse_scheduler(train_config *c, json_t *s, char *err, size_t n)
     return 0;
 }
 
-/* The warmup fraction DeepSpeed uses: log(step+1)/log(warmup) or linear. */
+/* DeepSpeed's warmup fraction at iteration `step` < warmup_num_steps:
+ * log(step+1)/log(warmup) ("log", its default) or step/warmup ("linear");
+ * DeepSpeed clamps warmup_num_steps to at least 2 for the log. */
 static double warmup_gamma(const train_sched *s, int64_t step)
 {
-    if (s->warmup_num_steps <= 0 || step >= s->warmup_num_steps) return 1.0;
-    if (s->warmup_log) return log((double)step + 1.0) / log((double)s->warmup_num_steps + 1.0);
-    return ((double)step + 1.0) / (double)s->warmup_num_steps;
+    double w = (double)(s->warmup_num_steps > 2 ? s->warmup_num_steps : 2);
+    if (s->warmup_log) return log((double)step + 1.0) / log(w);
+    return (double)step / (double)s->warmup_num_steps;
 }
 
+/* Optimizer step `step` (0-based) uses the lr DeepSpeed's scheduler gives at
+ * last_batch_iteration == step (its constructor steps once to 0), so the
+ * schedules below are DeepSpeed's formulas, including lr = warmup_min at step 0. */
 double train_sched_lr(const train_sched *s, double base_lr, int64_t step)
 {
+    int in_warmup = step < s->warmup_num_steps;
     switch (s->kind) {
     case TRAIN_SCHED_CONSTANT:
         return base_lr;
     case TRAIN_SCHED_WARMUP_LR:
-        return s->warmup_min_lr + (s->warmup_max_lr - s->warmup_min_lr) * warmup_gamma(s, step);
-    case TRAIN_SCHED_WARMUP_DECAY_LR:
-        if (step < s->warmup_num_steps)
-            return s->warmup_min_lr + (s->warmup_max_lr - s->warmup_min_lr) * warmup_gamma(s, step);
-        {
-            double left = (double)(s->total_num_steps - step) /
-                          (double)(s->total_num_steps - s->warmup_num_steps > 0
-                                       ? s->total_num_steps - s->warmup_num_steps : 1);
-            if (left < 0) left = 0;
-            return s->warmup_max_lr * left;
-        }
-    case TRAIN_SCHED_WARMUP_COSINE_LR: {
-        double ratio;
-        if (step < s->warmup_num_steps) {
-            ratio = s->warmup_min_ratio + (1.0 - s->warmup_min_ratio) * warmup_gamma(s, step);
+        return s->warmup_min_lr + (s->warmup_max_lr - s->warmup_min_lr) * (in_warmup ? warmup_gamma(s, step) : 1.0);
+    case TRAIN_SCHED_WARMUP_DECAY_LR: {
+        double gamma;
+        if (in_warmup) {
+            gamma = warmup_gamma(s, step);
         } else {
             double span = (double)(s->total_num_steps - s->warmup_num_steps);
-            double prog = span > 0 ? (double)(step - s->warmup_num_steps) / span : 1.0;
-            if (prog > 1.0) prog = 1.0;
-            ratio = s->cos_min_ratio + (1.0 - s->cos_min_ratio) * 0.5 * (1.0 + cos(M_PI * prog));
+            gamma = (double)(s->total_num_steps - step) / (span > 1.0 ? span : 1.0);
+            if (gamma < 0) gamma = 0;
+        }
+        return s->warmup_min_lr + (s->warmup_max_lr - s->warmup_min_lr) * gamma;
+    }
+    case TRAIN_SCHED_WARMUP_COSINE_LR: {
+        double ratio;
+        if (in_warmup) {
+            ratio = s->warmup_min_ratio + (1.0 - s->warmup_min_ratio) * warmup_gamma(s, step);
+        } else {
+            double real_last = (double)(step - s->warmup_num_steps + 1);
+            double real_total = (double)(s->total_num_steps - s->warmup_num_steps);
+            double c = (1.0 + cos(M_PI * real_last / (real_total > 0 ? real_total : 1.0))) / 2.0;
+            ratio = s->cos_min_ratio + (1.0 - s->cos_min_ratio) * c;
+            if (ratio < 0) ratio = 0;
         }
         return base_lr * ratio;
     }

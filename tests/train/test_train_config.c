@@ -1,0 +1,114 @@
+/* zero-train's config: every rejection names the key; DeepSpeed's batch-size
+ * rule; scheduler values; defaults in the effective config. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "train_config.h"
+
+/* Parse `text` for dp ranks; returns 0/-1 and leaves the message in err. */
+static int parse(const char *text, int dp, train_config *c, char *err, size_t n)
+{
+    json_error_t je;
+    json_t *root = json_loads(text, 0, &je);
+    if (!root) {
+        snprintf(err, n, "bad json in test: %s", je.text);
+        return -2;
+    }
+    int rc = train_config_parse(c, root, dp, err, n);
+    json_decref(root);
+    return rc;
+}
+
+static void expect_reject(const char *text, int dp, const char *needle)
+{
+    train_config c;
+    char err[512] = "";
+    int rc = parse(text, dp, &c, err, sizeof err);
+    CHECK_MSG(rc == -1 && strstr(err, needle), "config %s: rc %d, message \"%s\", wanted \"%s\"", text, rc, err,
+              needle);
+    train_config_free(&c);
+}
+
+int main(void)
+{
+    /* unknown keys, anywhere */
+    expect_reject("{\"train_batch_sise\": 8}", 1, "train_batch_sise: unknown key");
+    expect_reject("{\"model\": {\"n_layers\": 2}}", 1, "model.n_layers: unknown key");
+    expect_reject("{\"data\": {\"paht\": \"x\"}}", 1, "data.paht: unknown key");
+    expect_reject("{\"train\": {\"checkpoint\": {\"dri\": \"x\"}}}", 1, "train.checkpoint.dri: unknown key");
+    expect_reject("{\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"warmup_max_lr\": 1}}}", 1,
+                  "scheduler.params.warmup_max_lr: unknown key");
+    /* wrong types and ranges */
+    expect_reject("{\"model\": {\"n_head\": \"4\"}}", 1, "model.n_head: expected an integer, got string");
+    expect_reject("{\"model\": 3}", 1, "model: expected an object");
+    expect_reject("{\"train\": {\"steps\": 1.5}}", 1, "train.steps: expected an integer, got number");
+    expect_reject("{\"model\": {\"n_layer\": 0}}", 1, "model.n_layer: 0 is out of range");
+    expect_reject("{\"model\": {\"vocab\": 100}}", 1, "model.vocab: 100 is out of range");
+    expect_reject("{\"model\": {\"d_model\": 130, \"n_head\": 4}}", 1, "model.d_model: 130 is not divisible");
+    expect_reject("{\"train\": {\"device\": \"tpu\"}}", 1, "train.device");
+    expect_reject("{\"data\": {\"suffixes\": [1]}}", 1, "data.suffixes[0]: expected a string");
+    expect_reject("{\"scheduler\": {\"type\": \"OneCycle\"}}", 1, "scheduler.type: unknown scheduler");
+    expect_reject("{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": \"big\"}}}", 1,
+                  "optimizer.params.lr: expected a number");
+    expect_reject("{\"steps_per_print\": 5, \"train\": {\"log_every\": 5}}", 1, "steps_per_print: give either");
+    expect_reject("[1, 2]", 1, "top level must be a JSON object");
+    /* DeepSpeed's rule: train_batch_size = micro * gas * dp */
+    expect_reject("{\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 4, "
+                  "\"gradient_accumulation_steps\": 1}", 2,
+                  "train_batch_size: 16 != train_micro_batch_size_per_gpu 4 * gradient_accumulation_steps 1 * "
+                  "data-parallel ranks 2");
+    expect_reject("{\"train_batch_size\": 10, \"train_micro_batch_size_per_gpu\": 4}", 1,
+                  "train_batch_size: 10 is not divisible");
+    expect_reject("{\"train_batch_size\": 0}", 1, "train_batch_size: 0 is out of range");
+
+    train_config c;
+    char err[512];
+    CHECK(parse("{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": 4}", 2, &c, err, sizeof err) == 0);
+    CHECK(c.grad_accum == 4 && c.micro_batch == 4 && c.train_batch_size == 32);
+    train_config_free(&c);
+    CHECK(parse("{\"train_batch_size\": 32, \"gradient_accumulation_steps\": 2}", 2, &c, err, sizeof err) == 0);
+    CHECK(c.micro_batch == 8);
+    train_config_free(&c);
+    CHECK(parse("{}", 3, &c, err, sizeof err) == 0);
+    CHECK(c.micro_batch == 8 && c.grad_accum == 1 && c.train_batch_size == 24);
+    CHECK(c.n_layer == 4 && c.seq_len == 64 && c.vocab == 256 && strcmp(c.data_path, "auto") == 0);
+    /* the effective config has every default filled in */
+    json_t *m = json_object_get(c.effective, "model");
+    CHECK(m && json_integer_value(json_object_get(m, "d_model")) == 128);
+    CHECK(json_integer_value(json_object_get(c.effective, "train_batch_size")) == 24);
+    train_config_free(&c);
+
+    /* WarmupCosineLR, DeepSpeed's formulas: ratios of the optimizer lr,
+     * step k uses last_batch_iteration k (so step 0 of a linear warmup is 0) */
+    CHECK(parse("{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}},"
+                "\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"warmup_num_steps\": 10,"
+                "\"total_num_steps\": 110, \"warmup_min_ratio\": 0.0, \"cos_min_ratio\": 0.1,"
+                "\"warmup_type\": \"linear\"}}}", 1, &c, err, sizeof err) == 0);
+    CHECK_CLOSE(train_sched_lr(&c.sched, c.lr, 0), 0.0, 1e-12);
+    CHECK_CLOSE(train_sched_lr(&c.sched, c.lr, 5), 0.005, 1e-12);
+    CHECK_CLOSE(train_sched_lr(&c.sched, c.lr, 10), 0.01 * (0.1 + 0.9 * 0.5 * (1 + cos(M_PI / 100))), 1e-12);
+    CHECK_CLOSE(train_sched_lr(&c.sched, c.lr, 59), 0.01 * (0.1 + 0.9 * 0.5), 1e-12); /* half way */
+    CHECK_CLOSE(train_sched_lr(&c.sched, c.lr, 109), 0.001, 1e-12);
+    train_config_free(&c);
+    /* WarmupDecayLR: absolute lrs, log warmup (DeepSpeed's default), linear decay to warmup_min_lr */
+    CHECK(parse("{\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"warmup_min_lr\": 0.0001,"
+                "\"warmup_max_lr\": 0.002, \"warmup_num_steps\": 10, \"total_num_steps\": 20}}}", 1, &c, err,
+                sizeof err) == 0);
+    CHECK_CLOSE(train_sched_lr(&c.sched, c.lr, 4), 0.0001 + 0.0019 * log(5.0) / log(10.0), 1e-12);
+    CHECK_CLOSE(train_sched_lr(&c.sched, c.lr, 15), 0.0001 + 0.0019 * 0.5, 1e-12);
+    CHECK_CLOSE(train_sched_lr(&c.sched, c.lr, 25), 0.0001, 1e-12);
+    train_config_free(&c);
+
+    /* the built-in config parses */
+    json_error_t je;
+    json_t *root = json_loads(train_default_config_json, 0, &je);
+    CHECK(root != NULL);
+    CHECK(train_config_parse(&c, root, 2, err, sizeof err) == 0);
+    json_decref(root);
+    train_config_free(&c);
+    char dir[256], note[512];
+    CHECK(train_default_corpus(dir, sizeof dir, note, sizeof note) == 0);
+    return check_exit();
+}
