@@ -1,0 +1,402 @@
+/* The ZeRO engine: sharded parameters, gradients and optimizer state.
+ *
+ * A trainer registers its parameters, grouped into modules (the unit of
+ * stage-3 gather/release and of grads-ready), then finalizes. From then on
+ * the engine owns every parameter, gradient and optimizer buffer, sharded
+ * across the data-parallel group by stage:
+ *
+ *   stage 0  everything on every rank (plain data parallel)
+ *   stage 1  fp32 master weights and moments: own shard only
+ *   stage 2  + the reduced gradient: own shard only
+ *   stage 3  + the parameters: own shard only, gathered per module on demand
+ *
+ * ------------------------------------------------------------------ the plan
+ * The partition plan is a pure function of (parameters in registration
+ * order, dp size, reduce_bucket_size, stage3_param_persistence_threshold):
+ * consecutive parameters are grouped into buckets of at most
+ * reduce_bucket_size elements; a bucket never spans two modules nor mixes
+ * persistent and non-persistent parameters (persistence = numel <
+ * stage3_param_persistence_threshold, decided the same way at every stage);
+ * a parameter larger than the bucket size gets a bucket of its own and is
+ * never split. Each bucket is padded with zeros to a multiple of the dp size
+ * and cut into dp equal chunks; rank r owns chunk r of every bucket. The
+ * concatenation of a rank's chunks, in bucket order, is its "shard" (fp32
+ * master, moments and reduced grads all use this layout). So rank r owns the
+ * same elements at every stage, and each parameter's owned part is one
+ * contiguous range [owned_begin, owned_end) of its flattened elements
+ * (possibly empty). finalize checks the plan is identical on every rank.
+ *
+ * ------------------------------------------------------------------ one step
+ *   for each micro-step (gradient_accumulation_steps of them):
+ *     forward:  per module: gather(m) (stage 3; no-op otherwise), read
+ *               param_data(p), compute, release(m)
+ *     backward: per module, in any order: gather(m), param_grad(p) for each
+ *               of its params, ACCUMULATE (+=) the micro-batch gradient into
+ *               it (fp16: of the loss multiplied by zero_engine_loss_scale()),
+ *               grads_ready(m), release(m)
+ *   step(&result)
+ *
+ * Gradient scale: pass each micro-batch's gradient of its MEAN loss,
+ * unscaled by the accumulation count. The engine reduces gradients in fp32
+ * over the dp group on every micro-step, accumulates them into an fp32 shard
+ * in the same order at every stage, and at step() multiplies by
+ * 1 / (dp_size * gradient_accumulation_steps * loss_scale): the update sees
+ * the mean over ranks and micro-steps - what DeepSpeed gets by scaling the
+ * loss by 1/gas and averaging gradients over the dp group.
+ *
+ * Stages 0-3 produce bitwise-identical parameters at a given dp size.
+ *
+ * ------------------------------------------------------------------ rules
+ * Every call returns a zero_status; on failure zero_engine_last_error(e)
+ * (and zero_last_error()) holds a message naming the call, the module or
+ * parameter and the rank. Calls marked COLLECTIVE must be made by every rank
+ * of the dp group in the same order. After a collective fails (a timeout, a
+ * dead peer) the engine only accepts destroy; every other call returns
+ * ZERO_INVALID_STATE repeating the original message.
+ *
+ * Buffers live in the memory of the engine's device (host memory for the CPU
+ * device, GPU memory for CUDA) and the dp comm must carry that memory (MPI or
+ * LOCAL for the CPU device, NCCL or STAGED for CUDA).
+ *
+ * Thread safety: one thread at a time per engine. */
+#ifndef ZERO_ENGINE_H
+#define ZERO_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <zero/comm.h>
+#include <zero/device.h>
+#include <zero/dtype.h>
+#include <zero/export.h>
+#include <zero/status.h>
+
+ZERO_EXTERN_C_BEGIN
+
+typedef struct zero_engine zero_engine;
+
+/* ================================================================= config */
+
+typedef enum zero_optimizer_kind {
+    ZERO_OPTIM_ADAMW = 0, /* torch.optim.AdamW: decoupled weight decay, bias correction */
+    ZERO_OPTIM_SGD = 1,   /* torch.optim.SGD: momentum, dampening, nesterov, L2 weight decay */
+} zero_optimizer_kind;
+
+/* Versioned config: initialise with ZERO_CONFIG_INIT, then set fields; new
+ * fields are only ever appended. Sizes are in ELEMENTS, as in DeepSpeed.
+ * Defaults are DeepSpeed's (zero_optimization, fp16) and torch's (optimizer). */
+typedef struct zero_config {
+    size_t size;      /* sizeof(zero_config), set by ZERO_CONFIG_INIT */
+    uint32_t version; /* ZERO_CONFIG_VERSION */
+
+    /* zero_optimization */
+    int stage;                                   /* 0..3; default 0 */
+    uint64_t reduce_bucket_size;                 /* elements per gradient bucket; 5e8 */
+    uint64_t allgather_bucket_size;              /* accepted; all-gathers go bucket by bucket; 5e8 */
+    int overlap_comm;                            /* async bucket reduce-scatter + stage-3 prefetch; 0 */
+    int contiguous_gradients;                    /* accepted; gradients are always contiguous; 1 */
+    uint64_t stage3_prefetch_bucket_size;        /* elements in flight by prefetch; 5e7 */
+    uint64_t stage3_max_live_parameters;         /* elements gathered + in flight; 1e9 */
+    uint64_t stage3_param_persistence_threshold; /* numel below which a param stays whole; 1e5 */
+
+    /* optimizer */
+    zero_optimizer_kind optimizer; /* default AdamW */
+    double lr;                     /* 1e-3 */
+    double beta1, beta2;           /* AdamW betas; 0.9, 0.999 */
+    double eps;                    /* AdamW eps; 1e-8 */
+    double weight_decay;           /* AdamW: decoupled, 0.01; SGD: L2, set it (default 0.01 too) */
+    double momentum;               /* SGD; 0 */
+    double dampening;              /* SGD; 0 */
+    int nesterov;                  /* SGD; 0 */
+
+    double gradient_clipping;        /* max global L2 norm; 0 = off */
+    int gradient_accumulation_steps; /* micro-steps per step; 1 */
+
+    /* mixed precision: compute dtype of params and grads (ZERO_F32, ZERO_BF16
+     * or ZERO_F16); master weights, moments and reductions are always fp32. */
+    zero_dtype compute_dtype;
+
+    /* fp16 only. loss_scale > 0: static scale. 0: dynamic, starting at
+     * 2^initial_scale_power; an overflow lowers the scale by 2 once
+     * `hysteresis` overflows have been seen (DeepSpeed's delayed shift), never
+     * below min_loss_scale; loss_scale_window good steps in a row double it. */
+    double loss_scale;       /* 0 */
+    int initial_scale_power; /* 16 */
+    int loss_scale_window;   /* 1000 */
+    int hysteresis;          /* 2 */
+    double min_loss_scale;   /* 1 */
+} zero_config;
+
+#define ZERO_CONFIG_VERSION 1u
+#define ZERO_CONFIG_INIT                                                                          \
+    {                                                                                             \
+        sizeof(zero_config), ZERO_CONFIG_VERSION, 0, 500000000u, 500000000u, 0, 1, 50000000u,      \
+            1000000000u, 100000u, ZERO_OPTIM_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, 0.0, 0.0, 0,     \
+            0.0, 1, ZERO_F32, 0.0, 16, 1000, 2, 1.0                                               \
+    }
+
+/* Fill `config` (already initialised with ZERO_CONFIG_INIT, whose values stay
+ * where the document is silent) from the engine sections of a DeepSpeed-style
+ * JSON document: zero_optimization{...}, optimizer{type, params{...}},
+ * gradient_clipping, gradient_accumulation_steps, bf16{enabled},
+ * fp16{enabled, loss_scale, initial_scale_power, loss_scale_window,
+ * hysteresis, min_loss_scale}. Other top-level keys are ignored (the caller
+ * validates its own). An unknown key inside these sections, a wrong type or
+ * an out-of-range value fails with ZERO_CONFIG and a message naming the key
+ * path, e.g. `zero_optimization.stage: expected an integer 0..3, got "three"`
+ * (read it with zero_last_error()). On failure *config is unchanged. */
+ZERO_API zero_status zero_config_from_json(zero_config *config, const char *json_text);
+
+/* ================================================================= lifetime */
+
+/* Create an engine on the dp group `dp` and device `dev`; both are borrowed
+ * and must outlive the engine. The config is copied. Not collective. On
+ * failure *out is NULL and zero_last_error() says why. */
+ZERO_API zero_status zero_engine_create(zero_engine **out, const zero_config *config, zero_comm *dp,
+                                        zero_device *dev);
+
+/* Frees everything the engine allocated; waits for (or abandons, after a
+ * comm failure) requests in flight. NULL accepted. Not collective. */
+ZERO_API void zero_engine_destroy(zero_engine *e);
+
+/* The message of the last failed call on this engine; "" if none; never NULL.
+ * Valid until the next call on the engine. */
+ZERO_API const char *zero_engine_last_error(const zero_engine *e);
+
+/* ================================================================= registration */
+
+/* A new module (stage-3 gather unit); *module_id = 0, 1, ... in call order.
+ * `name` is copied. Before finalize only. */
+ZERO_API zero_status zero_engine_add_module(zero_engine *e, const char *name, int *module_id);
+
+#define ZERO_MAX_DIMS 8
+
+/* A new parameter of `module`: `ndim` (1..ZERO_MAX_DIMS) dimensions of
+ * shape[i] >= 1. `init` (numel fp32 values in host memory, row-major) is
+ * copied now; NULL means zeros. *param_id = 0, 1, ... in call order; NULL
+ * accepted. Names must be unique within the engine. Before finalize only. */
+ZERO_API zero_status zero_engine_add_param(zero_engine *e, int module, const char *name, int ndim,
+                                           const int64_t *shape, const float *init, int *param_id);
+
+/* COLLECTIVE. Compute the plan, check it is the same on every rank (a
+ * different registration fails with ZERO_MISMATCH naming the first differing
+ * parameter and its index), allocate every buffer, load the initial values
+ * (rank 0's are NOT broadcast: pass the same init everywhere), zero the
+ * gradients. Needs at least one parameter. */
+ZERO_API zero_status zero_engine_finalize(zero_engine *e);
+
+/* ================================================================= training */
+
+/* COLLECTIVE at stage 3 (an all-gather of the module's non-persistent
+ * parameters, or a wait on a prefetch already in flight); at stages 0-2 it
+ * only validates its argument. Gathers nest: each gather needs a release.
+ * From its return until the matching release, param_data() of the module's
+ * parameters is valid. With overlap_comm at stage 3, the prefetcher replays
+ * the gather order recorded in the first step and issues the next modules'
+ * all-gathers ahead of time (at most stage3_prefetch_bucket_size elements in
+ * flight, stage3_max_live_parameters elements gathered plus in flight); when
+ * the order changes it logs a warning and records again. */
+ZERO_API zero_status zero_engine_gather(zero_engine *e, int module);
+
+/* Stage 3: when the last gather is released, frees the module's full
+ * parameters (persistent ones stay). Stages 0-2: validates only. Not collective. */
+ZERO_API zero_status zero_engine_release(zero_engine *e, int module);
+
+/* Device pointer to the full parameter `param` in the compute dtype (numel
+ * elements, row-major). The engine owns it. Valid until destroy at stages
+ * 0-2 and for persistent parameters at stage 3; for other stage-3
+ * parameters from gather(module) to the matching release. Read only: the
+ * values change only in step() and params_changed(). */
+ZERO_API zero_status zero_engine_param_data(zero_engine *e, int param, void **out);
+
+/* Device pointer to the gradient buffer of `param` in the compute dtype
+ * (numel elements). The trainer ACCUMULATES (+=) this micro-step's gradient
+ * into it during backward. It is all zeros whenever a module's micro-step
+ * begins: after finalize, after grads_ready(module) (which reduces it and
+ * zeroes it again), after step() and zero_grad(). Stages 0-1: one persistent
+ * buffer per parameter, valid until destroy. Stages 2-3: the module's
+ * gradient buffer is allocated (zeroed) by the first param_grad() call of
+ * any of its parameters and freed by grads_ready(module): call param_grad()
+ * again on every micro-step; the pointer is valid until that grads_ready. */
+ZERO_API zero_status zero_engine_param_grad(zero_engine *e, int param, void **out);
+
+/* COLLECTIVE. The module's gradients for this micro-step are complete:
+ * reduce-scatter them (fp32, bucket by bucket; asynchronously with
+ * overlap_comm, waited before the next use of the buffers) into this rank's
+ * fp32 gradient shard, then zero (stages 0-1) or free (stages 2-3) the
+ * module's gradient buffer. Call once per module per micro-step, on every
+ * module that has parameters, in the same order on every rank. */
+ZERO_API zero_status zero_engine_grads_ready(zero_engine *e, int module);
+
+typedef struct zero_step_result {
+    double grad_norm;       /* global L2 norm of the averaged, unscaled gradient, before
+                               clipping; inf or nan when it overflowed */
+    double clip_coef;       /* factor applied to the gradient (1 = not clipped) */
+    double loss_scale;      /* the scale the gradients of this step carried */
+    double next_loss_scale; /* the scale for the next step's loss */
+    int skipped;            /* 1: fp16 overflow on some rank; nothing was updated */
+    int64_t step;           /* optimizer updates applied so far, this one included */
+} zero_step_result;
+
+/* COLLECTIVE. Requires gradient_accumulation_steps micro-steps of
+ * grads_ready on every module with parameters, and no stage-3 module
+ * gathered. Waits for reductions in flight, unscales and averages, computes
+ * the global gradient norm (one scalar all-reduce, which also carries the
+ * fp16 overflow flag of every rank), clips, runs AdamW or SGD on the own
+ * shard, casts to the compute dtype and (stages 0-2) all-gathers the updated
+ * parameters; then zeroes the gradient shard. A skipped fp16 step changes no
+ * parameter and no moment and lowers the loss scale. `out` may be NULL.
+ * A comm failure is reported as "engine step: <the comm's message>". */
+ZERO_API zero_status zero_engine_step(zero_engine *e, zero_step_result *out);
+
+/* Discard accumulated gradients: zero the fp32 shard and every gradient
+ * buffer; the micro-step count restarts. Not collective. */
+ZERO_API zero_status zero_engine_zero_grad(zero_engine *e);
+
+/* Learning rate for the next steps (schedulers call it before step). */
+ZERO_API zero_status zero_engine_set_lr(zero_engine *e, double lr);
+ZERO_API double zero_engine_get_lr(const zero_engine *e);
+
+/* The factor to multiply the loss by before backward (fp16 dynamic or static
+ * loss scaling); 1.0 for f32 and bf16. */
+ZERO_API double zero_engine_loss_scale(const zero_engine *e);
+
+/* ================================================================= memory */
+
+typedef enum zero_mem_category {
+    ZERO_MEM_PARAMS = 0,  /* compute-dtype params: full (0-2), shard + persistent + gathered (3) */
+    ZERO_MEM_GRADS = 1,   /* compute-dtype grads (full at 0-1; per-module while live at 2-3)
+                             and the fp32 reduced-gradient shard */
+    ZERO_MEM_MASTER = 2,  /* fp32 master weights (16-bit compute only) */
+    ZERO_MEM_MOMENTS = 3, /* fp32 optimizer moments */
+    ZERO_MEM_BUFFERS = 4, /* communication staging buffers */
+    ZERO_MEM_OTHER = 5,   /* init values held between add_param and finalize */
+    ZERO_MEM_CATEGORY_COUNT = 6,
+} zero_mem_category;
+
+/* Bytes per category. For the engine: what it holds now (`bytes`) and the
+ * most it held (`peak`), counted by its one accounting allocator (host
+ * bookkeeping of a few hundred bytes per parameter is not counted).
+ *
+ * The ZeRO formula (zero_memory_estimate), with P = padded element count
+ * (plan.padded_numel), N = dp size, d = compute dtype size, K = 12 (AdamW,
+ * 16-bit: master + 2 moments), 8 (AdamW, fp32: params are their own master),
+ * 8 (SGD-momentum, 16-bit), 4 (SGD-momentum, fp32), 4 / 0 (SGD without
+ * momentum, 16-bit / fp32):
+ *   params  P*d       (stage 3: P*d/N)
+ *   grads   P*d       (stages 2-3: P*d/N)
+ *   master + moments K*P (stages 1-3: K*P/N), split into their categories.
+ * The engine holds exactly that plus these declared buffers, in steady state
+ * (after finalize or step, nothing gathered, no micro-step in progress):
+ *   grads:   + P*4/N, the fp32 reduced-gradient shard, at stages 0-1
+ *            + P*(4-d)/N at stages 2-3 (the shard is fp32, the formula counts d)
+ *   params:  + stage 3: each persistent bucket in full (padded numel * d)
+ *   buffers: slots * (B*4 + B*4/N), B = plan.max_bucket_numel, slots = 2
+ *            with overlap_comm else 1 (fp32 bucket staging + fp32 chunk receive)
+ * While a micro-step is in progress, stages 2-3 add the module gradient
+ * buffers in use (grads) and stage 3 the gathered / prefetched modules
+ * (params), each the module's padded bucket numel * d. */
+typedef struct zero_memory_report {
+    uint64_t bytes[ZERO_MEM_CATEGORY_COUNT];
+    uint64_t peak[ZERO_MEM_CATEGORY_COUNT];
+    uint64_t total;      /* sum of bytes[] */
+    uint64_t peak_total; /* the most the engine held at once */
+} zero_memory_report;
+
+ZERO_API zero_status zero_engine_memory_report(const zero_engine *e, zero_memory_report *out);
+
+/* The ZeRO formula above for `numel` elements (pass the padded count to
+ * compare with an engine), `dp` ranks, `stage`, compute dtype f32/bf16/f16
+ * and optimizer (`sgd_momentum` only matters for SGD: nonzero = a momentum
+ * buffer). Fills bytes[] (params, grads, master, moments; the rest 0) and
+ * total; peak = bytes. Reproduces the paper's example: 7.5e9, N=64, f16,
+ * AdamW -> 120e9, 31.4e9, 16.6e9, 1.9e9 bytes for stages 0-3. */
+ZERO_API zero_status zero_memory_estimate(uint64_t numel, int dp, int stage, zero_dtype dtype,
+                                          zero_optimizer_kind optimizer, int sgd_momentum,
+                                          zero_memory_report *out);
+
+/* ================================================================= introspection */
+
+typedef struct zero_plan_info {
+    uint64_t numel;            /* sum of parameter sizes */
+    uint64_t padded_numel;     /* sum of padded bucket sizes (P above) */
+    uint64_t shard_numel;      /* padded_numel / dp_size: this rank's fp32 shard */
+    uint64_t max_bucket_numel; /* the largest padded bucket */
+    uint64_t hash;             /* hash of the plan: params, shapes, dp size, bucket sizes */
+    int num_params, num_modules, num_buckets;
+    int dp_size, dp_rank, stage;
+    zero_dtype compute_dtype;
+} zero_plan_info;
+
+/* After finalize. */
+ZERO_API zero_status zero_engine_plan_info(const zero_engine *e, zero_plan_info *out);
+
+typedef struct zero_param_info {
+    const char *name; /* owned by the engine, valid until destroy */
+    int module;
+    int ndim;
+    int64_t shape[ZERO_MAX_DIMS];
+    uint64_t numel;
+    zero_dtype dtype;     /* the compute dtype */
+    int bucket;           /* the bucket holding it */
+    int persistent;       /* stays whole at stage 3 */
+    uint64_t owned_begin; /* this rank's part: flattened elements [owned_begin, owned_end) */
+    uint64_t owned_end;   /*   (begin == end: nothing owned); the same at every stage */
+    uint64_t shard_offset; /* where element owned_begin sits in this rank's fp32 shard */
+} zero_param_info;
+
+/* Registration data works before finalize; the owned range and shard offset
+ * need finalize (zeros before). */
+ZERO_API int zero_engine_num_params(const zero_engine *e);
+ZERO_API int zero_engine_num_modules(const zero_engine *e);
+ZERO_API zero_status zero_engine_param_info(const zero_engine *e, int param, zero_param_info *out);
+/* Owned by the engine, valid until destroy; NULL for an unknown module. */
+ZERO_API const char *zero_engine_module_name(const zero_engine *e, int module);
+/* -1 (and ZERO_NOT_FOUND from the status form) for an unknown name. */
+ZERO_API zero_status zero_engine_find_param(const zero_engine *e, const char *name, int *param);
+
+/* ================================================================= state (checkpoints) */
+
+typedef enum zero_state_kind {
+    ZERO_STATE_MASTER = 0,  /* fp32 master weights (the fp32 params themselves for f32 compute) */
+    ZERO_STATE_MOMENT1 = 1, /* AdamW exp_avg; SGD momentum buffer */
+    ZERO_STATE_MOMENT2 = 2, /* AdamW exp_avg_sq */
+} zero_state_kind;
+
+/* Copy this rank's owned part of `param`'s fp32 state out to / in from host
+ * memory: owned_end - owned_begin floats. Not collective; after finalize.
+ * ZERO_NOT_FOUND for a moment the optimizer does not have (SGD without
+ * momentum, MOMENT2 for SGD). After state_set of MASTER, call
+ * params_changed() before the next forward. At stage 0 (where every rank
+ * holds everything) only the owned part is read or written; params_changed()
+ * spreads it. */
+ZERO_API zero_status zero_engine_state_get(zero_engine *e, zero_state_kind kind, int param, float *out);
+ZERO_API zero_status zero_engine_state_set(zero_engine *e, zero_state_kind kind, int param, const float *in);
+
+/* COLLECTIVE. Re-derive the compute-dtype parameters from the master shard
+ * (cast) and make them whole where the stage keeps them whole (all-gather
+ * at stages 0-2, persistent params at stage 3); at stage 0 the master and
+ * moments are all-gathered too. Call after state_set. */
+ZERO_API zero_status zero_engine_params_changed(zero_engine *e);
+
+/* COLLECTIVE. Full fp32 master value of `param` (numel floats) into host
+ * memory on every rank, assembled from the owners' parts (one all-gather of
+ * the parameter's bucket; counted by the comm counters). */
+ZERO_API zero_status zero_engine_read_param(zero_engine *e, int param, float *out);
+
+/* Scalar training state, for checkpoints. */
+typedef struct zero_engine_scalars {
+    int64_t step;          /* optimizer updates applied (AdamW bias correction uses it) */
+    int64_t skipped_steps; /* fp16 overflow steps skipped */
+    double loss_scale;     /* current loss scale (1 unless fp16) */
+    int hysteresis_left;   /* overflows still tolerated before the scale drops */
+    int64_t good_steps;    /* non-overflow steps since the last scale change or overflow */
+    double lr;
+} zero_engine_scalars;
+
+ZERO_API zero_status zero_engine_get_scalars(const zero_engine *e, zero_engine_scalars *out);
+/* Not collective: set the same values on every rank. */
+ZERO_API zero_status zero_engine_set_scalars(zero_engine *e, const zero_engine_scalars *in);
+
+ZERO_EXTERN_C_END
+
+#endif
