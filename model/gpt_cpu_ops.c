@@ -1,0 +1,372 @@
+/* The CPU kernels of the GPT: plain C, fp32. Matmuls go to OpenBLAS; every
+ * other loop is OpenMP-parallel over rows (or heads) with a vectorizable inner
+ * loop. exp and tanh use a short polynomial (gpt_expf) that the compiler can
+ * vectorize, because libm's scalar calls dominated the non-matmul time. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "gpt_cpu_ops.h"
+#include "zero_build_config.h"
+
+#if ZERO_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static inline int thread_id(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/* ------------------------------------------------------------ exp, tanh */
+/* exp(x) to about 2 ulp for x in [-87.3, 88.3] (clamped outside, so a very
+ * negative x gives ~1e-38 rather than 0). Range reduction x = n ln2 + r with
+ * ln2 split in two, then a degree-6 polynomial for e^r on |r| <= ln2/2 (the
+ * classic minimax coefficients), then 2^n built in the exponent bits. Written
+ * without calls or branches so that loops over it vectorize. */
+static inline float gpt_expf(float x)
+{
+    x = x < -87.3f ? -87.3f : x;
+    x = x > 88.3f ? 88.3f : x;
+    /* round(x / ln2) by the 1.5 * 2^23 trick: no floorf call, vectorizes on SSE2. */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float z = r * r;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * z + r + 1.0f;
+    union { int32_t i; float f; } scale;
+    scale.i = ((int32_t)n + 127) << 23;
+    return p * scale.f;
+}
+
+/* tanh(u) = 1 - 2 / (e^{2u} + 1): exact limits +-1, absolute error ~1e-7. */
+static inline float gpt_tanhf(float u) { return 1.0f - 2.0f / (gpt_expf(2.0f * u) + 1.0f); }
+
+/* ------------------------------------------------------------ sgemm */
+void gpt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+               const float *B, int ldb, float beta, float *C, int ldc)
+{
+#if ZERO_HAVE_OPENBLAS
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N,
+                K, alpha, A, lda, B, ldb, beta, C, ldc);
+#else
+    /* Fallback for builds without OpenBLAS: correct, parallel, not fast. */
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < M; i++) {
+        float *c = C + (size_t)i * ldc;
+        for (int j = 0; j < N; j++) c[j] = beta == 0.0f ? 0.0f : beta * c[j];
+        for (int k = 0; k < K; k++) {
+            float a = alpha * (trans_a ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
+            if (!trans_b) {
+                const float *b = B + (size_t)k * ldb;
+                for (int j = 0; j < N; j++) c[j] += a * b[j];
+            } else {
+                for (int j = 0; j < N; j++) c[j] += a * B[(size_t)j * ldb + k];
+            }
+        }
+    }
+#endif
+}
+
+/* ------------------------------------------------------------ embeddings */
+void gpt_encoder_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C)
+{
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            float *o = out + ((size_t)b * T + t) * C;
+            const float *e = wte + (size_t)tok[b * T + t] * C, *p = wpe + (size_t)t * C;
+            for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+        }
+}
+
+void gpt_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C)
+{
+    /* dwpe: rows t are independent. dwte: one token may repeat anywhere, so
+     * split the channels across threads instead of the rows. */
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+        float *dp = dwpe + (size_t)t * C;
+        for (int b = 0; b < B; b++) {
+            const float *d = dout + ((size_t)b * T + t) * C;
+            for (int c = 0; c < C; c++) dp[c] += d[c];
+        }
+    }
+    const int chunk = 64;
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < C; c0 += chunk) {
+        int c1 = c0 + chunk < C ? c0 + chunk : C;
+        for (size_t i = 0; i < (size_t)B * T; i++) {
+            float *de = dwte + (size_t)tok[i] * C;
+            const float *d = dout + i * C;
+            for (int c = c0; c < c1; c++) de[c] += d[c];
+        }
+    }
+}
+
+/* ------------------------------------------------------------ layernorm */
+void gpt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                           const float *b, int N, int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C;
+        float *o = out + (size_t)i * C;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int c = 0; c < C; c++) s += x[c];
+        float m = s / C, v = 0.0f;
+#pragma omp simd reduction(+ : v)
+        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+        float r = 1.0f / sqrtf(v / C + 1e-5f);
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
+        mean[i] = m;
+        rstd[i] = r;
+    }
+}
+
+void gpt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                            const float *w, const float *mean, const float *rstd, int N, int C,
+                            float *partials, int nthreads)
+{
+    /* Each thread sums its rows' dw/db into its own slice of `partials`, then
+     * the slices are added: no atomics, and a fixed order for a fixed thread count. */
+#pragma omp parallel num_threads(nthreads)
+    {
+        float *pdw = partials + (size_t)thread_id() * 2 * C, *pdb = pdw + C;
+        memset(pdw, 0, sizeof(float) * 2 * C);
+#pragma omp for schedule(static)
+        for (int i = 0; i < N; i++) {
+            const float *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
+            float *dx = dinp + (size_t)i * C;
+            float m = mean[i], r = rstd[i], sum_g = 0.0f, sum_gx = 0.0f;
+#pragma omp simd reduction(+ : sum_g, sum_gx)
+            for (int c = 0; c < C; c++) {
+                float g = d[c] * w[c], xhat = (x[c] - m) * r;
+                sum_g += g;
+                sum_gx += g * xhat;
+            }
+            sum_g /= C;
+            sum_gx /= C;
+            for (int c = 0; c < C; c++) {
+                float xhat = (x[c] - m) * r;
+                dx[c] += (d[c] * w[c] - sum_g - xhat * sum_gx) * r;
+                pdw[c] += d[c] * xhat;
+                pdb[c] += d[c];
+            }
+        }
+    }
+    for (int t = 0; t < nthreads; t++) {
+        const float *pdw = partials + (size_t)t * 2 * C, *pdb = pdw + C;
+        for (int c = 0; c < C; c++) {
+            dw[c] += pdw[c];
+            db[c] += pdb[c];
+        }
+    }
+}
+
+/* ------------------------------------------------------------ linear layers */
+void gpt_matmul_forward(float *out, const float *init, const float *inp, const float *w, const float *bias,
+                        int N, int C, int OC)
+{
+    /* Write init + bias first so the one sgemm (beta = 1) also does the
+     * bias add and the residual add: one pass over `out` instead of three. */
+    if (init || bias) {
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < N; i++) {
+            float *o = out + (size_t)i * OC;
+            const float *r = init ? init + (size_t)i * OC : NULL;
+            for (int j = 0; j < OC; j++) o[j] = (r ? r[j] : 0.0f) + (bias ? bias[j] : 0.0f);
+        }
+    }
+    gpt_sgemm(0, 1, N, OC, C, 1.0f, inp, C, w, C, (init || bias) ? 1.0f : 0.0f, out, OC);
+}
+
+void gpt_matmul_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                         const float *w, int N, int C, int OC, int accumulate_dinp, const float *ones)
+{
+    gpt_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
+    gpt_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+    if (db) {
+#if ZERO_HAVE_OPENBLAS
+        cblas_sgemv(CblasRowMajor, CblasTrans, N, OC, 1.0f, dout, OC, ones, 1, 1.0f, db, 1);
+#else
+        (void)ones;
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < OC; j++) db[j] += dout[(size_t)i * OC + j];
+#endif
+    }
+}
+
+/* ------------------------------------------------------------ attention */
+void gpt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+{
+    const int hs = C / NH;
+    const size_t C3 = (size_t)3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+    /* One (batch, head, query) per iteration; later queries see more keys,
+     * so hand out small dynamic chunks to keep threads even. */
+#pragma omp parallel for collapse(3) schedule(dynamic, 16)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+                float *a = att + (((size_t)b * NH + h) * T + t) * T;
+                float maxv = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
+                    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+                    for (int i = 0; i < hs; i++) s += q[i] * k[i];
+                    s *= scale;
+                    a[t2] = s;
+                    maxv = s > maxv ? s : maxv;
+                }
+                float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+                for (int t2 = 0; t2 <= t; t2++) {
+                    a[t2] = gpt_expf(a[t2] - maxv);
+                    sum += a[t2];
+                }
+                float inv = 1.0f / sum;
+                for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
+                for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
+
+                float *o = out + ((size_t)b * T + t) * C + h * hs;
+                for (int i = 0; i < hs; i++) o[i] = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+                    float p = a[t2];
+                    for (int i = 0; i < hs; i++) o[i] += p * v[i];
+                }
+            }
+}
+
+void gpt_attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, int B, int T,
+                            int C, int NH, float *scratch, int nthreads)
+{
+    const int hs = C / NH;
+    const size_t C3 = (size_t)3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+    /* A head's dk and dv collect from every later query, so one thread owns
+     * a whole (batch, head): no races, no atomics. */
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(nthreads)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            float *dp = scratch + (size_t)thread_id() * T;
+            for (int t = 0; t < T; t++) {
+                float *row = dqkv + ((size_t)b * T + t) * C3 + h * hs;
+                memset(row + C, 0, sizeof(float) * hs);      /* dk */
+                memset(row + 2 * C, 0, sizeof(float) * hs);  /* dv */
+            }
+            for (int t = 0; t < T; t++) {
+                const float *a = att + (((size_t)b * NH + h) * T + t) * T;
+                const float *d = dout + ((size_t)b * T + t) * C + h * hs;
+                const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+                float *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
+                /* through out = sum_t2 a[t2] v[t2]: dp[t2] = d . v[t2], dv[t2] += a[t2] d */
+                float sum_adp = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+                    float *dv = dqkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+                    float s = 0.0f, p = a[t2];
+#pragma omp simd reduction(+ : s)
+                    for (int i = 0; i < hs; i++) {
+                        s += d[i] * v[i];
+                        dv[i] += p * d[i];
+                    }
+                    dp[t2] = s;
+                    sum_adp += p * s;
+                }
+                /* through the softmax, then the scaled dot products */
+                for (int i = 0; i < hs; i++) dq[i] = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
+                    float *dk = dqkv + ((size_t)b * T + t2) * C3 + C + h * hs;
+                    float ds = a[t2] * (dp[t2] - sum_adp) * scale;
+                    for (int i = 0; i < hs; i++) {
+                        dq[i] += ds * k[i];
+                        dk[i] += ds * q[i];
+                    }
+                }
+            }
+        }
+}
+
+/* ------------------------------------------------------------ gelu */
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+
+void gpt_gelu_forward(float *out, const float *inp, size_t n)
+{
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + gpt_tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+    }
+}
+
+void gpt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+{
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float th = gpt_tanhf(GELU_K * (x + 0.044715f * x * x * x));
+        float dth = (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * x * dth);
+    }
+}
+
+/* ------------------------------------------------------------ cross-entropy */
+double gpt_crossentropy_forward(float *lse, const float *logits, const int32_t *targets, int N, int V,
+                                long *count)
+{
+    double total = 0.0;
+    long valid = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total, valid)
+    for (int i = 0; i < N; i++) {
+        const float *l = logits + (size_t)i * V;
+        float maxv = -INFINITY;
+        for (int v = 0; v < V; v++) maxv = l[v] > maxv ? l[v] : maxv;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int v = 0; v < V; v++) sum += gpt_expf(l[v] - maxv);
+        lse[i] = maxv + logf(sum);
+        if (targets && targets[i] >= 0) {
+            total += (double)lse[i] - l[targets[i]];
+            valid++;
+        }
+    }
+    *count = valid;
+    return total;
+}
+
+void gpt_crossentropy_backward(float *dlogits, const float *logits, const float *lse, const int32_t *targets,
+                               int N, int V, float scale)
+{
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *l = logits + (size_t)i * V;
+        float *d = dlogits + (size_t)i * V;
+        if (targets[i] < 0) {
+            memset(d, 0, sizeof(float) * V);
+            continue;
+        }
+        float m = lse[i];
+#pragma omp simd
+        for (int v = 0; v < V; v++) d[v] = scale * gpt_expf(l[v] - m);
+        d[targets[i]] -= scale;
+    }
+}
