@@ -66,37 +66,41 @@ ZERO_HD float zero_cvt_bf16_to_f32(uint16_t h)
 
 ZERO_HD uint16_t zero_cvt_f32_to_f16(float x)
 {
+    /* Written as selects rather than early returns so the CPU loops that call
+     * it can be if-converted and vectorized; every path is computed, one kept. */
     uint32_t u = zero_cvt_f32_bits(x);
     uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t a = u & 0x7FFFFFFFu;
 
-    if (a > 0x7F800000u) /* NaN: quiet it, keep the top payload bits */
-        return (uint16_t)(sign | 0x7E00u | ((a >> 13) & 0x3FFu));
-    if (a >= 0x477FF000u) /* >= 65520 = 65504 + half an ulp: rounds to inf */
-        return (uint16_t)(sign | 0x7C00u);
-    if (a >= 0x38800000u) { /* normal f16 (>= 2^-14) */
-        /* Rebias the exponent (127 -> 15) in place, then drop 13 bits with
-         * round-to-nearest-even; a mantissa carry bumps the exponent. */
-        uint32_t v = a - 0x38000000u;
-        uint32_t h = v >> 13;
-        uint32_t rem = v & 0x1FFFu;
-        h += (rem > 0x1000u) | ((rem == 0x1000u) & h);
-        return (uint16_t)(sign | h);
-    }
-    if (a <= 0x33000000u) /* <= 2^-25: half the smallest subnormal, ties to 0 */
-        return (uint16_t)sign;
-    /* Subnormal f16: value = m * 2^-24. With the implicit bit, a = m32 *
-     * 2^(e-150), so m = m32 >> (126 - e) rounded; e in [102, 112]. */
-    {
-        uint32_t e = a >> 23;
-        uint32_t m32 = (a & 0x7FFFFFu) | 0x800000u;
-        uint32_t shift = 126u - e; /* 14..24 */
-        uint32_t h = m32 >> shift;
-        uint32_t rem = m32 & ((1u << shift) - 1u);
-        uint32_t half = 1u << (shift - 1u);
-        h += (rem > half) | ((rem == half) & h);
-        return (uint16_t)(sign | h); /* h == 0x400 is the smallest normal: right */
-    }
+    /* NaN: quiet it, keep the top payload bits. */
+    uint32_t h_nan = 0x7E00u | ((a >> 13) & 0x3FFu);
+
+    /* Normal f16 (a >= 2^-14): rebias the exponent (127 -> 15) in place, then
+     * drop 13 bits rounding to nearest even; a mantissa carry bumps the
+     * exponent. */
+    uint32_t v = a - 0x38000000u;
+    uint32_t h_norm = v >> 13;
+    uint32_t rem = v & 0x1FFFu;
+    h_norm += (uint32_t)(rem > 0x1000u) | ((uint32_t)(rem == 0x1000u) & h_norm);
+
+    /* Subnormal f16 (2^-25 < a < 2^-14): value = m * 2^-24 and a = m32 *
+     * 2^(e-150) with the implicit bit, so m = m32 >> (126 - e), rounded;
+     * e is in [102, 112] there (clamped so other lanes shift sanely). A
+     * result of 0x400 is the smallest normal, which is right. */
+    uint32_t e = a >> 23;
+    uint32_t shift = e >= 112u ? 14u : (e <= 102u ? 24u : 126u - e);
+    uint32_t m32 = (a & 0x7FFFFFu) | 0x800000u;
+    uint32_t h_sub = m32 >> shift;
+    uint32_t srem = m32 & ((1u << shift) - 1u);
+    uint32_t half = 1u << (shift - 1u);
+    h_sub += (uint32_t)(srem > half) | ((uint32_t)(srem == half) & h_sub);
+
+    uint32_t h = a > 0x7F800000u   ? h_nan
+                 : a >= 0x477FF000u ? 0x7C00u /* >= 65520 = 65504 + half an ulp: inf */
+                 : a >= 0x38800000u ? h_norm
+                 : a > 0x33000000u  ? h_sub
+                                    : 0u; /* <= 2^-25: half the smallest subnormal, ties to 0 */
+    return (uint16_t)(sign | h);
 }
 
 ZERO_HD float zero_cvt_f16_to_f32(uint16_t h)
@@ -104,22 +108,13 @@ ZERO_HD float zero_cvt_f16_to_f32(uint16_t h)
     uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
     uint32_t e = ((uint32_t)h >> 10) & 0x1Fu;
     uint32_t m = (uint32_t)h & 0x3FFu;
-    if (e == 0x1Fu) /* inf / NaN: payload kept as is */
-        return zero_cvt_bits_f32(sign | 0x7F800000u | (m << 13));
-    if (e != 0)
-        return zero_cvt_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
-    if (m == 0)
-        return zero_cvt_bits_f32(sign);
-    /* Subnormal: normalise so the leading 1 becomes the implicit bit. m < 2^10,
-     * so shifting until bit 10 is set takes 1..10 steps. */
-    {
-        uint32_t exp = 113u; /* biased f32 exponent of 2^-14 */
-        while (!(m & 0x400u)) {
-            m <<= 1;
-            exp--;
-        }
-        return zero_cvt_bits_f32(sign | (exp << 23) | ((m & 0x3FFu) << 13));
-    }
+    uint32_t b_norm = sign | ((e + 112u) << 23) | (m << 13);
+    uint32_t b_special = sign | 0x7F800000u | (m << 13); /* inf / NaN, payload kept */
+    /* Subnormal (and zero): m * 2^-24 is exact in f32, and a normal f32
+     * whenever m > 0, so flush-to-zero modes cannot touch it. */
+    uint32_t b_sub = sign | zero_cvt_f32_bits((float)m * 0x1p-24f);
+    uint32_t b = e == 0x1Fu ? b_special : (e == 0u ? b_sub : b_norm);
+    return zero_cvt_bits_f32(b);
 }
 
 #endif

@@ -1,0 +1,106 @@
+/* Internal: the device layer's backend interface.
+ *
+ * device.c owns every public entry point: it checks arguments, names the op
+ * in error messages and dispatches through the backend's ops table. A
+ * backend (cpu_backend.c, cuda_backend.c) may therefore assume valid
+ * arguments: non-NULL pointers where n > 0, a floating dtype, handles that
+ * belong to `dev`. Backends report failures with zero_fail(&dev->err, ...). */
+#ifndef ZERO_DEVICE_INTERNAL_H
+#define ZERO_DEVICE_INTERNAL_H
+
+#include <stddef.h>
+#include <zero/device.h>
+
+#include "common/error.h"
+#include "zero_build_config.h"
+
+/* Every device allocation is aligned to this many bytes (the public promise). */
+#define ZERO_DEVICE_ALIGN 256
+/* Host (pinned / NUMA) allocations are page aligned, so they can back
+ * O_DIRECT file I/O as well as DMA. */
+#define ZERO_HOST_ALIGN 4096
+
+typedef struct zero_device_ops zero_device_ops;
+
+struct zero_device {
+    const zero_device_ops *ops;
+    zero_device_kind kind;
+    int ordinal;
+    void *impl;    /* backend state */
+    void *hwtopo;  /* the shared hwloc topology (hwloc_topology_t), NULL without */
+    zero_errbuf err;
+};
+
+struct zero_stream {
+    zero_device *dev;
+    void *impl; /* cudaStream_t on CUDA; unused on the CPU */
+    int owned;  /* 0 when it wraps a stream the caller owns (zero_cuda.h) */
+};
+
+struct zero_event {
+    zero_device *dev;
+    void *impl; /* cudaEvent_t on CUDA */
+};
+
+struct zero_device_ops {
+    const char *name;
+    zero_status (*open)(zero_device *dev, int ordinal);
+    void (*close)(zero_device *dev);
+
+    zero_status (*alloc)(zero_device *dev, size_t bytes, void **out);
+    void (*free)(zero_device *dev, void *ptr);
+    zero_status (*alloc_pinned)(zero_device *dev, size_t bytes, void **out);
+    void (*free_pinned)(zero_device *dev, void *ptr);
+    /* Make host memory from elsewhere (the NUMA allocator) DMA-able; the CPU
+     * backend leaves these NULL. register failing is not fatal (the caller
+     * warns and keeps pageable memory). */
+    zero_status (*host_register)(zero_device *dev, void *ptr, size_t bytes);
+    void (*host_unregister)(zero_device *dev, void *ptr);
+
+    zero_status (*stream_create)(zero_device *dev, zero_stream *s);
+    void (*stream_destroy)(zero_stream *s);
+    zero_status (*stream_sync)(zero_device *dev, zero_stream *s); /* s NULL: default */
+    zero_status (*device_sync)(zero_device *dev);
+    zero_status (*event_create)(zero_device *dev, zero_event *e);
+    void (*event_destroy)(zero_event *e);
+    zero_status (*event_record)(zero_device *dev, zero_event *e, zero_stream *s);
+    zero_status (*stream_wait_event)(zero_device *dev, zero_stream *s, zero_event *e);
+    zero_status (*event_sync)(zero_device *dev, zero_event *e);
+    zero_status (*event_query)(zero_device *dev, zero_event *e, int *done);
+
+    zero_status (*memcpy_sync)(zero_device *dev, void *dst, const void *src, size_t bytes);
+    zero_status (*memcpy_async)(zero_device *dev, void *dst, const void *src, size_t bytes,
+                                zero_stream *s);
+
+    zero_status (*fill)(zero_device *dev, void *x, zero_dtype dt, size_t n, float value,
+                        zero_stream *s);
+    zero_status (*scale)(zero_device *dev, void *x, zero_dtype dt, size_t n, float alpha,
+                         zero_stream *s);
+    zero_status (*axpy)(zero_device *dev, float alpha, const void *x, void *y, zero_dtype dt,
+                        size_t n, zero_stream *s);
+    zero_status (*cast)(zero_device *dev, const void *src, zero_dtype sdt, void *dst, zero_dtype ddt,
+                        size_t n, zero_stream *s);
+    zero_status (*sumsq)(zero_device *dev, const void *x, zero_dtype dt, size_t n, double *out,
+                         int *nonfinite, zero_stream *s);
+};
+
+extern const zero_device_ops zero_cpu_device_ops;
+#if ZERO_HAVE_CUDA
+extern const zero_device_ops zero_cuda_device_ops;
+int zero_cuda_device_count_(void); /* <= 0 when none usable */
+#endif
+
+/* The CPU sum of squares works in fixed chunks so its result does not depend
+ * on the number of threads: each chunk is summed in order, then the chunk
+ * sums are added in order. */
+#define ZERO_SUMSQ_CHUNK 4096
+
+/* Local rank / size from the launcher's environment (Open MPI, Slurm, MPICH,
+ * PMI); 0 / 1 when none is set. Shared by device open (-1 ordinal) and topo. */
+void zero_local_rank_from_env(int *rank, int *size);
+
+/* NUMA-local host allocation shared by every backend (numa_alloc.c). */
+zero_status zero_numa_alloc_(zero_device *dev, size_t bytes, void **out);
+void zero_numa_free_(zero_device *dev, void *ptr, size_t bytes);
+
+#endif
