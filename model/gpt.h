@@ -89,9 +89,11 @@ enum { GPT_LNF_W = 0, GPT_LNF_B = 1, GPT_FINAL_NT = 2 };
 
 /* The pointers of one module's tensors (parameters, or their gradients),
  * indexed by the enums above. Const-ness is by call: forward never writes
- * parameters; backward only accumulates into gradient sets. */
+ * parameters; backward only accumulates into gradient sets. The elements are
+ * fp32 on the CPU path; the CUDA path also takes bf16 (gpt_cuda.h). `void *`
+ * so an engine's zero_engine_param_data() pointer goes in as it comes. */
 typedef struct gpt_tensors {
-    float *t[GPT_MAX_MODULE_TENSORS];
+    void *t[GPT_MAX_MODULE_TENSORS];
 } gpt_tensors;
 
 typedef enum gpt_init_kind {
