@@ -99,6 +99,14 @@ ZERO_API int zero_comm_world_rank(const zero_comm *comm);
 ZERO_API zero_status zero_comm_set_timeout(zero_comm *comm, double timeout_s);
 /* The message of the last failed call on this comm; never NULL. */
 ZERO_API const char *zero_comm_last_error(const zero_comm *comm);
+/* The deadline in seconds currently applied to this comm's ops. */
+ZERO_API double zero_comm_timeout(const zero_comm *comm);
+/* The world rank of group member `rank`; -1 when out of range. */
+ZERO_API int zero_comm_world_rank_of(const zero_comm *comm, int rank);
+/* The group's name as error messages show it: "world", "world/split(1)",
+ * "tp", "dp", "pp", or what zero_comm_set_name gave it (1..63 characters). */
+ZERO_API const char *zero_comm_name(const zero_comm *comm);
+ZERO_API zero_status zero_comm_set_name(zero_comm *comm, const char *name);
 
 /* -------------------------------------------------------------- grid */
 
@@ -145,6 +153,13 @@ ZERO_API zero_status zero_allgather_async(zero_comm *comm, const void *send, voi
                                           zero_dtype dtype, zero_request **req);
 ZERO_API zero_status zero_broadcast_async(zero_comm *comm, const void *send, void *recv, size_t count,
                                           zero_dtype dtype, int root, zero_request **req);
+
+/* Point-to-point, asynchronous: complete with zero_wait like the others.
+ * Messages between two ranks of a comm arrive in the order they were sent. */
+ZERO_API zero_status zero_send_async(zero_comm *comm, const void *buf, size_t count, zero_dtype dtype, int peer,
+                                     zero_request **req);
+ZERO_API zero_status zero_recv_async(zero_comm *comm, void *buf, size_t count, zero_dtype dtype, int peer,
+                                     zero_request **req);
 
 /* Wait until done or the comm's deadline passes; frees the request in every
  * case (NULL is a no-op returning ZERO_OK). */

@@ -1,0 +1,507 @@
+/* MPI: host buffers over Open MPI (or any MPI-3 library).
+ *
+ * Every op is a non-blocking MPI call (MPI_Iallreduce, ...) completed by
+ * polling MPI_Test under the comm's deadline (deadline.c). A request that
+ * misses its deadline is abandoned: MPI may still own it, so its temporary
+ * buffers go to the graveyard until MPI_Finalize, and the communicator is
+ * never freed (MPI_Finalize releases it without talking to the peers).
+ *
+ * Each zero_comm owns a duplicate of its MPI communicator, with
+ * MPI_ERRORS_RETURN, so our traffic never matches the application's and MPI
+ * errors come back as codes instead of aborting the job. */
+#include "comm_internal.h"
+
+#if ZERO_HAVE_MPI
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define P2P_TAG 7100
+
+/* ---------------------------------------------------------------- lifetime */
+
+static pthread_mutex_t env_lock = PTHREAD_MUTEX_INITIALIZER;
+static int env_refs;
+static int env_we_initialized;
+
+/* u8 sums wrap modulo 256 (C's unsigned arithmetic). Open MPI 4.1's built-in
+ * MPI_SUM on MPI_UINT8_T saturates at 255 on AVX machines (its vectorized op
+ * uses saturating adds), so we bring our own. */
+static MPI_Op u8_sum_op = MPI_OP_NULL;
+
+static void u8_sum(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    (void)type;
+    const uint8_t *a = in;
+    uint8_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = (uint8_t)(b[i] + a[i]);
+}
+
+zero_status mpi_env_acquire(zero_errbuf *err)
+{
+    zero_status st = ZERO_OK;
+    pthread_mutex_lock(&env_lock);
+    int initialized = 0, finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) {
+        st = zero_fail(err, ZERO_INVALID_STATE,
+                       "zero_comm_init_world: MPI was already finalized (a process can initialise MPI only once)");
+    } else {
+        MPI_Initialized(&initialized);
+        if (!initialized) {
+            /* MULTIPLE so that different comms may be driven from different
+             * threads (one thread per comm at a time, as comm.h says). */
+            int provided = MPI_THREAD_SINGLE;
+            int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+            if (rc != MPI_SUCCESS)
+                st = zero_fail(err, ZERO_BACKEND, "zero_comm_init_world: MPI_Init_thread failed (code %d)", rc);
+            else {
+                env_we_initialized = 1;
+                if (provided < MPI_THREAD_MULTIPLE)
+                    zero_log(ZERO_LOG_WARN, "MPI provides thread level %d < MPI_THREAD_MULTIPLE: use comms "
+                             "from one thread at a time", provided);
+            }
+        }
+    }
+    if (st == ZERO_OK && u8_sum_op == MPI_OP_NULL) MPI_Op_create(u8_sum, 1, &u8_sum_op);
+    if (st == ZERO_OK) env_refs++;
+    pthread_mutex_unlock(&env_lock);
+    return st;
+}
+
+void mpi_env_release(void)
+{
+    pthread_mutex_lock(&env_lock);
+    if (env_refs > 0 && --env_refs == 0 && env_we_initialized) {
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (!finalized) {
+            if (u8_sum_op != MPI_OP_NULL) MPI_Op_free(&u8_sum_op);
+            MPI_Finalize();
+        }
+        env_we_initialized = 0;
+        /* Nothing can touch abandoned buffers any more. */
+        coll_graveyard_flush();
+    }
+    pthread_mutex_unlock(&env_lock);
+}
+
+zero_status mpi_status_from(zero_comm *c, int mpi_err, const char *what)
+{
+    char text[MPI_MAX_ERROR_STRING] = "";
+    int len = 0, cls = MPI_ERR_OTHER;
+    MPI_Error_string(mpi_err, text, &len);
+    MPI_Error_class(mpi_err, &cls);
+    zero_status st = ZERO_BACKEND;
+#if defined(MPIX_ERR_PROC_FAILED)
+    if (cls == MPIX_ERR_PROC_FAILED) st = ZERO_PEER_FAILURE;
+#endif
+#if defined(MPIX_ERR_REVOKED)
+    if (cls == MPIX_ERR_REVOKED) st = ZERO_PEER_FAILURE;
+#endif
+    if (cls == MPI_ERR_TRUNCATE) st = ZERO_MISMATCH;
+    return coll_comm_fail(c, st, "%s on group %s(size %d) rank %d (world %d): MPI error %d: %s", what, c->name,
+                          c->size, c->rank, c->world_ranks ? c->world_ranks[c->rank] : -1, mpi_err, text);
+}
+
+/* ---------------------------------------------------------------- ops */
+
+static MPI_Datatype mpi_type(zero_dtype d, int reducing)
+{
+    switch (d) {
+    case ZERO_F32: return MPI_FLOAT;
+    case ZERO_F64: return MPI_DOUBLE;
+    case ZERO_I32: return MPI_INT32_T;
+    case ZERO_I64: return MPI_INT64_T;
+    case ZERO_U8: return MPI_UINT8_T;
+    case ZERO_F16:
+    case ZERO_BF16: return reducing ? MPI_FLOAT : MPI_UINT16_T; /* reductions go through fp32 */
+    }
+    return MPI_DATATYPE_NULL;
+}
+
+static zero_status oom(zero_comm *c, const coll_args *a, size_t bytes)
+{
+    char what[96];
+    coll_describe(a, what, sizeof what);
+    return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "%s on group %s rank %d: no memory for %zu bytes of fp32 staging",
+                     what, c->name, c->rank, bytes);
+}
+
+zero_status mpi_op_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_op *op)
+{
+    memset(op, 0, sizeof *op);
+    op->req = MPI_REQUEST_NULL;
+    op->dtype = a->dtype;
+    op->kind = a->kind;
+    int n = c->size;
+    size_t es = zero_dtype_size(a->dtype);
+    size_t chunk = a->count * es;
+    size_t total = (a->kind == ZERO_OP_REDUCE_SCATTER || a->kind == ZERO_OP_ALLGATHER) ? a->count * (size_t)n
+                                                                                       : a->count;
+    if (total > INT_MAX) {
+        char what[96];
+        coll_describe(a, what, sizeof what);
+        return zero_fail(&c->err, ZERO_UNSUPPORTED,
+                         "%s on group %s rank %d: %zu elements exceed MPI's int count (%d); split the op",
+                         what, c->name, c->rank, total, INT_MAX);
+    }
+    int cnt = (int)a->count;
+    int r16 = coll_is_r16(a->dtype);
+    MPI_Op mop = a->op == ZERO_MAX ? MPI_MAX : (a->dtype == ZERO_U8 ? u8_sum_op : MPI_SUM);
+    const char *s = a->send;
+    char *r = a->recv;
+    int rc = MPI_SUCCESS;
+
+    switch (a->kind) {
+    case ZERO_OP_ALLREDUCE:
+        if (r16) {
+            /* Widen, reduce fp32, round once at completion. */
+            op->tmp_send = malloc(a->count * 4);
+            op->tmp_recv = malloc(a->count * 4);
+            if (!op->tmp_send || !op->tmp_recv) {
+                mpi_op_abandon(op);
+                return oom(c, a, a->count * 8);
+            }
+            coll_r16_to_f32((const uint16_t *)s, op->tmp_send, a->count, a->dtype);
+            op->copy_src = op->tmp_recv;
+            op->copy_dst = r;
+            op->copy_count = a->count;
+            op->convert = 1;
+            rc = MPI_Iallreduce(op->tmp_send, op->tmp_recv, cnt, MPI_FLOAT, mop, mc, &op->req);
+        } else {
+            rc = MPI_Iallreduce(s == r ? MPI_IN_PLACE : s, r, cnt, mpi_type(a->dtype, 1), mop, mc, &op->req);
+        }
+        break;
+    case ZERO_OP_REDUCE_SCATTER: {
+        int in_place = r == s + (size_t)c->rank * chunk;
+        if (r16) {
+            op->tmp_send = malloc(total * 4);
+            op->tmp_recv = malloc(a->count * 4);
+            if (!op->tmp_send || !op->tmp_recv) {
+                mpi_op_abandon(op);
+                return oom(c, a, (total + a->count) * 4);
+            }
+            coll_r16_to_f32((const uint16_t *)s, op->tmp_send, total, a->dtype);
+            op->convert = 1;
+        } else if (in_place) {
+            /* MPI's in-place reduce-scatter takes its input from recv and
+             * leaves the result at recv[0], not at our chunk: reduce into a
+             * temporary and copy our chunk over at the end, which also keeps
+             * the other chunks of send untouched. */
+            op->tmp_recv = malloc(chunk);
+            if (!op->tmp_recv) return oom(c, a, chunk);
+        }
+        if (op->tmp_recv) {
+            op->copy_src = op->tmp_recv;
+            op->copy_dst = r;
+            op->copy_count = a->count;
+        }
+        rc = MPI_Ireduce_scatter_block(r16 ? (const void *)op->tmp_send : s, op->tmp_recv ? (void *)op->tmp_recv : r,
+                                       cnt, mpi_type(a->dtype, 1), mop, mc, &op->req);
+        break;
+    }
+    case ZERO_OP_ALLGATHER: {
+        int in_place = s == r + (size_t)c->rank * chunk;
+        rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : s, cnt, mpi_type(a->dtype, 0), r, cnt, mpi_type(a->dtype, 0),
+                            mc, &op->req);
+        break;
+    }
+    case ZERO_OP_BROADCAST:
+        if (c->rank == a->root && s != r) memcpy(r, s, chunk);
+        rc = MPI_Ibcast(r, cnt, mpi_type(a->dtype, 0), a->root, mc, &op->req);
+        break;
+    case ZERO_OP_SEND:
+        rc = MPI_Isend(s, cnt, mpi_type(a->dtype, 0), a->peer, P2P_TAG, mc, &op->req);
+        break;
+    case ZERO_OP_RECV:
+        op->copy_count = a->count; /* checked against the arriving message */
+        rc = MPI_Irecv(r, cnt, mpi_type(a->dtype, 0), a->peer, P2P_TAG, mc, &op->req);
+        break;
+    case ZERO_OP_BARRIER:
+        rc = MPI_Ibarrier(mc, &op->req);
+        break;
+    default:
+        return zero_fail(&c->err, ZERO_INTERNAL, "mpi backend: op kind %d", (int)a->kind);
+    }
+    if (rc != MPI_SUCCESS) {
+        char what[96];
+        coll_describe(a, what, sizeof what);
+        mpi_op_abandon(op);
+        return mpi_status_from(c, rc, what);
+    }
+    return ZERO_OK;
+}
+
+static zero_status mpi_finish(zero_comm *c, mpi_op *op, const MPI_Status *stat)
+{
+    if (op->kind == ZERO_OP_RECV) {
+        int got = 0;
+        MPI_Get_count(stat, mpi_type(op->dtype, 0), &got);
+        if ((size_t)got != op->copy_count)
+            return coll_comm_fail(c, ZERO_MISMATCH,
+                                  "recv of %zu x %s on group %s rank %d: the peer sent %d elements",
+                                  op->copy_count, zero_dtype_name(op->dtype), c->name, c->rank, got);
+        return ZERO_OK;
+    }
+    if (op->copy_src) {
+        if (op->convert)
+            coll_f32_to_r16(op->copy_src, op->copy_dst, op->copy_count, op->dtype);
+        else
+            memcpy(op->copy_dst, op->copy_src, op->copy_count * zero_dtype_size(op->dtype));
+    }
+    free(op->tmp_send);
+    free(op->tmp_recv);
+    op->tmp_send = op->tmp_recv = NULL;
+    return ZERO_OK;
+}
+
+zero_status mpi_op_test(zero_comm *c, mpi_op *op, int *done)
+{
+    int flag = 0;
+    MPI_Status stat;
+    int rc = MPI_Test(&op->req, &flag, &stat);
+    if (rc != MPI_SUCCESS) {
+        char what[64];
+        snprintf(what, sizeof what, "%s (completing)", coll_op_name(op->kind));
+        return mpi_status_from(c, rc, what);
+    }
+    *done = flag;
+    return flag ? mpi_finish(c, op, &stat) : ZERO_OK;
+}
+
+static void free_ptr(void *p) { free(p); }
+
+void mpi_op_abandon(mpi_op *op)
+{
+    if (op->req != MPI_REQUEST_NULL) {
+        /* MPI may still read or write these; keep them until finalize. */
+        coll_graveyard_add(op->tmp_send, free_ptr);
+        coll_graveyard_add(op->tmp_recv, free_ptr);
+    } else {
+        free(op->tmp_send);
+        free(op->tmp_recv);
+    }
+    op->tmp_send = op->tmp_recv = NULL;
+}
+
+/* ---------------------------------------------------------------- comms */
+
+typedef struct mpi_test_ctx {
+    MPI_Request *req;
+    int rc;
+} mpi_test_ctx;
+
+static zero_status poll_mpi_request(void *ctx, int *done)
+{
+    mpi_test_ctx *t = ctx;
+    t->rc = MPI_Test(t->req, done, MPI_STATUS_IGNORE);
+    return t->rc == MPI_SUCCESS ? ZERO_OK : ZERO_BACKEND;
+}
+
+/* Poll one raw MPI request under c's deadline; `what` names it in messages. */
+zero_status mpi_wait_raw(zero_comm *c, zero_comm *msg_comm, MPI_Request *req, const char *what)
+{
+    mpi_test_ctx t = {req, MPI_SUCCESS};
+    zero_status st = coll_poll(poll_mpi_request, &t, c->timeout_s);
+    if (st == ZERO_TIMEOUT) {
+        char ranks[128];
+        coll_format_ranks(msg_comm, -1, ranks, sizeof ranks);
+        return coll_comm_fail(msg_comm, ZERO_TIMEOUT,
+                              "%s on group %s(size %d) rank %d: timed out after %.1f s waiting for ranks %s", what,
+                              msg_comm->name, msg_comm->size, msg_comm->rank, c->timeout_s, ranks);
+    }
+    if (st != ZERO_OK) return mpi_status_from(msg_comm, t.rc, what);
+    return ZERO_OK;
+}
+
+zero_status mpi_comm_dup_deadline(zero_comm *c, MPI_Comm parent, MPI_Comm *out, const char *what)
+{
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_Comm_idup(parent, out, &req);
+    if (rc != MPI_SUCCESS) return mpi_status_from(c, rc, what);
+    ZERO_TRY(mpi_wait_raw(c, c, &req, what));
+    MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN);
+    return ZERO_OK;
+}
+
+zero_status mpi_world_common(zero_comm *c, MPI_Comm *out)
+{
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    ZERO_TRY(coll_comm_set_members(c, rank, size));
+    for (int i = 0; i < size; i++) c->world_ranks[i] = i;
+    return mpi_comm_dup_deadline(c, MPI_COMM_WORLD, out, "init_world");
+}
+
+zero_status mpi_split_common(zero_comm *parent, MPI_Comm pmc, int color, int key, zero_comm *child,
+                             MPI_Comm *out)
+{
+    /* MPI_Comm_split blocks without a deadline, so first learn every
+     * member's (color, key) with a polled all-gather: once it completes every
+     * rank is known to be in this split, and we also get the members' world
+     * ranks for error messages without asking MPI. */
+    int n = parent->size, mine[2] = {color, key};
+    int *all = malloc(sizeof(int) * 2 * (size_t)n);
+    if (!all) return zero_fail(&parent->err, ZERO_OUT_OF_MEMORY, "split of group %s: out of memory", parent->name);
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_Iallgather(mine, 2, MPI_INT, all, 2, MPI_INT, pmc, &req);
+    if (rc != MPI_SUCCESS) {
+        free(all);
+        return mpi_status_from(parent, rc, "split");
+    }
+    zero_status st = mpi_wait_raw(parent, parent, &req, "split (exchange of color and key)");
+    if (st != ZERO_OK) {
+        coll_graveyard_add(all, free_ptr);
+        return st;
+    }
+    int size = 0, rank = 0;
+    for (int j = 0; j < n; j++) {
+        if (all[2 * j] != color) continue;
+        /* Order by (key, parent rank), as MPI_Comm_split does. */
+        if (all[2 * j + 1] < key || (all[2 * j + 1] == key && j < parent->rank)) rank++;
+        size++;
+    }
+    st = coll_comm_set_members(child, rank, size);
+    if (st != ZERO_OK) {
+        free(all);
+        return st;
+    }
+    for (int j = 0; j < n; j++) {
+        if (all[2 * j] != color) continue;
+        int pos = 0;
+        for (int i = 0; i < n; i++)
+            if (all[2 * i] == color &&
+                (all[2 * i + 1] < all[2 * j + 1] || (all[2 * i + 1] == all[2 * j + 1] && i < j)))
+                pos++;
+        child->world_ranks[pos] = parent->world_ranks[j];
+    }
+    free(all);
+
+    rc = MPI_Comm_split(pmc, color, key, out);
+    if (rc != MPI_SUCCESS) return mpi_status_from(parent, rc, "split");
+    MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN);
+    int mrank = -1;
+    MPI_Comm_rank(*out, &mrank);
+    if (mrank != rank) {
+        MPI_Comm_free(out);
+        return zero_fail(&parent->err, ZERO_INTERNAL, "split of group %s: MPI gave rank %d, expected %d",
+                         parent->name, mrank, rank);
+    }
+    return ZERO_OK;
+}
+
+zero_status mpi_local_rank(zero_comm *c, int *out)
+{
+    /* Ranks sharing this node; only called once the world is known to be
+     * complete (after the deadline-guarded dup), so the blocking split is safe. */
+    MPI_Comm node = MPI_COMM_NULL;
+    int rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    if (rc != MPI_SUCCESS) return mpi_status_from(c, rc, "init_world (local rank)");
+    MPI_Comm_rank(node, out);
+    MPI_Comm_free(&node);
+    return ZERO_OK;
+}
+
+/* ---------------------------------------------------------------- backend */
+
+typedef struct mpi_impl {
+    MPI_Comm comm;
+} mpi_impl;
+
+typedef struct mpi_req {
+    mpi_op op;
+} mpi_req;
+
+static zero_status be_init_world(zero_comm *c, const zero_comm_config *cfg)
+{
+    (void)cfg;
+    mpi_impl *m = calloc(1, sizeof *m);
+    if (!m) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "zero_comm_init_world: out of memory");
+    m->comm = MPI_COMM_NULL;
+    zero_status st = mpi_world_common(c, &m->comm);
+    if (st != ZERO_OK) {
+        free(m);
+        return st;
+    }
+    c->impl = m;
+    return ZERO_OK;
+}
+
+static zero_status be_start(zero_comm *c, zero_request *req)
+{
+    mpi_impl *m = c->impl;
+    mpi_req *r = malloc(sizeof *r);
+    if (!r) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "%s: out of memory", coll_op_name(req->args.kind));
+    zero_status st = mpi_op_start(c, m->comm, &req->args, &r->op);
+    if (st != ZERO_OK) {
+        free(r);
+        return st;
+    }
+    req->impl = r;
+    return ZERO_OK;
+}
+
+static zero_status be_test(zero_comm *c, zero_request *req, int *done)
+{
+    mpi_req *r = req->impl;
+    zero_status st = mpi_op_test(c, &r->op, done);
+    if (st == ZERO_OK && *done) {
+        free(r);
+        req->impl = NULL;
+    }
+    return st;
+}
+
+static void be_abandon(zero_comm *c, zero_request *req)
+{
+    (void)c;
+    mpi_req *r = req->impl;
+    if (!r) return;
+    mpi_op_abandon(&r->op);
+    free(r);
+    req->impl = NULL;
+}
+
+static zero_status be_split(zero_comm *parent, int color, int key, zero_comm *child)
+{
+    mpi_impl *pm = parent->impl;
+    mpi_impl *m = calloc(1, sizeof *m);
+    if (!m) return zero_fail(&parent->err, ZERO_OUT_OF_MEMORY, "split of group %s: out of memory", parent->name);
+    zero_status st = mpi_split_common(parent, pm->comm, color, key, child, &m->comm);
+    if (st != ZERO_OK) {
+        free(m);
+        return st;
+    }
+    child->impl = m;
+    return ZERO_OK;
+}
+
+static void be_destroy(zero_comm *c)
+{
+    mpi_impl *m = c->impl;
+    if (!m) return;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    /* A failed comm may have operations MPI still runs: leave the
+     * communicator to MPI_Finalize rather than free it under them. */
+    if (!finalized && c->failed == ZERO_OK && m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
+    free(m);
+    c->impl = NULL;
+}
+
+const coll_backend coll_backend_mpi = {
+    .name = "mpi",
+    .init_world = be_init_world,
+    .start = be_start,
+    .test = be_test,
+    .abandon = be_abandon,
+    .split = be_split,
+    .destroy = be_destroy,
+};
+
+#endif /* ZERO_HAVE_MPI */

@@ -1,0 +1,229 @@
+/* NCCL: device buffers, one rank per GPU.
+ *
+ * One ncclComm per group, bootstrapped over the group's MPI communicator
+ * (rank 0's ncclUniqueId is broadcast with a deadline before
+ * ncclCommInitRank, so a missing rank times out there instead of hanging in
+ * NCCL). Ops run on the comm's own stream; each request records a CUDA event
+ * and completes when cudaEventQuery says so, polled under the deadline while
+ * ncclCommGetAsyncError is watched for peer failures. A failed comm is torn
+ * down with ncclCommAbort, which does not wait for peers.
+ *
+ * f16/bf16 reductions are NCCL's native ones: NCCL adds in fp32 but rounds to
+ * 16 bits between ring steps, so unlike the MPI/STAGED/LOCAL backends they
+ * are not round-once at world size > 2 (docs/collectives.md). */
+#include "comm_internal.h"
+
+#if ZERO_HAVE_NCCL
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct nccl_impl {
+    MPI_Comm comm;
+    ncclComm_t nccl;
+    cudaStream_t stream;
+    int *scratch; /* one int on the device, for barrier */
+} nccl_impl;
+
+typedef struct nccl_req {
+    cudaEvent_t ev;
+} nccl_req;
+
+static zero_status nccl_fail(zero_comm *c, ncclResult_t r, const char *what)
+{
+    zero_status st = (r == ncclRemoteError || r == ncclSystemError) ? ZERO_PEER_FAILURE : ZERO_BACKEND;
+    return coll_comm_fail(c, st, "%s on group %s(size %d) rank %d (device %d): NCCL error %d: %s", what, c->name,
+                          c->size, c->rank, c->device, (int)r, ncclGetErrorString(r));
+}
+
+static zero_status cuda_fail(zero_comm *c, cudaError_t e, const char *what)
+{
+    return coll_comm_fail(c, ZERO_BACKEND, "%s on group %s(size %d) rank %d (device %d): CUDA error %s: %s", what,
+                          c->name, c->size, c->rank, c->device, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+static void impl_free(zero_comm *c, nccl_impl *m, int abort_nccl)
+{
+    if (m->nccl) {
+        if (abort_nccl)
+            ncclCommAbort(m->nccl);
+        else
+            ncclCommDestroy(m->nccl);
+    }
+    if (m->stream) cudaStreamDestroy(m->stream);
+    if (m->scratch) cudaFree(m->scratch);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && !abort_nccl && m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
+    (void)c;
+    free(m);
+}
+
+/* NCCL communicator for c over m->comm (c's rank and size are set). */
+static zero_status bootstrap(zero_comm *c, zero_comm *msg_comm, nccl_impl *m)
+{
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (c->rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(&id);
+        if (r != ncclSuccess) return nccl_fail(msg_comm, r, "ncclGetUniqueId");
+    }
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_Ibcast(&id, (int)sizeof id, MPI_BYTE, 0, m->comm, &req);
+    if (rc != MPI_SUCCESS) return mpi_status_from(msg_comm, rc, "nccl bootstrap");
+    ZERO_TRY(mpi_wait_raw(msg_comm, msg_comm, &req, "nccl bootstrap (broadcast of the unique id)"));
+    cudaSetDevice(c->device);
+    ncclResult_t r = ncclCommInitRank(&m->nccl, c->size, id, c->rank);
+    if (r != ncclSuccess) {
+        m->nccl = NULL;
+        return nccl_fail(msg_comm, r, "ncclCommInitRank");
+    }
+    cudaError_t e = cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&m->scratch, sizeof(int));
+    if (e != cudaSuccess) return cuda_fail(msg_comm, e, "nccl comm setup");
+    return ZERO_OK;
+}
+
+static zero_status be_init_world(zero_comm *c, const zero_comm_config *cfg)
+{
+    nccl_impl *m = calloc(1, sizeof *m);
+    if (!m) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "zero_comm_init_world: out of memory");
+    m->comm = MPI_COMM_NULL;
+    zero_status st = mpi_world_common(c, &m->comm);
+    if (st == ZERO_OK) st = coll_cuda_pick_device(c, cfg->device);
+    if (st == ZERO_OK) st = bootstrap(c, c, m);
+    if (st != ZERO_OK) {
+        impl_free(c, m, 1);
+        return st;
+    }
+    c->impl = m;
+    return ZERO_OK;
+}
+
+static ncclDataType_t nccl_type(zero_dtype d)
+{
+    switch (d) {
+    case ZERO_F32: return ncclFloat32;
+    case ZERO_F16: return ncclFloat16;
+    case ZERO_BF16: return ncclBfloat16;
+    case ZERO_I32: return ncclInt32;
+    case ZERO_I64: return ncclInt64;
+    case ZERO_U8: return ncclUint8;
+    case ZERO_F64: return ncclFloat64;
+    }
+    return ncclFloat32;
+}
+
+static zero_status be_start(zero_comm *c, zero_request *req)
+{
+    nccl_impl *m = c->impl;
+    const coll_args *a = &req->args;
+    ncclDataType_t t = nccl_type(a->dtype);
+    ncclRedOp_t op = a->op == ZERO_MAX ? ncclMax : ncclSum;
+    ncclResult_t r = ncclSuccess;
+    cudaSetDevice(c->device);
+    switch (a->kind) {
+    case ZERO_OP_ALLREDUCE: r = ncclAllReduce(a->send, a->recv, a->count, t, op, m->nccl, m->stream); break;
+    case ZERO_OP_REDUCE_SCATTER: r = ncclReduceScatter(a->send, a->recv, a->count, t, op, m->nccl, m->stream); break;
+    case ZERO_OP_ALLGATHER: r = ncclAllGather(a->send, a->recv, a->count, t, m->nccl, m->stream); break;
+    case ZERO_OP_BROADCAST: r = ncclBroadcast(a->send, a->recv, a->count, t, a->root, m->nccl, m->stream); break;
+    case ZERO_OP_SEND:
+    case ZERO_OP_RECV:
+        /* A group lets NCCL pair the send with its recv without deadlock. */
+        r = ncclGroupStart();
+        if (r == ncclSuccess)
+            r = a->kind == ZERO_OP_SEND ? ncclSend(a->send, a->count, t, a->peer, m->nccl, m->stream)
+                                        : ncclRecv(a->recv, a->count, t, a->peer, m->nccl, m->stream);
+        if (r == ncclSuccess) r = ncclGroupEnd();
+        break;
+    case ZERO_OP_BARRIER:
+        r = ncclAllReduce(m->scratch, m->scratch, 1, ncclInt32, ncclSum, m->nccl, m->stream);
+        break;
+    default: return zero_fail(&c->err, ZERO_INTERNAL, "nccl backend: op kind %d", (int)a->kind);
+    }
+    if (r != ncclSuccess) return nccl_fail(c, r, coll_op_name(a->kind));
+    nccl_req *q = calloc(1, sizeof *q);
+    if (!q) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "%s: out of memory", coll_op_name(a->kind));
+    cudaError_t e = cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventRecord(q->ev, m->stream);
+    if (e != cudaSuccess) {
+        if (q->ev) cudaEventDestroy(q->ev);
+        free(q);
+        return cuda_fail(c, e, coll_op_name(a->kind));
+    }
+    req->impl = q;
+    return ZERO_OK;
+}
+
+static zero_status be_test(zero_comm *c, zero_request *req, int *done)
+{
+    nccl_impl *m = c->impl;
+    nccl_req *q = req->impl;
+    cudaError_t e = cudaEventQuery(q->ev);
+    if (e == cudaErrorNotReady) {
+        *done = 0;
+        ncclResult_t async = ncclSuccess;
+        ncclCommGetAsyncError(m->nccl, &async);
+        if (async != ncclSuccess && async != ncclInProgress) return nccl_fail(c, async, coll_op_name(req->args.kind));
+        return ZERO_OK;
+    }
+    if (e != cudaSuccess) return cuda_fail(c, e, coll_op_name(req->args.kind));
+    *done = 1;
+    cudaEventDestroy(q->ev);
+    free(q);
+    req->impl = NULL;
+    return ZERO_OK;
+}
+
+static void be_abandon(zero_comm *c, zero_request *req)
+{
+    (void)c;
+    nccl_req *q = req->impl;
+    if (!q) return;
+    cudaEventDestroy(q->ev); /* released by CUDA once the stream passes it */
+    free(q);
+    req->impl = NULL;
+}
+
+static zero_status be_split(zero_comm *parent, int color, int key, zero_comm *child)
+{
+    nccl_impl *pm = parent->impl;
+    nccl_impl *m = calloc(1, sizeof *m);
+    if (!m) return zero_fail(&parent->err, ZERO_OUT_OF_MEMORY, "split of group %s: out of memory", parent->name);
+    zero_status st = mpi_split_common(parent, pm->comm, color, key, child, &m->comm);
+    if (st != ZERO_OK) {
+        free(m);
+        return st;
+    }
+    st = bootstrap(child, parent, m);
+    if (st != ZERO_OK) {
+        impl_free(child, m, 1);
+        return st;
+    }
+    child->impl = m;
+    return ZERO_OK;
+}
+
+static void be_destroy(zero_comm *c)
+{
+    nccl_impl *m = c->impl;
+    if (!m) return;
+    cudaSetDevice(c->device);
+    impl_free(c, m, c->failed != ZERO_OK);
+    c->impl = NULL;
+}
+
+const coll_backend coll_backend_nccl = {
+    .name = "nccl",
+    .init_world = be_init_world,
+    .start = be_start,
+    .test = be_test,
+    .abandon = be_abandon,
+    .split = be_split,
+    .destroy = be_destroy,
+};
+
+#endif /* ZERO_HAVE_NCCL */

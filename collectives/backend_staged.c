@@ -1,0 +1,250 @@
+/* STAGED: device buffers carried over MPI through pinned host memory.
+ *
+ * NCCL refuses two ranks on one GPU; this backend lets several ranks share a
+ * device so sharding can be tested at world size > 1 on a single GPU. Each
+ * op copies its device input to a pinned host buffer, runs the MPI backend's
+ * op on host memory (same deadline, same fp32 accumulation for f16/bf16),
+ * and copies the result back to the device when it completes. */
+#include "comm_internal.h"
+
+#if ZERO_HAVE_MPI && ZERO_HAVE_CUDA
+
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct staged_impl {
+    MPI_Comm comm;
+    void *cache;        /* one reusable pinned buffer: cudaMallocHost is slow */
+    size_t cache_bytes;
+} staged_impl;
+
+typedef struct staged_req {
+    mpi_op op;
+    void *host;         /* pinned: host send part, then host recv part */
+    size_t host_bytes;
+    void *dev_recv;     /* where the result goes back */
+    void *host_recv;
+    size_t recv_bytes;
+} staged_req;
+
+static zero_status cuda_fail(zero_comm *c, cudaError_t e, const char *what)
+{
+    return coll_comm_fail(c, ZERO_BACKEND, "%s on group %s(size %d) rank %d (device %d): CUDA error %s: %s", what,
+                          c->name, c->size, c->rank, c->device, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+static zero_status pick_device(zero_comm *c, int requested)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0)
+        return zero_fail(&c->err, ZERO_UNSUPPORTED, "init_world (%s backend): no CUDA device (%s)",
+                         c->backend == ZERO_BACKEND_NCCL ? "nccl" : "staged",
+                         e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    int dev = requested;
+    if (dev < 0) {
+        int local = 0;
+        ZERO_TRY(mpi_local_rank(c, &local));
+        dev = local % count;
+    }
+    if (dev >= count)
+        return zero_fail(&c->err, ZERO_INVALID_ARGUMENT, "init_world: device %d requested but only %d present", dev,
+                         count);
+    e = cudaSetDevice(dev);
+    if (e != cudaSuccess) return cuda_fail(c, e, "init_world (cudaSetDevice)");
+    c->device = dev;
+    return ZERO_OK;
+}
+
+static zero_status be_init_world(zero_comm *c, const zero_comm_config *cfg)
+{
+    staged_impl *m = calloc(1, sizeof *m);
+    if (!m) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "zero_comm_init_world: out of memory");
+    m->comm = MPI_COMM_NULL;
+    zero_status st = mpi_world_common(c, &m->comm);
+    if (st == ZERO_OK) st = pick_device(c, cfg->device);
+    if (st != ZERO_OK) {
+        if (m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
+        free(m);
+        return st;
+    }
+    c->impl = m;
+    return ZERO_OK;
+}
+
+static void free_pinned(void *p) { cudaFreeHost(p); }
+
+static void *take_host(staged_impl *m, size_t bytes)
+{
+    if (m->cache && m->cache_bytes >= bytes) {
+        void *p = m->cache;
+        m->cache = NULL;
+        return p;
+    }
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) return NULL;
+    return p;
+}
+
+static void give_host(staged_impl *m, void *p, size_t bytes)
+{
+    if (!p) return;
+    if (!m->cache || m->cache_bytes < bytes) {
+        if (m->cache) cudaFreeHost(m->cache);
+        m->cache = p;
+        m->cache_bytes = bytes;
+    } else {
+        cudaFreeHost(p);
+    }
+}
+
+static zero_status be_start(zero_comm *c, zero_request *req)
+{
+    staged_impl *m = c->impl;
+    const coll_args *a = &req->args;
+    size_t es = zero_dtype_size(a->dtype), chunk = a->count * es, n = (size_t)c->size;
+    size_t off = (size_t)c->rank * chunk;
+    size_t send_b = 0, recv_b = 0;
+    switch (a->kind) {
+    case ZERO_OP_ALLREDUCE: case ZERO_OP_BROADCAST: recv_b = chunk; break; /* in place on host */
+    case ZERO_OP_REDUCE_SCATTER: send_b = chunk * n; recv_b = chunk; break;
+    case ZERO_OP_ALLGATHER: recv_b = chunk * n; break;                     /* in place on host */
+    case ZERO_OP_SEND: send_b = chunk; break;
+    case ZERO_OP_RECV: recv_b = chunk; break;
+    default: break;
+    }
+    staged_req *r = calloc(1, sizeof *r);
+    if (!r) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "%s: out of memory", coll_op_name(a->kind));
+    r->host_bytes = send_b + recv_b;
+    if (r->host_bytes) {
+        r->host = take_host(m, r->host_bytes);
+        if (!r->host) {
+            size_t bytes = r->host_bytes;
+            free(r);
+            return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "%s on group %s rank %d: no pinned memory for %zu bytes",
+                             coll_op_name(a->kind), c->name, c->rank, bytes);
+        }
+    }
+    char *hs = r->host, *hr = (char *)r->host + send_b;
+    coll_args h = *a;
+    cudaError_t e = cudaSuccess;
+    cudaSetDevice(c->device);
+    switch (a->kind) {
+    case ZERO_OP_ALLREDUCE:
+        e = cudaMemcpy(hr, a->send, chunk, cudaMemcpyDeviceToHost);
+        h.send = hr; h.recv = hr;
+        break;
+    case ZERO_OP_BROADCAST:
+        if (c->rank == a->root) e = cudaMemcpy(hr, a->send, chunk, cudaMemcpyDeviceToHost);
+        h.send = hr; h.recv = hr;
+        break;
+    case ZERO_OP_REDUCE_SCATTER:
+        e = cudaMemcpy(hs, a->send, chunk * n, cudaMemcpyDeviceToHost);
+        h.send = hs; h.recv = hr;
+        break;
+    case ZERO_OP_ALLGATHER:
+        e = cudaMemcpy(hr + off, a->send, chunk, cudaMemcpyDeviceToHost);
+        h.send = hr + off; h.recv = hr;
+        break;
+    case ZERO_OP_SEND:
+        e = cudaMemcpy(hs, a->send, chunk, cudaMemcpyDeviceToHost);
+        h.send = hs;
+        break;
+    case ZERO_OP_RECV: h.recv = hr; break;
+    default: break;
+    }
+    if (e != cudaSuccess) {
+        give_host(m, r->host, r->host_bytes);
+        free(r);
+        return cuda_fail(c, e, "staging copy to host");
+    }
+    if (recv_b) {
+        r->dev_recv = a->recv;
+        r->host_recv = hr;
+        r->recv_bytes = recv_b;
+    }
+    zero_status st = mpi_op_start(c, m->comm, &h, &r->op);
+    if (st != ZERO_OK) {
+        give_host(m, r->host, r->host_bytes);
+        free(r);
+        return st;
+    }
+    req->impl = r;
+    return ZERO_OK;
+}
+
+static zero_status be_test(zero_comm *c, zero_request *req, int *done)
+{
+    staged_impl *m = c->impl;
+    staged_req *r = req->impl;
+    ZERO_TRY(mpi_op_test(c, &r->op, done));
+    if (!*done) return ZERO_OK;
+    zero_status st = ZERO_OK;
+    if (r->recv_bytes) {
+        cudaSetDevice(c->device);
+        cudaError_t e = cudaMemcpy(r->dev_recv, r->host_recv, r->recv_bytes, cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) st = cuda_fail(c, e, "staging copy to device");
+    }
+    give_host(m, r->host, r->host_bytes);
+    free(r);
+    req->impl = NULL;
+    return st;
+}
+
+static void be_abandon(zero_comm *c, zero_request *req)
+{
+    (void)c;
+    staged_req *r = req->impl;
+    if (!r) return;
+    int pending = r->op.req != MPI_REQUEST_NULL;
+    mpi_op_abandon(&r->op);
+    if (pending)
+        coll_graveyard_add(r->host, free_pinned);
+    else if (r->host)
+        cudaFreeHost(r->host);
+    free(r);
+    req->impl = NULL;
+}
+
+static zero_status be_split(zero_comm *parent, int color, int key, zero_comm *child)
+{
+    staged_impl *pm = parent->impl;
+    staged_impl *m = calloc(1, sizeof *m);
+    if (!m) return zero_fail(&parent->err, ZERO_OUT_OF_MEMORY, "split of group %s: out of memory", parent->name);
+    zero_status st = mpi_split_common(parent, pm->comm, color, key, child, &m->comm);
+    if (st != ZERO_OK) {
+        free(m);
+        return st;
+    }
+    child->impl = m;
+    return ZERO_OK;
+}
+
+static void be_destroy(zero_comm *c)
+{
+    staged_impl *m = c->impl;
+    if (!m) return;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && c->failed == ZERO_OK && m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
+    if (m->cache) cudaFreeHost(m->cache);
+    free(m);
+    c->impl = NULL;
+}
+
+const coll_backend coll_backend_staged = {
+    .name = "staged",
+    .init_world = be_init_world,
+    .start = be_start,
+    .test = be_test,
+    .abandon = be_abandon,
+    .split = be_split,
+    .destroy = be_destroy,
+};
+
+/* The NCCL backend picks its device the same way. */
+zero_status coll_cuda_pick_device(zero_comm *c, int requested) { return pick_device(c, requested); }
+
+#endif /* ZERO_HAVE_MPI && ZERO_HAVE_CUDA */

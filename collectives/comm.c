@@ -1,0 +1,310 @@
+/* Process groups: the world, split, accessors, names and byte counters.
+ * Backends do the transport; this file only owns the zero_comm object. */
+#include "comm_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- helpers */
+
+const char *coll_op_name(zero_op_kind kind)
+{
+    switch (kind) {
+    case ZERO_OP_ALLREDUCE: return "allreduce";
+    case ZERO_OP_REDUCE_SCATTER: return "reduce_scatter";
+    case ZERO_OP_ALLGATHER: return "allgather";
+    case ZERO_OP_BROADCAST: return "broadcast";
+    case ZERO_OP_SEND: return "send";
+    case ZERO_OP_RECV: return "recv";
+    case ZERO_OP_BARRIER: return "barrier";
+    case ZERO_OP_KIND_COUNT: break;
+    }
+    return "op";
+}
+
+void coll_describe(const coll_args *a, char *buf, size_t len)
+{
+    if (a->kind == ZERO_OP_BARRIER)
+        snprintf(buf, len, "barrier");
+    else
+        snprintf(buf, len, "%s of %zu x %s", coll_op_name(a->kind), a->count, zero_dtype_name(a->dtype));
+}
+
+void coll_format_ranks(const zero_comm *c, int skip, char *buf, size_t len)
+{
+    /* World ranks of a split group are increasing in most layouts but not
+     * always (keys may reorder); ranges are only merged where consecutive. */
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < c->size && used + 1 < len;) {
+        if (i == skip) {
+            i++;
+            continue;
+        }
+        int j = i;
+        while (j + 1 < c->size && j + 1 != skip && c->world_ranks[j + 1] == c->world_ranks[j] + 1) j++;
+        int w = (j > i)
+                    ? snprintf(buf + used, len - used, "%s%d-%d", used ? "," : "", c->world_ranks[i],
+                               c->world_ranks[j])
+                    : snprintf(buf + used, len - used, "%s%d", used ? "," : "", c->world_ranks[i]);
+        if (w < 0) break;
+        used += (size_t)w;
+        i = j + 1;
+    }
+    if (used >= len && len > 4) strcpy(buf + len - 4, "...");
+}
+
+zero_status coll_comm_fail(zero_comm *c, zero_status status, const char *fmt, ...)
+{
+    char msg[ZERO_ERRMSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (c->failed == ZERO_OK) c->failed = status;
+    return zero_fail(&c->err, status, "%s", msg);
+}
+
+zero_status coll_comm_set_members(zero_comm *c, int rank, int size)
+{
+    int *wr = calloc((size_t)size, sizeof *wr);
+    if (!wr) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "comm %s: no memory for %d ranks", c->name, size);
+    free(c->world_ranks);
+    c->world_ranks = wr;
+    c->rank = rank;
+    c->size = size;
+    return ZERO_OK;
+}
+
+static zero_comm *comm_new(const char *name, double timeout_s, int device)
+{
+    zero_comm *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->timeout_s = timeout_s;
+    c->device = device;
+    return c;
+}
+
+static void comm_free(zero_comm *c)
+{
+    free(c->world_ranks);
+    free(c);
+}
+
+/* ---------------------------------------------------------------- world */
+
+static const coll_backend *backend_for(zero_backend b)
+{
+    switch (b) {
+    case ZERO_BACKEND_LOCAL: return &coll_backend_local;
+#if ZERO_HAVE_MPI
+    case ZERO_BACKEND_MPI: return &coll_backend_mpi;
+#endif
+#if ZERO_HAVE_MPI && ZERO_HAVE_CUDA
+    case ZERO_BACKEND_STAGED: return &coll_backend_staged;
+#endif
+#if ZERO_HAVE_NCCL
+    case ZERO_BACKEND_NCCL: return &coll_backend_nccl;
+#endif
+    default: return NULL;
+    }
+}
+
+static const char *backend_name(zero_backend b)
+{
+    switch (b) {
+    case ZERO_BACKEND_AUTO: return "auto";
+    case ZERO_BACKEND_MPI: return "mpi";
+    case ZERO_BACKEND_NCCL: return "nccl";
+    case ZERO_BACKEND_STAGED: return "staged";
+    case ZERO_BACKEND_LOCAL: return "local";
+    }
+    return "unknown";
+}
+
+zero_status zero_comm_init_world(zero_comm **out, const zero_comm_config *config)
+{
+    zero_comm_config cfg = ZERO_COMM_CONFIG_INIT;
+    if (!out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_init_world: out is NULL");
+    *out = NULL;
+    if (config) {
+        if (config->size < offsetof(zero_comm_config, timeout_s) + sizeof(double) ||
+            config->version != ZERO_COMM_CONFIG_VERSION)
+            return zero_fail(NULL, ZERO_INVALID_ARGUMENT,
+                             "zero_comm_init_world: config has size %zu version %u; initialise it with "
+                             "ZERO_COMM_CONFIG_INIT (size %zu version %u)",
+                             config->size, config->version, sizeof cfg, ZERO_COMM_CONFIG_VERSION);
+        cfg = *config;
+    }
+    if (!(cfg.timeout_s > 0))
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_init_world: timeout_s must be > 0, got %g",
+                         cfg.timeout_s);
+    if ((unsigned)cfg.backend > ZERO_BACKEND_LOCAL)
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_init_world: unknown backend %d",
+                         (int)cfg.backend);
+
+    zero_comm *c = comm_new("world", cfg.timeout_s, -1);
+    if (!c) return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "zero_comm_init_world: out of memory");
+
+    zero_backend b = cfg.backend;
+#if ZERO_HAVE_MPI
+    if (b != ZERO_BACKEND_LOCAL) {
+        /* AUTO needs MPI up to learn the world size; the reference is kept
+         * even when the answer is LOCAL so we finalize what we initialised. */
+        zero_status st = mpi_env_acquire(&c->err);
+        if (st != ZERO_OK) {
+            comm_free(c);
+            return st;
+        }
+        c->owns_mpi = 1;
+        if (b == ZERO_BACKEND_AUTO) {
+            int n = 1;
+            MPI_Comm_size(MPI_COMM_WORLD, &n);
+            b = n > 1 ? ZERO_BACKEND_MPI : ZERO_BACKEND_LOCAL;
+        }
+    }
+#else
+    if (b == ZERO_BACKEND_AUTO) b = ZERO_BACKEND_LOCAL;
+#endif
+    c->backend = b;
+    c->be = backend_for(b);
+    zero_status st = ZERO_OK;
+    if (!c->be) {
+        st = zero_fail(&c->err, ZERO_UNSUPPORTED,
+                       "zero_comm_init_world: backend %s is not in this build (mpi %d, cuda %d, nccl %d)",
+                       backend_name(b), ZERO_HAVE_MPI, ZERO_HAVE_CUDA, ZERO_HAVE_NCCL);
+    } else {
+        if (b == ZERO_BACKEND_NCCL || b == ZERO_BACKEND_STAGED) c->device = cfg.device;
+        st = c->be->init_world(c, &cfg);
+    }
+    if (st != ZERO_OK) {
+        zero_fail_forward(NULL, st, "");
+#if ZERO_HAVE_MPI
+        if (c->owns_mpi) mpi_env_release();
+#endif
+        comm_free(c);
+        return st;
+    }
+    *out = c;
+    return ZERO_OK;
+}
+
+/* ---------------------------------------------------------------- split */
+
+zero_status zero_comm_split(zero_comm *parent, int color, int key, zero_comm **out)
+{
+    if (!out) return zero_fail(parent ? &parent->err : NULL, ZERO_INVALID_ARGUMENT, "zero_comm_split: out is NULL");
+    *out = NULL;
+    if (!parent) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_split: parent comm is NULL");
+    if (parent->failed != ZERO_OK)
+        return zero_fail(&parent->err, ZERO_INVALID_STATE,
+                         "split of group %s(size %d) rank %d: the group failed earlier (%s); only "
+                         "zero_comm_destroy is allowed",
+                         parent->name, parent->size, parent->rank, zero_status_name(parent->failed));
+    if (color < 0)
+        return zero_fail(&parent->err, ZERO_INVALID_ARGUMENT,
+                         "split of group %s(size %d) rank %d: color must be >= 0, got %d", parent->name,
+                         parent->size, parent->rank, color);
+    if (parent->outstanding > 0)
+        return zero_fail(&parent->err, ZERO_INVALID_STATE,
+                         "split of group %s(size %d) rank %d: %d requests are still outstanding; wait first",
+                         parent->name, parent->size, parent->rank, parent->outstanding);
+
+    char name[COLL_NAME_MAX];
+    snprintf(name, sizeof name, "%.40s/split(%d)", parent->name, color);
+    zero_comm *c = comm_new(name, parent->timeout_s, parent->device);
+    if (!c) return zero_fail(&parent->err, ZERO_OUT_OF_MEMORY, "split of group %s: out of memory", parent->name);
+    c->backend = parent->backend;
+    c->be = parent->be;
+    zero_status st = parent->be->split(parent, color, key, c);
+    if (st != ZERO_OK) {
+        zero_fail_forward(&parent->err, st, "");
+        comm_free(c);
+        return st;
+    }
+#if ZERO_HAVE_MPI
+    if (parent->owns_mpi) {
+        /* A child keeps MPI alive even if the world goes first. */
+        mpi_env_acquire(NULL);
+        c->owns_mpi = 1;
+    }
+#endif
+    *out = c;
+    return ZERO_OK;
+}
+
+void zero_comm_destroy(zero_comm *comm)
+{
+    if (!comm) return;
+    if (comm->outstanding > 0) {
+        /* Requests still point at the comm and at transport state: treat it
+         * like a failure so the backend leaves shared state alone. */
+        zero_log(ZERO_LOG_WARN, "zero_comm_destroy: group %s rank %d destroyed with %d outstanding requests",
+                 comm->name, comm->rank, comm->outstanding);
+        if (comm->failed == ZERO_OK) comm->failed = ZERO_INVALID_STATE;
+    }
+    if (comm->be && comm->be->destroy) comm->be->destroy(comm);
+#if ZERO_HAVE_MPI
+    if (comm->owns_mpi) mpi_env_release();
+#endif
+    comm_free(comm);
+}
+
+/* ---------------------------------------------------------------- accessors */
+
+int zero_comm_rank(const zero_comm *comm) { return comm ? comm->rank : -1; }
+int zero_comm_size(const zero_comm *comm) { return comm ? comm->size : 0; }
+zero_backend zero_comm_backend(const zero_comm *comm) { return comm ? comm->backend : ZERO_BACKEND_AUTO; }
+int zero_comm_world_rank(const zero_comm *comm) { return comm ? comm->world_ranks[comm->rank] : -1; }
+const char *zero_comm_name(const zero_comm *comm) { return comm ? comm->name : "(null)"; }
+
+int zero_comm_world_rank_of(const zero_comm *comm, int rank)
+{
+    if (!comm || rank < 0 || rank >= comm->size) return -1;
+    return comm->world_ranks[rank];
+}
+
+zero_status zero_comm_set_name(zero_comm *comm, const char *name)
+{
+    if (!comm) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_set_name: comm is NULL");
+    if (!name || !*name || strlen(name) >= COLL_NAME_MAX)
+        return zero_fail(&comm->err, ZERO_INVALID_ARGUMENT,
+                         "zero_comm_set_name: name must be 1..%d characters", COLL_NAME_MAX - 1);
+    snprintf(comm->name, sizeof comm->name, "%s", name);
+    return ZERO_OK;
+}
+
+zero_status zero_comm_set_timeout(zero_comm *comm, double timeout_s)
+{
+    if (!comm) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_set_timeout: comm is NULL");
+    if (!(timeout_s > 0))
+        return zero_fail(&comm->err, ZERO_INVALID_ARGUMENT,
+                         "zero_comm_set_timeout on group %s: timeout_s must be > 0, got %g", comm->name, timeout_s);
+    comm->timeout_s = timeout_s;
+    return ZERO_OK;
+}
+
+double zero_comm_timeout(const zero_comm *comm) { return comm ? comm->timeout_s : 0.0; }
+
+const char *zero_comm_last_error(const zero_comm *comm)
+{
+    return comm ? comm->err.msg : "zero_comm_last_error: comm is NULL";
+}
+
+/* ---------------------------------------------------------------- counters */
+
+zero_status zero_comm_get_counters(const zero_comm *comm, zero_comm_counters *out)
+{
+    if (!comm || !out)
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_get_counters: %s is NULL", comm ? "out" : "comm");
+    *out = comm->counters;
+    return ZERO_OK;
+}
+
+void zero_comm_reset_counters(zero_comm *comm)
+{
+    if (comm) memset(&comm->counters, 0, sizeof comm->counters);
+}

@@ -1,0 +1,170 @@
+/* Internal: the zero_comm object, its requests and the backend vtable.
+ *
+ * comm.c owns lifecycles, split and counters; ops.c validates arguments and
+ * drives requests; deadline.c polls a request until its deadline; each
+ * backend_*.c implements one transport behind zero_coll_backend. */
+#ifndef ZERO_COLLECTIVES_COMM_INTERNAL_H
+#define ZERO_COLLECTIVES_COMM_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <zero/comm.h>
+
+#include "common/error.h"
+#include "zero_build_config.h"
+
+#if ZERO_HAVE_MPI
+#include <mpi.h>
+#endif
+
+#define COLL_NAME_MAX 64
+
+/* One op as the caller described it, after validation. */
+typedef struct coll_args {
+    zero_op_kind kind;
+    const void *send;
+    void *recv;
+    size_t count; /* elements; see comm.h for what it means per op */
+    zero_dtype dtype;
+    zero_redop op;
+    int root; /* broadcast */
+    int peer; /* send / recv */
+} coll_args;
+
+struct zero_request {
+    zero_comm *comm;
+    coll_args args;
+    int done;          /* finished: results are in the caller's buffers */
+    zero_status status;
+    void *impl;        /* backend state (an MPI request, a CUDA event, ...) */
+};
+
+typedef struct coll_backend {
+    const char *name;
+    /* Fill c->impl, rank, size and world_ranks for the world group. */
+    zero_status (*init_world)(zero_comm *c, const zero_comm_config *cfg);
+    /* Issue the op. On success the backend may already have finished it
+     * (req->done = 1), else `test` completes it later. */
+    zero_status (*start)(zero_comm *c, zero_request *req);
+    /* Progress without blocking; *done = 1 once results are in place. */
+    zero_status (*test)(zero_comm *c, zero_request *req, int *done);
+    /* The op missed its deadline or failed: release req->impl, keeping alive
+     * (see coll_graveyard_add) whatever the transport may still touch. */
+    void (*abandon)(zero_comm *c, zero_request *req);
+    /* Fill child->impl (child's rank, size and world_ranks are still unset):
+     * collective over parent, with parent's deadline. */
+    zero_status (*split)(zero_comm *parent, int color, int key, zero_comm *child);
+    /* Free c->impl. When c->failed, must not block on peers. */
+    void (*destroy)(zero_comm *c);
+} coll_backend;
+
+struct zero_comm {
+    const coll_backend *be;
+    zero_backend backend;
+    int rank, size;
+    int *world_ranks;       /* world rank of every member, by group rank */
+    int device;             /* CUDA ordinal for NCCL/STAGED, else -1 */
+    double timeout_s;
+    char name[COLL_NAME_MAX];
+    zero_status failed;     /* ZERO_OK, or the error that left the comm unusable */
+    int outstanding;        /* issued requests not yet waited on */
+    int owns_mpi;           /* holds a reference on MPI's lifetime (mpi_env_release) */
+    zero_errbuf err;
+    zero_comm_counters counters;
+    void *impl;
+};
+
+/* ------------------------------------------------------------ backends */
+extern const coll_backend coll_backend_local;
+#if ZERO_HAVE_MPI
+extern const coll_backend coll_backend_mpi;
+#endif
+#if ZERO_HAVE_MPI && ZERO_HAVE_CUDA
+extern const coll_backend coll_backend_staged;
+/* Set c->device: `requested`, or the local rank modulo the device count;
+ * ZERO_UNSUPPORTED when no GPU is present. Also makes it current. */
+zero_status coll_cuda_pick_device(zero_comm *c, int requested);
+#endif
+#if ZERO_HAVE_NCCL
+extern const coll_backend coll_backend_nccl;
+#endif
+
+/* ------------------------------------------------------------ comm.c helpers */
+
+/* Set rank and size and allocate world_ranks (filled by the caller). */
+zero_status coll_comm_set_members(zero_comm *c, int rank, int size);
+/* "allreduce of 1000 x f32" */
+void coll_describe(const coll_args *a, char *buf, size_t len);
+/* "0-3", "0,2,5-7": the world ranks of the members (all but `skip`, -1 = none). */
+void coll_format_ranks(const zero_comm *c, int skip, char *buf, size_t len);
+const char *coll_op_name(zero_op_kind kind);
+
+/* Mark the comm unusable (first error wins) and record the message. */
+zero_status coll_comm_fail(zero_comm *c, zero_status status, const char *fmt, ...) ZERO_PRINTF(3, 4);
+
+/* ------------------------------------------------------------ deadline.c */
+
+typedef zero_status (*coll_test_fn)(void *ctx, int *done);
+/* Call fn until *done or `timeout_s` has passed (returns ZERO_TIMEOUT without
+ * a message; the caller knows what was awaited). Backs off from yielding to
+ * sleeps of at most ~1 ms so a long wait does not burn a core. */
+zero_status coll_poll(coll_test_fn fn, void *ctx, double timeout_s);
+double coll_now(void);
+
+/* Wait for one request until the comm's deadline; on expiry record the
+ * timeout message, fail the comm and abandon the request. Does not free req. */
+zero_status coll_wait_request(zero_request *req);
+
+/* Memory a transport may still write after we gave up on it: kept reachable
+ * until MPI is finalized (then freed), so leak checkers stay quiet. */
+void coll_graveyard_add(void *ptr, void (*release)(void *));
+void coll_graveyard_flush(void);
+
+/* ------------------------------------------------------------ reduce16.c
+ * f16/bf16 reductions accumulate in fp32 and round once. */
+void coll_r16_to_f32(const uint16_t *src, float *dst, size_t n, zero_dtype dtype);
+void coll_f32_to_r16(const float *src, uint16_t *dst, size_t n, zero_dtype dtype);
+static inline int coll_is_r16(zero_dtype d) { return d == ZERO_F16 || d == ZERO_BF16; }
+
+/* ------------------------------------------------------------ MPI core
+ * Shared by the MPI, STAGED and NCCL backends (all have an MPI communicator
+ * underneath: for transport, or to bootstrap and split). */
+#if ZERO_HAVE_MPI
+/* Reference-counted MPI lifetime: init if needed (then we finalize when the
+ * last reference goes). */
+zero_status mpi_env_acquire(zero_errbuf *err);
+void mpi_env_release(void);
+zero_status mpi_status_from(zero_comm *c, int mpi_err, const char *what);
+
+typedef struct mpi_op {
+    MPI_Request req;
+    float *tmp_send;   /* fp32 copies for 16-bit reductions */
+    float *tmp_recv;
+    void *copy_dst;    /* at completion: copy tmp (converted or not) here */
+    void *copy_src;
+    size_t copy_count; /* elements */
+    zero_dtype dtype;
+    zero_op_kind kind;
+    int convert;       /* copy_src is fp32 to round into copy_dst's 16-bit */
+} mpi_op;
+
+zero_status mpi_op_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_op *op);
+zero_status mpi_op_test(zero_comm *c, mpi_op *op, int *done);
+void mpi_op_abandon(mpi_op *op);
+
+/* Dup a communicator with a deadline (MPI_Comm_idup, polled). */
+zero_status mpi_comm_dup_deadline(zero_comm *c, MPI_Comm parent, MPI_Comm *out, const char *what);
+/* The common part of split for MPI-based comms: exchange (color, key) with a
+ * deadline, fill child's rank, size and world_ranks, then MPI_Comm_split. */
+zero_status mpi_split_common(zero_comm *parent, MPI_Comm pmc, int color, int key, zero_comm *child,
+                             MPI_Comm *out);
+/* World setup shared by MPI-based backends: rank, size, world_ranks, a dup. */
+zero_status mpi_world_common(zero_comm *c, MPI_Comm *out);
+/* Poll a raw MPI request with c's deadline; failures are recorded on msg_comm. */
+zero_status mpi_wait_raw(zero_comm *c, zero_comm *msg_comm, MPI_Request *req, const char *what);
+/* This process's rank among the ranks on its node. */
+zero_status mpi_local_rank(zero_comm *c, int *out);
+#endif
+
+#endif

@@ -1,0 +1,138 @@
+/* Deadlines: poll an op until it completes or its time is up.
+ *
+ * Every transport we use can be asked "done yet?" without blocking
+ * (MPI_Test, cudaEventQuery), so a deadline is a polling loop. The backoff
+ * yields the core for the first 2 ms (short ops finish at full speed, and a
+ * peer rank sharing the core gets to run), then sleeps for 1/32 of the time
+ * waited so far, at most 1 ms: a long op finishes at most ~3% late, and a
+ * rank waiting 30 s for a straggler costs almost no CPU. Measurements and the
+ * alternative (a helper thread in the blocking MPI call) are in
+ * docs/collectives.md. */
+#include "comm_internal.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define YIELD_PHASE_S 2e-3
+#define MAX_SLEEP_S 1e-3
+
+double coll_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void backoff(double waited)
+{
+    if (waited < YIELD_PHASE_S) {
+        sched_yield();
+        return;
+    }
+    double s = waited / 32.0;
+    if (s > MAX_SLEEP_S) s = MAX_SLEEP_S;
+    struct timespec ts = {0, (long)(s * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+zero_status coll_poll(coll_test_fn fn, void *ctx, double timeout_s)
+{
+    double start = coll_now();
+    for (;;) {
+        int done = 0;
+        zero_status st = fn(ctx, &done);
+        if (st != ZERO_OK) return st;
+        if (done) return ZERO_OK;
+        double waited = coll_now() - start;
+        if (waited >= timeout_s) {
+            /* One last look: the op may have finished while we slept. */
+            st = fn(ctx, &done);
+            if (st != ZERO_OK) return st;
+            return done ? ZERO_OK : ZERO_TIMEOUT;
+        }
+        backoff(waited);
+    }
+}
+
+static zero_status request_test(void *ctx, int *done)
+{
+    zero_request *req = ctx;
+    zero_comm *c = req->comm;
+    return c->be->test(c, req, done);
+}
+
+zero_status coll_wait_request(zero_request *req)
+{
+    zero_comm *c = req->comm;
+    if (req->done) return req->status;
+    zero_status st = coll_poll(request_test, req, c->timeout_s);
+    if (st == ZERO_OK) {
+        req->done = 1;
+        req->status = ZERO_OK;
+        return ZERO_OK;
+    }
+    if (st == ZERO_TIMEOUT) {
+        char what[96], ranks[160];
+        coll_describe(&req->args, what, sizeof what);
+        int p2p = req->args.kind == ZERO_OP_SEND || req->args.kind == ZERO_OP_RECV;
+        if (p2p)
+            snprintf(ranks, sizeof ranks, "peer rank %d (world %d)", req->args.peer,
+                     c->world_ranks[req->args.peer]);
+        else {
+            char list[128];
+            coll_format_ranks(c, -1, list, sizeof list);
+            snprintf(ranks, sizeof ranks, "ranks %s", list);
+        }
+        coll_comm_fail(c, ZERO_TIMEOUT,
+                       "%s on group %s(size %d) rank %d (world %d): timed out after %.1f s waiting for %s",
+                       what, c->name, c->size, c->rank, c->world_ranks[c->rank], c->timeout_s, ranks);
+    } else if (c->failed == ZERO_OK) {
+        /* The backend recorded its message; make the failure stick. */
+        c->failed = st;
+    }
+    c->be->abandon(c, req);
+    req->done = 1;
+    req->status = st;
+    return st;
+}
+
+/* ---------------------------------------------------------------- graveyard */
+
+typedef struct grave {
+    struct grave *next;
+    void *ptr;
+    void (*release)(void *);
+} grave;
+
+static pthread_mutex_t grave_lock = PTHREAD_MUTEX_INITIALIZER;
+static grave *graves;
+
+void coll_graveyard_add(void *ptr, void (*release)(void *))
+{
+    if (!ptr) return;
+    grave *g = malloc(sizeof *g);
+    if (!g) return; /* then it simply leaks: still nothing frees memory in use */
+    g->ptr = ptr;
+    g->release = release;
+    pthread_mutex_lock(&grave_lock);
+    g->next = graves;
+    graves = g;
+    pthread_mutex_unlock(&grave_lock);
+}
+
+void coll_graveyard_flush(void)
+{
+    pthread_mutex_lock(&grave_lock);
+    grave *g = graves;
+    graves = NULL;
+    pthread_mutex_unlock(&grave_lock);
+    while (g) {
+        grave *next = g->next;
+        if (g->release) g->release(g->ptr);
+        free(g);
+        g = next;
+    }
+}

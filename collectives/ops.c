@@ -1,0 +1,343 @@
+/* The op entry points: validate, count bytes, issue through the backend,
+ * and (for blocking calls) wait with the comm's deadline. */
+#include "comm_internal.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- checks */
+
+static int overlaps(const void *p, size_t plen, const void *q, size_t qlen)
+{
+    uintptr_t a = (uintptr_t)p, b = (uintptr_t)q;
+    if (!plen || !qlen) return 0;
+    return a < b + qlen && b < a + plen;
+}
+
+static zero_status bad(zero_comm *c, const coll_args *a, const char *fmt_detail, long long v)
+{
+    char what[96], detail[200];
+    coll_describe(a, what, sizeof what);
+    snprintf(detail, sizeof detail, fmt_detail, v);
+    return zero_fail(&c->err, ZERO_INVALID_ARGUMENT, "%s on group %s(size %d) rank %d: %s", what, c->name,
+                     c->size, c->rank, detail);
+}
+
+static int is_reduction(zero_op_kind k) { return k == ZERO_OP_ALLREDUCE || k == ZERO_OP_REDUCE_SCATTER; }
+
+/* Bytes of the send and recv buffers this rank passes. */
+static void buffer_bytes(const zero_comm *c, const coll_args *a, size_t es, size_t *send_b, size_t *recv_b)
+{
+    size_t chunk = a->count * es, n = (size_t)c->size;
+    switch (a->kind) {
+    case ZERO_OP_REDUCE_SCATTER: *send_b = chunk * n; *recv_b = chunk; break;
+    case ZERO_OP_ALLGATHER: *send_b = chunk; *recv_b = chunk * n; break;
+    case ZERO_OP_SEND: *send_b = chunk; *recv_b = 0; break;
+    case ZERO_OP_RECV: *send_b = 0; *recv_b = chunk; break;
+    case ZERO_OP_BROADCAST: *send_b = c->rank == a->root ? chunk : 0; *recv_b = chunk; break;
+    default: *send_b = chunk; *recv_b = chunk; break;
+    }
+}
+
+static zero_status validate(zero_comm *c, coll_args *a, const char *fn)
+{
+    if (!c) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "%s: comm is NULL", fn);
+    if (c->failed != ZERO_OK) {
+        char what[96];
+        coll_describe(a, what, sizeof what);
+        return zero_fail(&c->err, ZERO_INVALID_STATE,
+                         "%s on group %s(size %d) rank %d: the group failed earlier (%s); only "
+                         "zero_comm_destroy is allowed",
+                         what, c->name, c->size, c->rank, zero_status_name(c->failed));
+    }
+    if (a->kind == ZERO_OP_BARRIER) return ZERO_OK;
+    size_t es = zero_dtype_size(a->dtype);
+    if (!es) return bad(c, a, "dtype %lld is not a zero_dtype", (long long)a->dtype);
+    if (is_reduction(a->kind) && a->op != ZERO_SUM && a->op != ZERO_MAX)
+        return bad(c, a, "reduction op %lld is neither ZERO_SUM nor ZERO_MAX", (long long)a->op);
+    /* The whole array (count * size elements for reduce-scatter/all-gather)
+     * must be addressable. */
+    size_t n = (a->kind == ZERO_OP_REDUCE_SCATTER || a->kind == ZERO_OP_ALLGATHER) ? (size_t)c->size : 1;
+    if (a->count > (size_t)PTRDIFF_MAX / es / n)
+        return bad(c, a, "count overflows: count * ranks * element size exceeds PTRDIFF_MAX (%lld ranks)",
+                   (long long)n);
+    if (a->kind == ZERO_OP_BROADCAST && (a->root < 0 || a->root >= c->size))
+        return bad(c, a, "root %lld is not a rank of the group", (long long)a->root);
+    if (a->kind == ZERO_OP_SEND || a->kind == ZERO_OP_RECV) {
+        if (a->peer < 0 || a->peer >= c->size)
+            return bad(c, a, "peer %lld is not a rank of the group", (long long)a->peer);
+        if (a->peer == c->rank) return bad(c, a, "peer %lld is this rank itself", (long long)a->peer);
+    }
+    if (a->count == 0) return ZERO_OK;
+
+    size_t send_b, recv_b;
+    buffer_bytes(c, a, es, &send_b, &recv_b);
+    if (send_b && !a->send) return bad(c, a, "send buffer is NULL (%lld bytes expected)", (long long)send_b);
+    if (recv_b && !a->recv) return bad(c, a, "recv buffer is NULL (%lld bytes expected)", (long long)recv_b);
+    if (!send_b || !recv_b) return ZERO_OK;
+
+    /* NCCL's in-place rules; any other overlap is an error. */
+    size_t chunk = a->count * es, off = (size_t)c->rank * chunk;
+    const char *s = a->send;
+    char *r = a->recv;
+    switch (a->kind) {
+    case ZERO_OP_ALLREDUCE:
+    case ZERO_OP_BROADCAST:
+        if (s == r) return ZERO_OK;
+        break;
+    case ZERO_OP_REDUCE_SCATTER:
+        if (r == s + off) return ZERO_OK;
+        break;
+    case ZERO_OP_ALLGATHER:
+        if (s == r + off) return ZERO_OK;
+        break;
+    default: break;
+    }
+    if (overlaps(s, send_b, r, recv_b)) {
+        static const char *rule[] = {"recv == send", "recv == send + rank*count", "send == recv + rank*count",
+                                     "recv == send"};
+        char what[96];
+        coll_describe(a, what, sizeof what);
+        return zero_fail(&c->err, ZERO_INVALID_ARGUMENT,
+                         "%s on group %s(size %d) rank %d: send [%p, +%zu) and recv [%p, +%zu) overlap "
+                         "but are not in place (in place means %s)",
+                         what, c->name, c->size, c->rank, (const void *)s, send_b, (void *)r, recv_b,
+                         rule[a->kind]);
+    }
+    return ZERO_OK;
+}
+
+/* ---------------------------------------------------------------- counters
+ * The bandwidth-optimal (ring) volume, as documented in comm.h. */
+static void count_op(zero_comm *c, const coll_args *a)
+{
+    zero_comm_counters *k = &c->counters;
+    k->calls[a->kind]++;
+    uint64_t n = (uint64_t)c->size;
+    if (n < 2 || a->kind == ZERO_OP_BARRIER) return;
+    uint64_t es = zero_dtype_size(a->dtype), chunk = (uint64_t)a->count * es;
+    switch (a->kind) {
+    case ZERO_OP_ALLREDUCE: {
+        /* 2 S (n-1)/n, rounded down; S(n-1)/n per phase is exact only when
+         * n divides S, so compute the product first. */
+        uint64_t v = 2 * chunk * (n - 1) / n;
+        k->bytes_sent[a->kind] += v;
+        k->bytes_recv[a->kind] += v;
+        break;
+    }
+    case ZERO_OP_REDUCE_SCATTER:
+    case ZERO_OP_ALLGATHER:
+        k->bytes_sent[a->kind] += chunk * (n - 1);
+        k->bytes_recv[a->kind] += chunk * (n - 1);
+        break;
+    case ZERO_OP_BROADCAST:
+        if (c->rank == a->root)
+            k->bytes_sent[a->kind] += chunk;
+        else
+            k->bytes_recv[a->kind] += chunk;
+        break;
+    case ZERO_OP_SEND: k->bytes_sent[a->kind] += chunk; break;
+    case ZERO_OP_RECV: k->bytes_recv[a->kind] += chunk; break;
+    default: break;
+    }
+}
+
+/* ---------------------------------------------------------------- issue */
+
+static zero_status issue(zero_comm *c, coll_args *a, const char *fn, zero_request *req)
+{
+    ZERO_TRY(validate(c, a, fn));
+    memset(req, 0, sizeof *req);
+    req->comm = c;
+    req->args = *a;
+    req->status = ZERO_OK;
+    count_op(c, a);
+    /* An empty collective moves nothing on any rank (count is equal
+     * everywhere), so it completes here; an empty send still carries a
+     * message and a barrier synchronizes. */
+    if (a->count == 0 && a->kind != ZERO_OP_BARRIER && a->kind != ZERO_OP_SEND && a->kind != ZERO_OP_RECV) {
+        req->done = 1;
+        return ZERO_OK;
+    }
+    zero_status st = c->be->start(c, req);
+    if (st != ZERO_OK) {
+        if (c->failed == ZERO_OK && st != ZERO_INVALID_ARGUMENT && st != ZERO_UNSUPPORTED &&
+            st != ZERO_OUT_OF_MEMORY)
+            c->failed = st;
+        return st;
+    }
+    return ZERO_OK;
+}
+
+static zero_status run_blocking(zero_comm *c, coll_args *a, const char *fn)
+{
+    zero_request req;
+    ZERO_TRY(issue(c, a, fn, &req));
+    return coll_wait_request(&req);
+}
+
+static zero_status run_async(zero_comm *c, coll_args *a, const char *fn, zero_request **out)
+{
+    if (!out) return zero_fail(c ? &c->err : NULL, ZERO_INVALID_ARGUMENT, "%s: req is NULL", fn);
+    *out = NULL;
+    zero_request *req = malloc(sizeof *req);
+    if (!req) return zero_fail(c ? &c->err : NULL, ZERO_OUT_OF_MEMORY, "%s: out of memory", fn);
+    zero_status st = issue(c, a, fn, req);
+    if (st != ZERO_OK) {
+        free(req);
+        return st;
+    }
+    c->outstanding++;
+    *out = req;
+    return ZERO_OK;
+}
+
+#define ARGS(k, s, r, n, dt, o, rt, pr) \
+    (coll_args) { .kind = (k), .send = (s), .recv = (r), .count = (n), .dtype = (dt), .op = (o), .root = (rt), .peer = (pr) }
+
+zero_status zero_allreduce(zero_comm *comm, const void *send, void *recv, size_t count, zero_dtype dtype,
+                           zero_redop op)
+{
+    coll_args a = ARGS(ZERO_OP_ALLREDUCE, send, recv, count, dtype, op, 0, 0);
+    return run_blocking(comm, &a, "zero_allreduce");
+}
+
+zero_status zero_reduce_scatter(zero_comm *comm, const void *send, void *recv, size_t count, zero_dtype dtype,
+                                zero_redop op)
+{
+    coll_args a = ARGS(ZERO_OP_REDUCE_SCATTER, send, recv, count, dtype, op, 0, 0);
+    return run_blocking(comm, &a, "zero_reduce_scatter");
+}
+
+zero_status zero_allgather(zero_comm *comm, const void *send, void *recv, size_t count, zero_dtype dtype)
+{
+    coll_args a = ARGS(ZERO_OP_ALLGATHER, send, recv, count, dtype, ZERO_SUM, 0, 0);
+    return run_blocking(comm, &a, "zero_allgather");
+}
+
+zero_status zero_broadcast(zero_comm *comm, const void *send, void *recv, size_t count, zero_dtype dtype,
+                           int root)
+{
+    coll_args a = ARGS(ZERO_OP_BROADCAST, send, recv, count, dtype, ZERO_SUM, root, 0);
+    return run_blocking(comm, &a, "zero_broadcast");
+}
+
+zero_status zero_send(zero_comm *comm, const void *buf, size_t count, zero_dtype dtype, int peer)
+{
+    coll_args a = ARGS(ZERO_OP_SEND, buf, NULL, count, dtype, ZERO_SUM, 0, peer);
+    return run_blocking(comm, &a, "zero_send");
+}
+
+zero_status zero_recv(zero_comm *comm, void *buf, size_t count, zero_dtype dtype, int peer)
+{
+    coll_args a = ARGS(ZERO_OP_RECV, NULL, buf, count, dtype, ZERO_SUM, 0, peer);
+    return run_blocking(comm, &a, "zero_recv");
+}
+
+zero_status zero_barrier(zero_comm *comm)
+{
+    coll_args a = ARGS(ZERO_OP_BARRIER, NULL, NULL, 0, ZERO_U8, ZERO_SUM, 0, 0);
+    return run_blocking(comm, &a, "zero_barrier");
+}
+
+zero_status zero_allreduce_async(zero_comm *comm, const void *send, void *recv, size_t count, zero_dtype dtype,
+                                 zero_redop op, zero_request **req)
+{
+    coll_args a = ARGS(ZERO_OP_ALLREDUCE, send, recv, count, dtype, op, 0, 0);
+    return run_async(comm, &a, "zero_allreduce_async", req);
+}
+
+zero_status zero_reduce_scatter_async(zero_comm *comm, const void *send, void *recv, size_t count,
+                                      zero_dtype dtype, zero_redop op, zero_request **req)
+{
+    coll_args a = ARGS(ZERO_OP_REDUCE_SCATTER, send, recv, count, dtype, op, 0, 0);
+    return run_async(comm, &a, "zero_reduce_scatter_async", req);
+}
+
+zero_status zero_allgather_async(zero_comm *comm, const void *send, void *recv, size_t count, zero_dtype dtype,
+                                 zero_request **req)
+{
+    coll_args a = ARGS(ZERO_OP_ALLGATHER, send, recv, count, dtype, ZERO_SUM, 0, 0);
+    return run_async(comm, &a, "zero_allgather_async", req);
+}
+
+zero_status zero_broadcast_async(zero_comm *comm, const void *send, void *recv, size_t count, zero_dtype dtype,
+                                 int root, zero_request **req)
+{
+    coll_args a = ARGS(ZERO_OP_BROADCAST, send, recv, count, dtype, ZERO_SUM, root, 0);
+    return run_async(comm, &a, "zero_broadcast_async", req);
+}
+
+zero_status zero_send_async(zero_comm *comm, const void *buf, size_t count, zero_dtype dtype, int peer,
+                            zero_request **req)
+{
+    coll_args a = ARGS(ZERO_OP_SEND, buf, NULL, count, dtype, ZERO_SUM, 0, peer);
+    return run_async(comm, &a, "zero_send_async", req);
+}
+
+zero_status zero_recv_async(zero_comm *comm, void *buf, size_t count, zero_dtype dtype, int peer,
+                            zero_request **req)
+{
+    coll_args a = ARGS(ZERO_OP_RECV, NULL, buf, count, dtype, ZERO_SUM, 0, peer);
+    return run_async(comm, &a, "zero_recv_async", req);
+}
+
+/* ---------------------------------------------------------------- completion */
+
+zero_status zero_test(zero_request *req, int *done)
+{
+    if (!req || !done)
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_test: %s is NULL", req ? "done" : "req");
+    zero_comm *c = req->comm;
+    if (!req->done) {
+        int d = 0;
+        zero_status st = c->be->test(c, req, &d);
+        if (st != ZERO_OK) {
+            if (c->failed == ZERO_OK) c->failed = st;
+            c->be->abandon(c, req);
+            req->done = 1;
+            req->status = st;
+        } else if (d) {
+            req->done = 1;
+        }
+    }
+    *done = req->done;
+    if (req->done && req->status != ZERO_OK) return zero_fail(NULL, req->status, "%s", c->err.msg);
+    return ZERO_OK;
+}
+
+zero_status zero_wait(zero_request *req)
+{
+    if (!req) return ZERO_OK;
+    zero_comm *c = req->comm;
+    zero_status st;
+    if (!req->done && c->failed != ZERO_OK) {
+        /* The group already failed (another op timed out): its pending ops
+         * will not finish either, so do not wait a second deadline. */
+        int d = 0;
+        st = c->be->test(c, req, &d);
+        if (st == ZERO_OK && d) {
+            req->done = 1;
+        } else {
+            char what[96];
+            coll_describe(&req->args, what, sizeof what);
+            c->be->abandon(c, req);
+            req->done = 1;
+            req->status = ZERO_INVALID_STATE;
+            zero_fail(&c->err, ZERO_INVALID_STATE,
+                      "%s on group %s(size %d) rank %d: abandoned because the group failed earlier (%s)", what,
+                      c->name, c->size, c->rank, zero_status_name(c->failed));
+        }
+        st = req->status;
+    } else if (req->done) {
+        st = req->status;
+        if (st != ZERO_OK) zero_fail(NULL, st, "%s", c->err.msg);
+    } else {
+        st = coll_wait_request(req);
+    }
+    c->outstanding--;
+    free(req);
+    return st;
+}
