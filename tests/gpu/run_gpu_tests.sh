@@ -26,3 +26,8 @@ trap 'echo "GPU checks: $pass passed, $fail failed, $skip skipped"; [ $fail -eq 
 # sharing GPU 0 through pinned host memory over MPI).
 gpu_check coll_nccl_np1 tests/mpirun.sh 1 "$build/tests/collectives/test_coll_gpu" nccl
 gpu_check coll_staged_np2 tests/mpirun.sh 2 "$build/tests/collectives/test_coll_gpu" staged
+
+# ---------------------------------------------------------------- model (GPT CUDA path)
+# The CUDA GPT against the CPU GPT: fp32 math tightly (kernels), bf16 math and
+# bf16 params within stated bf16 tolerances (see tests/model/test_gpt_cuda.c).
+gpu_check model_gpt_cuda "$build/tests/model/test_gpt_cuda"

@@ -1,0 +1,864 @@
+/* The GPT on a CUDA GPU: the same math as gpt_cpu.c, with cuBLAS matmuls and
+ * one small kernel per other operation. Activations are fp32; matmuls use
+ * bf16 tensor-core products with fp32 accumulation (or plain fp32 for tests).
+ * Attention is the simple kind: scores materialized per (batch, head) by a
+ * strided-batched gemm, a causal softmax kernel, a second gemm for the values.
+ *
+ * Reductions over rows (bias and LayerNorm weight gradients, embedding
+ * gradients) use fp32 atomics, so the CUDA path is not bitwise reproducible
+ * run to run; the CPU path is the reference. */
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt_cuda.h"
+#include "gpt_internal.h"
+
+/* ------------------------------------------------------------ errors */
+#define CUDA_TRY(call)                                                                              \
+    do {                                                                                            \
+        cudaError_t e_ = (call);                                                                    \
+        if (e_ != cudaSuccess)                                                                      \
+            return gpt_fail(ZERO_BACKEND, "gpt cuda: %s failed: %s (%s:%d)", #call, cudaGetErrorString(e_), \
+                            __FILE__, __LINE__);                                                   \
+    } while (0)
+
+#define CUBLAS_TRY(call)                                                                            \
+    do {                                                                                            \
+        cublasStatus_t s_ = (call);                                                                 \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                            \
+            return gpt_fail(ZERO_BACKEND, "gpt cuda: %s failed: cuBLAS status %d (%s:%d)", #call, (int)s_, \
+                            __FILE__, __LINE__);                                                   \
+    } while (0)
+
+/* After a kernel launch: a bad configuration shows up here, not at the launch. */
+#define LAUNCH_CHECK(name) CUDA_TRY(cudaGetLastError())
+
+static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
+
+/* ------------------------------------------------------------ workspace */
+typedef struct cuda_layer_acts {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
+} cuda_layer_acts;
+
+struct gpt_cuda_workspace {
+    gpt_config cfg;
+    int B, T;
+    zero_dtype param_dtype;
+    gpt_cuda_math math;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    size_t bytes;
+    void *mem;  /* one device allocation, carved */
+
+    int32_t *tokens, *targets;      /* device */
+    int32_t *host_targets;          /* host copy, for the valid count */
+    float *host_losses;             /* host, N */
+    int has_targets;
+    long valid;
+
+    float *encoded;
+    cuda_layer_acts *layers;
+    float *lnf, *lnf_mean, *lnf_rstd, *logits, *lse, *losses;
+    float *q, *k, *v, *y;           /* N x C each, per-head layout (B, NH, T, hs) */
+    float *dres, *dln, *dqkv, *dfch, *dlogits, *dq, *dk, *dv, *dy, *datt;
+    /* fp32 staging of bf16 modules: the embed module and one other module */
+    float *embed_p, *embed_g, *module_p, *module_g;
+
+    int phase;       /* as gpt_cpu.c: 0 idle, 1 forward, 2 forward done, 3 backward */
+    int next_layer;
+};
+
+static void *carve(size_t *off, void *base, size_t bytes)
+{
+    size_t at = (*off + 255) & ~(size_t)255;
+    *off = at + bytes;
+    return base ? (char *)base + at : NULL;
+}
+
+static size_t module_numel(const gpt_config *cfg, int module)
+{
+    size_t n = 0;
+    gpt_param_info info;
+    for (int k = 0; k < gpt_module_num_tensors(cfg, module); k++) {
+        gpt_param_info_get(cfg, gpt_param_position(cfg, module, k), &info);
+        n += info.numel;
+    }
+    return n;
+}
+
+static size_t cuda_layout(gpt_cuda_workspace *ws, void *base)
+{
+    const gpt_config *cfg = &ws->cfg;
+    size_t N = (size_t)ws->B * ws->T, C = cfg->d_model, V = cfg->vocab;
+    size_t att = (size_t)ws->B * cfg->n_head * ws->T * ws->T;
+    size_t off = 0;
+    cuda_layer_acts scratch;
+#define CARVE(field, count, type) (field) = (type *)carve(&off, base, sizeof(type) * (count))
+    CARVE(ws->tokens, N, int32_t);
+    CARVE(ws->targets, N, int32_t);
+    CARVE(ws->encoded, N * C, float);
+    for (int l = 0; l < cfg->n_layer; l++) {
+        cuda_layer_acts *a = base ? &ws->layers[l] : &scratch;
+        CARVE(a->ln1, N * C, float);
+        CARVE(a->ln1_mean, N, float);
+        CARVE(a->ln1_rstd, N, float);
+        CARVE(a->qkv, N * 3 * C, float);
+        CARVE(a->att, att, float);
+        CARVE(a->atty, N * C, float);
+        CARVE(a->res2, N * C, float);
+        CARVE(a->ln2, N * C, float);
+        CARVE(a->ln2_mean, N, float);
+        CARVE(a->ln2_rstd, N, float);
+        CARVE(a->fch, N * 4 * C, float);
+        CARVE(a->fch_gelu, N * 4 * C, float);
+        CARVE(a->res3, N * C, float);
+    }
+    CARVE(ws->lnf, N * C, float);
+    CARVE(ws->lnf_mean, N, float);
+    CARVE(ws->lnf_rstd, N, float);
+    CARVE(ws->logits, N * V, float);
+    CARVE(ws->lse, N, float);
+    CARVE(ws->losses, N, float);
+    CARVE(ws->q, N * C, float);
+    CARVE(ws->k, N * C, float);
+    CARVE(ws->v, N * C, float);
+    CARVE(ws->y, N * C, float);
+    CARVE(ws->dres, N * C, float);
+    CARVE(ws->dln, N * C, float);
+    CARVE(ws->dqkv, N * 3 * C, float);
+    CARVE(ws->dfch, N * 4 * C, float);
+    CARVE(ws->dlogits, N * V, float);
+    CARVE(ws->dq, N * C, float);
+    CARVE(ws->dk, N * C, float);
+    CARVE(ws->dv, N * C, float);
+    CARVE(ws->dy, N * C, float);
+    CARVE(ws->datt, att, float);
+    if (ws->param_dtype == ZERO_BF16) {
+        size_t e = module_numel(cfg, GPT_MODULE_EMBED);
+        size_t m = module_numel(cfg, gpt_module_block(0));
+        size_t f = module_numel(cfg, gpt_module_final(cfg));
+        m = m > f ? m : f;
+        CARVE(ws->embed_p, e, float);
+        CARVE(ws->embed_g, e, float);
+        CARVE(ws->module_p, m, float);
+        CARVE(ws->module_g, m, float);
+    } else {
+        ws->embed_p = ws->embed_g = ws->module_p = ws->module_g = NULL;
+    }
+#undef CARVE
+    return off;
+}
+
+/* ------------------------------------------------------------ small device helpers */
+__device__ inline float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ inline float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* ------------------------------------------------------------ kernels */
+__global__ void encoder_forward_kernel(float *out, const int32_t *tok, const float *wte, const float *wpe, int N,
+                                       int T, int C)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * C) return;
+    int n = (int)(i / C), c = (int)(i % C);
+    out[i] = wte[(size_t)tok[n] * C + c] + wpe[(size_t)(n % T) * C + c];
+}
+
+__global__ void encoder_backward_kernel(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int N,
+                                        int T, int C)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * C) return;
+    int n = (int)(i / C), c = (int)(i % C);
+    atomicAdd(&dwte[(size_t)tok[n] * C + c], dout[i]);
+    atomicAdd(&dwpe[(size_t)(n % T) * C + c], dout[i]);
+}
+
+/* one warp per row */
+__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                         const float *b, int N, int C)
+{
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) s += x[c];
+    float m = warp_sum(s) / C, v = 0.0f;
+    for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
+    float r = rsqrtf(warp_sum(v) / C + 1e-5f);
+    float *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
+/* dinp += ... (one warp per row); dw, db come from column_sums_kernel */
+__global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp, const float *w,
+                                               const float *mean, const float *rstd, int N, int C)
+{
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
+    float *dx = dinp + (size_t)row * C;
+    float m = mean[row], r = rstd[row], sg = 0.0f, sgx = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float g = d[c] * w[c];
+        sg += g;
+        sgx += g * (x[c] - m) * r;
+    }
+    sg = warp_sum(sg) / C;
+    sgx = warp_sum(sgx) / C;
+    for (int c = lane; c < C; c += 32) {
+        float xhat = (x[c] - m) * r;
+        dx[c] += (d[c] * w[c] - sg - xhat * sgx) * r;
+    }
+}
+
+/* dst[c] += sum over rows of dout[r,c] (inp == NULL) or of dout[r,c] * xhat[r,c].
+ * Block: 32 columns x 8 row-lanes over a slice of rows; one atomic per column per block. */
+#define COLSUM_ROWS 256
+__global__ void column_sums_kernel(float *dst, const float *dout, const float *inp, const float *mean,
+                                   const float *rstd, int N, int C)
+{
+    __shared__ float part[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    int r0 = blockIdx.y * COLSUM_ROWS, r1 = min(N, r0 + COLSUM_ROWS);
+    float s = 0.0f;
+    if (c < C)
+        for (int r = r0 + threadIdx.y; r < r1; r += 8) {
+            float d = dout[(size_t)r * C + c];
+            s += inp ? d * (inp[(size_t)r * C + c] - mean[r]) * rstd[r] : d;
+        }
+    part[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        for (int j = 1; j < 8; j++) s += part[j][threadIdx.x];
+        atomicAdd(&dst[c], s);
+    }
+}
+
+/* out[r,c] = init[r,c] (or 0) + bias[c] (or 0) */
+__global__ void init_rows_kernel(float *out, const float *init, const float *bias, int N, int OC)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * OC) return;
+    out[i] = (init ? init[i] : 0.0f) + (bias ? bias[i % OC] : 0.0f);
+}
+
+#define GELU_K 0.7978845608028654f
+__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+}
+
+__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = inp[i];
+    float th = tanhf(GELU_K * (x + 0.044715f * x * x * x));
+    float dth = (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * x * dth);
+}
+
+/* qkv (B, T, 3, NH, hs) <-> q, k, v (B, NH, T, hs); to_heads = 1 splits, 0 merges (for the gradient). */
+__global__ void qkv_permute_kernel(float *q, float *k, float *v, float *qkv, int B, int T, int NH, int hs,
+                                   int to_heads)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t total = (size_t)B * NH * T * hs;
+    if (i >= total) return;
+    int d = (int)(i % hs);
+    int t = (int)((i / hs) % T);
+    int h = (int)((i / ((size_t)hs * T)) % NH);
+    int b = (int)(i / ((size_t)hs * T * NH));
+    size_t C = (size_t)NH * hs;
+    size_t src = ((size_t)b * T + t) * 3 * C + (size_t)h * hs + d;
+    if (to_heads) {
+        q[i] = qkv[src];
+        k[i] = qkv[src + C];
+        v[i] = qkv[src + 2 * C];
+    } else {
+        qkv[src] = q[i];
+        qkv[src + C] = k[i];
+        qkv[src + 2 * C] = v[i];
+    }
+}
+
+/* y (B, NH, T, hs) <-> out (B, T, NH*hs); to_rows = 1 merges heads into rows. */
+__global__ void heads_permute_kernel(float *heads, float *rows, int B, int T, int NH, int hs, int to_rows)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t total = (size_t)B * NH * T * hs;
+    if (i >= total) return;
+    int d = (int)(i % hs);
+    int t = (int)((i / hs) % T);
+    int h = (int)((i / ((size_t)hs * T)) % NH);
+    int b = (int)(i / ((size_t)hs * T * NH));
+    size_t r = ((size_t)b * T + t) * NH * hs + (size_t)h * hs + d;
+    if (to_rows) rows[r] = heads[i];
+    else heads[i] = rows[r];
+}
+
+/* In place: att rows (B*NH*T of length T) hold raw q.k; becomes causal softmax(scale * s). */
+__global__ void softmax_forward_kernel(float *att, int rows, int T, float scale)
+{
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    int t = row % T;
+    float *a = att + (size_t)row * T;
+    float m = -INFINITY;
+    for (int j = lane; j <= t; j += 32) m = fmaxf(m, a[j] * scale);
+    m = warp_max(m);
+    float s = 0.0f;
+    for (int j = lane; j <= t; j += 32) {
+        float e = expf(a[j] * scale - m);
+        a[j] = e;
+        s += e;
+    }
+    float inv = 1.0f / warp_sum(s);
+    for (int j = lane; j < T; j += 32) a[j] = j <= t ? a[j] * inv : 0.0f;
+}
+
+/* In place: datt holds dP; becomes dS = scale * P * (dP - sum_j P_j dP_j), zero above the diagonal. */
+__global__ void softmax_backward_kernel(float *datt, const float *att, int rows, int T, float scale)
+{
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    int t = row % T;
+    const float *p = att + (size_t)row * T;
+    float *d = datt + (size_t)row * T;
+    float s = 0.0f;
+    for (int j = lane; j <= t; j += 32) s += p[j] * d[j];
+    s = warp_sum(s);
+    for (int j = lane; j < T; j += 32) d[j] = j <= t ? scale * p[j] * (d[j] - s) : 0.0f;
+}
+
+/* per row: lse = log sum exp(logits), loss = lse - logit[target] (0 without a
+ * target); the backward recomputes the softmax from the logits and lse. */
+__global__ void crossentropy_forward_kernel(float *losses, float *lse_out, const float *logits,
+                                            const int32_t *targets, int N, int V)
+{
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const float *l = logits + (size_t)row * V;
+    float m = -INFINITY;
+    for (int j = lane; j < V; j += 32) m = fmaxf(m, l[j]);
+    m = warp_max(m);
+    float s = 0.0f;
+    for (int j = lane; j < V; j += 32) s += expf(l[j] - m);
+    s = warp_sum(s);
+    if (lane == 0) {
+        float lse = m + logf(s);
+        lse_out[row] = lse;
+        losses[row] = (targets && targets[row] >= 0) ? lse - l[targets[row]] : 0.0f;
+    }
+}
+
+__global__ void crossentropy_backward_kernel(float *dlogits, const float *logits, const float *lse,
+                                             const int32_t *targets, int N, int V, float scale)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * V) return;
+    int n = (int)(i / V), j = (int)(i % V);
+    int tg = targets[n];
+    dlogits[i] = tg < 0 ? 0.0f : scale * (expf(logits[i] - lse[n]) - (j == tg ? 1.0f : 0.0f));
+}
+
+__global__ void bf16_to_f32_kernel(float *dst, const __nv_bfloat16 *src, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = __bfloat162float(src[i]);
+}
+
+/* dst (bf16) += src (fp32), rounded once to nearest even */
+__global__ void bf16_accumulate_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = __float2bfloat16_rn(__bfloat162float(dst[i]) + src[i]);
+}
+
+/* ------------------------------------------------------------ matmul (row-major on cuBLAS) */
+/* Row-major C[M,N] = alpha op(A) op(B) + beta C, as gpt_sgemm: cuBLAS is
+ * column-major, so compute C^T = op(B)^T op(A)^T by swapping the operands;
+ * the transpose flags carry over unchanged. `batch` > 1 with strides. */
+static zero_status gemm(gpt_cuda_workspace *ws, int ta, int tb, int M, int N, int K, const float *A, int lda,
+                        long long sa, const float *B, int ldb, long long sb, float beta, float *C, int ldc,
+                        long long sc, int batch)
+{
+    const float alpha = 1.0f;
+    cublasComputeType_t ct = ws->math == GPT_CUDA_MATH_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
+    cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (batch == 1)
+        CUBLAS_TRY(cublasGemmEx(ws->blas, ob, oa, N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C,
+                                CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT));
+    else
+        CUBLAS_TRY(cublasGemmStridedBatchedEx(ws->blas, ob, oa, N, M, K, &alpha, B, CUDA_R_32F, ldb, sb, A,
+                                              CUDA_R_32F, lda, sa, &beta, C, CUDA_R_32F, ldc, sc, batch, ct,
+                                              CUBLAS_GEMM_DEFAULT));
+    return ZERO_OK;
+}
+
+static zero_status matmul_forward(gpt_cuda_workspace *ws, float *out, const float *init, const float *inp,
+                                  const float *w, const float *bias, int N, int C, int OC)
+{
+    if (init || bias) {
+        init_rows_kernel<<<blocks_for((size_t)N * OC, 256), 256, 0, ws->stream>>>(out, init, bias, N, OC);
+        LAUNCH_CHECK("init_rows");
+    }
+    return gemm(ws, 0, 1, N, OC, C, inp, C, 0, w, C, 0, (init || bias) ? 1.0f : 0.0f, out, OC, 0, 1);
+}
+
+static zero_status column_sums(gpt_cuda_workspace *ws, float *dst, const float *dout, const float *inp,
+                               const float *mean, const float *rstd, int N, int C)
+{
+    dim3 grid((C + 31) / 32, (N + COLSUM_ROWS - 1) / COLSUM_ROWS), block(32, 8);
+    column_sums_kernel<<<grid, block, 0, ws->stream>>>(dst, dout, inp, mean, rstd, N, C);
+    LAUNCH_CHECK("column_sums");
+    return ZERO_OK;
+}
+
+static zero_status matmul_backward(gpt_cuda_workspace *ws, float *dinp, float *dw, float *db, const float *dout,
+                                   const float *inp, const float *w, int N, int C, int OC)
+{
+    GPT_TRY(gemm(ws, 0, 0, N, C, OC, dout, OC, 0, w, C, 0, 0.0f, dinp, C, 0, 1));
+    GPT_TRY(gemm(ws, 1, 0, OC, C, N, dout, OC, 0, inp, C, 0, 1.0f, dw, C, 0, 1));
+    if (db) GPT_TRY(column_sums(ws, db, dout, NULL, NULL, NULL, N, OC));
+    return ZERO_OK;
+}
+
+static zero_status layernorm_forward(gpt_cuda_workspace *ws, float *out, float *mean, float *rstd,
+                                     const float *inp, const float *w, const float *b, int N, int C)
+{
+    layernorm_forward_kernel<<<blocks_for((size_t)N * 32, 256), 256, 0, ws->stream>>>(out, mean, rstd, inp, w, b,
+                                                                                     N, C);
+    LAUNCH_CHECK("layernorm_forward");
+    return ZERO_OK;
+}
+
+static zero_status layernorm_backward(gpt_cuda_workspace *ws, float *dinp, float *dw, float *db,
+                                      const float *dout, const float *inp, const float *w, const float *mean,
+                                      const float *rstd, int N, int C)
+{
+    layernorm_backward_dinp_kernel<<<blocks_for((size_t)N * 32, 256), 256, 0, ws->stream>>>(dinp, dout, inp, w,
+                                                                                           mean, rstd, N, C);
+    LAUNCH_CHECK("layernorm_backward");
+    GPT_TRY(column_sums(ws, dw, dout, inp, mean, rstd, N, C));
+    return column_sums(ws, db, dout, NULL, NULL, NULL, N, C);
+}
+
+/* ------------------------------------------------------------ bf16 staging */
+/* The fp32 view of a module: the caller's pointers (fp32) or a widened copy. */
+static zero_status stage_params(gpt_cuda_workspace *ws, int module, const gpt_tensors *in, float *scratch,
+                                float *out[GPT_MAX_MODULE_TENSORS])
+{
+    gpt_param_info info;
+    for (int k = 0; k < gpt_module_num_tensors(&ws->cfg, module); k++) {
+        if (ws->param_dtype == ZERO_F32) {
+            out[k] = (float *)in->t[k];
+            continue;
+        }
+        gpt_param_info_get(&ws->cfg, gpt_param_position(&ws->cfg, module, k), &info);
+        bf16_to_f32_kernel<<<blocks_for(info.numel, 256), 256, 0, ws->stream>>>(
+            scratch, (const __nv_bfloat16 *)in->t[k], info.numel);
+        LAUNCH_CHECK("bf16_to_f32");
+        out[k] = scratch;
+        scratch += info.numel;
+    }
+    return ZERO_OK;
+}
+
+/* fp32 gradient targets: the caller's buffers (fp32) or zeroed scratch. */
+static zero_status stage_grads(gpt_cuda_workspace *ws, int module, const gpt_tensors *in, float *scratch,
+                               float *out[GPT_MAX_MODULE_TENSORS])
+{
+    if (ws->param_dtype == ZERO_BF16) CUDA_TRY(cudaMemsetAsync(scratch, 0, sizeof(float) * module_numel(&ws->cfg, module), ws->stream));
+    gpt_param_info info;
+    for (int k = 0; k < gpt_module_num_tensors(&ws->cfg, module); k++) {
+        if (ws->param_dtype == ZERO_F32) {
+            out[k] = (float *)in->t[k];
+            continue;
+        }
+        gpt_param_info_get(&ws->cfg, gpt_param_position(&ws->cfg, module, k), &info);
+        out[k] = scratch;
+        scratch += info.numel;
+    }
+    return ZERO_OK;
+}
+
+/* bf16 only: add the fp32 scratch gradients into the caller's bf16 buffers. */
+static zero_status unstage_grads(gpt_cuda_workspace *ws, int module, gpt_tensors *g, float *scratch)
+{
+    if (ws->param_dtype == ZERO_F32) return ZERO_OK;
+    gpt_param_info info;
+    for (int k = 0; k < gpt_module_num_tensors(&ws->cfg, module); k++) {
+        gpt_param_info_get(&ws->cfg, gpt_param_position(&ws->cfg, module, k), &info);
+        bf16_accumulate_kernel<<<blocks_for(info.numel, 256), 256, 0, ws->stream>>>((__nv_bfloat16 *)g->t[k],
+                                                                                    scratch, info.numel);
+        LAUNCH_CHECK("bf16_accumulate");
+        scratch += info.numel;
+    }
+    return ZERO_OK;
+}
+
+static zero_status check_set(const gpt_cuda_workspace *ws, const char *op, const gpt_tensors *set, int module,
+                             const char *what)
+{
+    char name[32];
+    gpt_module_name(&ws->cfg, module, name, sizeof name);
+    if (!set) return gpt_fail(ZERO_INVALID_ARGUMENT, "%s: the %s of module %s is NULL", op, what, name);
+    for (int k = 0; k < gpt_module_num_tensors(&ws->cfg, module); k++)
+        if (!set->t[k]) {
+            gpt_param_info info;
+            gpt_param_info_get(&ws->cfg, gpt_param_position(&ws->cfg, module, k), &info);
+            return gpt_fail(ZERO_INVALID_ARGUMENT, "%s: %s pointer of %s (module %s) is NULL", op, what, info.name,
+                            name);
+        }
+    return ZERO_OK;
+}
+
+/* ------------------------------------------------------------ API: lifetime */
+extern "C" int gpt_cuda_available(void)
+{
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+extern "C" zero_status gpt_cuda_workspace_create(gpt_cuda_workspace **out, const gpt_config *cfg, int batch,
+                                                 int seq, zero_dtype param_dtype, gpt_cuda_math math,
+                                                 void *cuda_stream)
+{
+    if (!out) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_create: out is NULL");
+    *out = NULL;
+    GPT_TRY(gpt_config_validate(cfg));
+    if (batch < 1 || seq < 1 || seq > cfg->seq_len)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_create: batch %d x seq %d is invalid (seq_len %d)",
+                        batch, seq, cfg->seq_len);
+    if (param_dtype != ZERO_F32 && param_dtype != ZERO_BF16)
+        return gpt_fail(ZERO_UNSUPPORTED, "gpt_cuda_workspace_create: parameter dtype %s (only f32 and bf16)",
+                        zero_dtype_name(param_dtype));
+    if (!gpt_cuda_available())
+        return gpt_fail(ZERO_UNSUPPORTED, "gpt_cuda_workspace_create: no CUDA device is visible");
+    gpt_cuda_workspace *ws = (gpt_cuda_workspace *)calloc(1, sizeof *ws);
+    if (!ws) return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_cuda_workspace_create: no host memory");
+    ws->cfg = *cfg;
+    ws->B = batch;
+    ws->T = seq;
+    ws->param_dtype = param_dtype;
+    ws->math = math;
+    ws->stream = (cudaStream_t)cuda_stream;
+    size_t N = (size_t)batch * seq;
+    ws->layers = (cuda_layer_acts *)calloc((size_t)cfg->n_layer, sizeof *ws->layers);
+    ws->host_targets = (int32_t *)malloc(sizeof(int32_t) * N);
+    ws->host_losses = (float *)malloc(sizeof(float) * N);
+    zero_status st = ZERO_OK;
+    if (!ws->layers || !ws->host_targets || !ws->host_losses) {
+        st = gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_cuda_workspace_create: no host memory");
+    } else {
+        size_t bytes = cuda_layout(ws, NULL);
+        cudaError_t e = cudaMalloc(&ws->mem, bytes);
+        if (e != cudaSuccess) {
+            ws->mem = NULL;
+            st = gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_cuda_workspace_create: cudaMalloc of %zu bytes for batch %d x seq %d: %s",
+                          bytes, batch, seq, cudaGetErrorString(e));
+        } else {
+            cuda_layout(ws, ws->mem);
+            ws->bytes = bytes;
+            if (cublasCreate(&ws->blas) != CUBLAS_STATUS_SUCCESS) {
+                ws->blas = NULL;
+                st = gpt_fail(ZERO_BACKEND, "gpt_cuda_workspace_create: cublasCreate failed");
+            } else if (cublasSetStream(ws->blas, ws->stream) != CUBLAS_STATUS_SUCCESS) {
+                st = gpt_fail(ZERO_BACKEND, "gpt_cuda_workspace_create: cublasSetStream failed");
+            }
+        }
+    }
+    if (st != ZERO_OK) {
+        gpt_cuda_workspace_destroy(ws);
+        return st;
+    }
+    *out = ws;
+    return ZERO_OK;
+}
+
+extern "C" void gpt_cuda_workspace_destroy(gpt_cuda_workspace *ws)
+{
+    if (!ws) return;
+    if (ws->blas) cublasDestroy(ws->blas);
+    if (ws->mem) cudaFree(ws->mem);
+    free(ws->layers);
+    free(ws->host_targets);
+    free(ws->host_losses);
+    free(ws);
+}
+
+extern "C" size_t gpt_cuda_workspace_bytes(const gpt_cuda_workspace *ws) { return ws ? ws->bytes : 0; }
+
+extern "C" zero_status gpt_cuda_workspace_logits(gpt_cuda_workspace *ws, float *host_out)
+{
+    if (!ws || !host_out) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_logits: NULL argument");
+    size_t n = (size_t)ws->B * ws->T * ws->cfg.vocab;
+    CUDA_TRY(cudaMemcpyAsync(host_out, ws->logits, sizeof(float) * n, cudaMemcpyDeviceToHost, ws->stream));
+    CUDA_TRY(cudaStreamSynchronize(ws->stream));
+    return ZERO_OK;
+}
+
+/* ------------------------------------------------------------ API: forward */
+extern "C" zero_status gpt_cuda_forward_begin(gpt_cuda_workspace *ws, const int32_t *tokens,
+                                              const int32_t *targets, const gpt_tensors *embed)
+{
+    if (!ws || !tokens) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_forward_begin: workspace or tokens is NULL");
+    GPT_TRY(check_set(ws, "gpt_cuda_forward_begin", embed, GPT_MODULE_EMBED, "parameter"));
+    const int N = ws->B * ws->T, C = ws->cfg.d_model, V = ws->cfg.vocab;
+    ws->valid = 0;
+    for (int i = 0; i < N; i++) {
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_forward_begin: token %d at batch %d position %d is outside [0, %d)",
+                            tokens[i], i / ws->T, i % ws->T, V);
+        if (targets && targets[i] >= V)
+            return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_forward_begin: target %d at batch %d position %d is >= vocab %d",
+                            targets[i], i / ws->T, i % ws->T, V);
+        if (targets && targets[i] >= 0) ws->valid++;
+    }
+    ws->has_targets = targets != NULL;
+    CUDA_TRY(cudaMemcpyAsync(ws->tokens, tokens, sizeof(int32_t) * N, cudaMemcpyHostToDevice, ws->stream));
+    if (targets) {
+        memcpy(ws->host_targets, targets, sizeof(int32_t) * N);
+        CUDA_TRY(cudaMemcpyAsync(ws->targets, ws->host_targets, sizeof(int32_t) * N, cudaMemcpyHostToDevice,
+                                 ws->stream));
+    }
+    float *p[GPT_MAX_MODULE_TENSORS];
+    GPT_TRY(stage_params(ws, GPT_MODULE_EMBED, embed, ws->embed_p, p));
+    encoder_forward_kernel<<<blocks_for((size_t)N * C, 256), 256, 0, ws->stream>>>(ws->encoded, ws->tokens,
+                                                                                  p[GPT_WTE], p[GPT_WPE], N, ws->T, C);
+    LAUNCH_CHECK("encoder_forward");
+    ws->phase = 1;
+    ws->next_layer = 0;
+    return ZERO_OK;
+}
+
+static const float *block_input(const gpt_cuda_workspace *ws, int layer)
+{
+    return layer == 0 ? ws->encoded : ws->layers[layer - 1].res3;
+}
+
+extern "C" zero_status gpt_cuda_forward_block(gpt_cuda_workspace *ws, int layer, const gpt_tensors *block)
+{
+    if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_forward_block: workspace is NULL");
+    if (ws->phase != 1 || layer != ws->next_layer)
+        return gpt_fail(ZERO_INVALID_STATE, "gpt_cuda_forward_block: block %d called out of order (expected %d)", layer,
+                        ws->phase == 1 ? ws->next_layer : -1);
+    int m = gpt_module_block(layer);
+    GPT_TRY(check_set(ws, "gpt_cuda_forward_block", block, m, "parameter"));
+    const int B = ws->B, T = ws->T, C = ws->cfg.d_model, NH = ws->cfg.n_head, hs = C / NH, N = B * T;
+    cuda_layer_acts *a = &ws->layers[layer];
+    const float *x = block_input(ws, layer);
+    float *p[GPT_MAX_MODULE_TENSORS];
+    GPT_TRY(stage_params(ws, m, block, ws->module_p, p));
+    size_t nh = (size_t)N * C;
+
+    GPT_TRY(layernorm_forward(ws, a->ln1, a->ln1_mean, a->ln1_rstd, x, p[GPT_LN1_W], p[GPT_LN1_B], N, C));
+    GPT_TRY(matmul_forward(ws, a->qkv, NULL, a->ln1, p[GPT_QKV_W], p[GPT_QKV_B], N, C, 3 * C));
+    /* attention: S = q k^T per (b, h), softmax in place, y = P v */
+    qkv_permute_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>(ws->q, ws->k, ws->v, a->qkv, B, T, NH, hs, 1);
+    LAUNCH_CHECK("qkv_permute");
+    long long sh = (long long)T * hs, sa = (long long)T * T;
+    GPT_TRY(gemm(ws, 0, 1, T, T, hs, ws->q, hs, sh, ws->k, hs, sh, 0.0f, a->att, T, sa, B * NH));
+    int rows = B * NH * T;
+    softmax_forward_kernel<<<blocks_for((size_t)rows * 32, 256), 256, 0, ws->stream>>>(a->att, rows, T,
+                                                                                      1.0f / sqrtf((float)hs));
+    LAUNCH_CHECK("softmax_forward");
+    GPT_TRY(gemm(ws, 0, 0, T, hs, T, a->att, T, sa, ws->v, hs, sh, 0.0f, ws->y, hs, sh, B * NH));
+    heads_permute_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>(ws->y, a->atty, B, T, NH, hs, 1);
+    LAUNCH_CHECK("heads_permute");
+    GPT_TRY(matmul_forward(ws, a->res2, x, a->atty, p[GPT_ATTPROJ_W], p[GPT_ATTPROJ_B], N, C, C));
+
+    GPT_TRY(layernorm_forward(ws, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p[GPT_LN2_W], p[GPT_LN2_B], N, C));
+    GPT_TRY(matmul_forward(ws, a->fch, NULL, a->ln2, p[GPT_FC_W], p[GPT_FC_B], N, C, 4 * C));
+    gelu_forward_kernel<<<blocks_for(4 * nh, 256), 256, 0, ws->stream>>>(a->fch_gelu, a->fch, 4 * nh);
+    LAUNCH_CHECK("gelu_forward");
+    GPT_TRY(matmul_forward(ws, a->res3, a->res2, a->fch_gelu, p[GPT_FCPROJ_W], p[GPT_FCPROJ_B], N, 4 * C, C));
+    ws->next_layer++;
+    return ZERO_OK;
+}
+
+extern "C" zero_status gpt_cuda_forward_end(gpt_cuda_workspace *ws, const gpt_tensors *final_params,
+                                            const gpt_tensors *embed, float *loss)
+{
+    if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_forward_end: workspace is NULL");
+    if (ws->phase != 1 || ws->next_layer != ws->cfg.n_layer)
+        return gpt_fail(ZERO_INVALID_STATE, "gpt_cuda_forward_end: called before all %d blocks ran forward",
+                        ws->cfg.n_layer);
+    int fm = gpt_module_final(&ws->cfg);
+    GPT_TRY(check_set(ws, "gpt_cuda_forward_end", final_params, fm, "parameter"));
+    GPT_TRY(check_set(ws, "gpt_cuda_forward_end", embed, GPT_MODULE_EMBED, "parameter"));
+    const int N = ws->B * ws->T, C = ws->cfg.d_model, V = ws->cfg.vocab;
+    float *pf[GPT_MAX_MODULE_TENSORS], *pe[GPT_MAX_MODULE_TENSORS];
+    GPT_TRY(stage_params(ws, fm, final_params, ws->module_p, pf));
+    GPT_TRY(stage_params(ws, GPT_MODULE_EMBED, embed, ws->embed_p, pe));
+
+    GPT_TRY(layernorm_forward(ws, ws->lnf, ws->lnf_mean, ws->lnf_rstd, ws->layers[ws->cfg.n_layer - 1].res3,
+                              pf[GPT_LNF_W], pf[GPT_LNF_B], N, C));
+    GPT_TRY(matmul_forward(ws, ws->logits, NULL, ws->lnf, pe[GPT_WTE], NULL, N, C, V));
+    crossentropy_forward_kernel<<<blocks_for((size_t)N * 32, 256), 256, 0, ws->stream>>>(
+        ws->losses, ws->lse, ws->logits, ws->has_targets ? ws->targets : NULL, N, V);
+    LAUNCH_CHECK("crossentropy_forward");
+    if (loss) {
+        CUDA_TRY(cudaMemcpyAsync(ws->host_losses, ws->losses, sizeof(float) * N, cudaMemcpyDeviceToHost, ws->stream));
+        CUDA_TRY(cudaStreamSynchronize(ws->stream));
+        double total = 0.0;
+        for (int i = 0; i < N; i++) total += ws->host_losses[i];
+        *loss = ws->valid ? (float)(total / ws->valid) : 0.0f;
+    }
+    ws->phase = 2;
+    return ZERO_OK;
+}
+
+/* ------------------------------------------------------------ API: backward */
+extern "C" zero_status gpt_cuda_backward_end(gpt_cuda_workspace *ws, float dloss, const gpt_tensors *final_params,
+                                             gpt_tensors *final_grads, const gpt_tensors *embed,
+                                             gpt_tensors *embed_grads)
+{
+    if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_backward_end: workspace is NULL");
+    if (ws->phase != 2) return gpt_fail(ZERO_INVALID_STATE, "gpt_cuda_backward_end: needs gpt_cuda_forward_end first");
+    if (!ws->has_targets)
+        return gpt_fail(ZERO_INVALID_STATE, "gpt_cuda_backward_end: the forward ran without targets, there is no loss");
+    int fm = gpt_module_final(&ws->cfg);
+    GPT_TRY(check_set(ws, "gpt_cuda_backward_end", final_params, fm, "parameter"));
+    GPT_TRY(check_set(ws, "gpt_cuda_backward_end", final_grads, fm, "gradient"));
+    GPT_TRY(check_set(ws, "gpt_cuda_backward_end", embed, GPT_MODULE_EMBED, "parameter"));
+    GPT_TRY(check_set(ws, "gpt_cuda_backward_end", embed_grads, GPT_MODULE_EMBED, "gradient"));
+    const int N = ws->B * ws->T, C = ws->cfg.d_model, V = ws->cfg.vocab;
+    float *pf[GPT_MAX_MODULE_TENSORS], *pe[GPT_MAX_MODULE_TENSORS];
+    float *gf[GPT_MAX_MODULE_TENSORS], *ge[GPT_MAX_MODULE_TENSORS];
+    GPT_TRY(stage_params(ws, fm, final_params, ws->module_p, pf));
+    GPT_TRY(stage_params(ws, GPT_MODULE_EMBED, embed, ws->embed_p, pe));
+    GPT_TRY(stage_grads(ws, fm, final_grads, ws->module_g, gf));
+    GPT_TRY(stage_grads(ws, GPT_MODULE_EMBED, embed_grads, ws->embed_g, ge));
+
+    float scale = ws->valid ? dloss / (float)ws->valid : 0.0f;
+    crossentropy_backward_kernel<<<blocks_for((size_t)N * V, 256), 256, 0, ws->stream>>>(
+        ws->dlogits, ws->logits, ws->lse, ws->targets, N, V, scale);
+    LAUNCH_CHECK("crossentropy_backward");
+    GPT_TRY(matmul_backward(ws, ws->dln, ge[GPT_WTE], NULL, ws->dlogits, ws->lnf, pe[GPT_WTE], N, C, V));
+    CUDA_TRY(cudaMemsetAsync(ws->dres, 0, sizeof(float) * (size_t)N * C, ws->stream));
+    GPT_TRY(layernorm_backward(ws, ws->dres, gf[GPT_LNF_W], gf[GPT_LNF_B], ws->dln,
+                               ws->layers[ws->cfg.n_layer - 1].res3, pf[GPT_LNF_W], ws->lnf_mean, ws->lnf_rstd, N,
+                               C));
+    GPT_TRY(unstage_grads(ws, fm, final_grads, ws->module_g));
+    GPT_TRY(unstage_grads(ws, GPT_MODULE_EMBED, embed_grads, ws->embed_g));
+    ws->phase = 3;
+    ws->next_layer = ws->cfg.n_layer - 1;
+    return ZERO_OK;
+}
+
+extern "C" zero_status gpt_cuda_backward_block(gpt_cuda_workspace *ws, int layer, const gpt_tensors *block,
+                                               gpt_tensors *block_grads)
+{
+    if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_backward_block: workspace is NULL");
+    if (ws->phase != 3 || layer != ws->next_layer)
+        return gpt_fail(ZERO_INVALID_STATE, "gpt_cuda_backward_block: block %d called out of order (expected %d)",
+                        layer, ws->phase == 3 ? ws->next_layer : ws->cfg.n_layer - 1);
+    int m = gpt_module_block(layer);
+    GPT_TRY(check_set(ws, "gpt_cuda_backward_block", block, m, "parameter"));
+    GPT_TRY(check_set(ws, "gpt_cuda_backward_block", block_grads, m, "gradient"));
+    const int B = ws->B, T = ws->T, C = ws->cfg.d_model, NH = ws->cfg.n_head, hs = C / NH, N = B * T;
+    cuda_layer_acts *a = &ws->layers[layer];
+    const float *x = block_input(ws, layer);
+    float *p[GPT_MAX_MODULE_TENSORS], *g[GPT_MAX_MODULE_TENSORS];
+    GPT_TRY(stage_params(ws, m, block, ws->module_p, p));
+    GPT_TRY(stage_grads(ws, m, block_grads, ws->module_g, g));
+    size_t nh = (size_t)N * C;
+    float *dres = ws->dres;
+
+    /* MLP half */
+    GPT_TRY(matmul_backward(ws, ws->dfch, g[GPT_FCPROJ_W], g[GPT_FCPROJ_B], dres, a->fch_gelu, p[GPT_FCPROJ_W], N,
+                            4 * C, C));
+    gelu_backward_kernel<<<blocks_for(4 * nh, 256), 256, 0, ws->stream>>>(ws->dfch, a->fch, ws->dfch, 4 * nh);
+    LAUNCH_CHECK("gelu_backward");
+    GPT_TRY(matmul_backward(ws, ws->dln, g[GPT_FC_W], g[GPT_FC_B], ws->dfch, a->ln2, p[GPT_FC_W], N, C, 4 * C));
+    GPT_TRY(layernorm_backward(ws, dres, g[GPT_LN2_W], g[GPT_LN2_B], ws->dln, a->res2, p[GPT_LN2_W], a->ln2_mean,
+                               a->ln2_rstd, N, C));
+
+    /* attention half */
+    GPT_TRY(matmul_backward(ws, ws->dln, g[GPT_ATTPROJ_W], g[GPT_ATTPROJ_B], dres, a->atty, p[GPT_ATTPROJ_W], N, C,
+                            C));
+    heads_permute_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>(ws->dy, ws->dln, B, T, NH, hs, 0);
+    LAUNCH_CHECK("heads_permute");
+    qkv_permute_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>(ws->q, ws->k, ws->v, a->qkv, B, T, NH, hs, 1);
+    LAUNCH_CHECK("qkv_permute");
+    long long sh = (long long)T * hs, sa = (long long)T * T;
+    int bh = B * NH, rows = B * NH * T;
+    GPT_TRY(gemm(ws, 0, 1, T, T, hs, ws->dy, hs, sh, ws->v, hs, sh, 0.0f, ws->datt, T, sa, bh));   /* dP = dY V^T */
+    GPT_TRY(gemm(ws, 1, 0, T, hs, T, a->att, T, sa, ws->dy, hs, sh, 0.0f, ws->dv, hs, sh, bh));    /* dV = P^T dY */
+    softmax_backward_kernel<<<blocks_for((size_t)rows * 32, 256), 256, 0, ws->stream>>>(ws->datt, a->att, rows, T,
+                                                                                       1.0f / sqrtf((float)hs));
+    LAUNCH_CHECK("softmax_backward");
+    GPT_TRY(gemm(ws, 0, 0, T, hs, T, ws->datt, T, sa, ws->k, hs, sh, 0.0f, ws->dq, hs, sh, bh));   /* dQ = dS K */
+    GPT_TRY(gemm(ws, 1, 0, T, hs, T, ws->datt, T, sa, ws->q, hs, sh, 0.0f, ws->dk, hs, sh, bh));   /* dK = dS^T Q */
+    qkv_permute_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>(ws->dq, ws->dk, ws->dv, ws->dqkv, B, T, NH, hs,
+                                                                   0);
+    LAUNCH_CHECK("qkv_permute");
+    GPT_TRY(matmul_backward(ws, ws->dln, g[GPT_QKV_W], g[GPT_QKV_B], ws->dqkv, a->ln1, p[GPT_QKV_W], N, C, 3 * C));
+    GPT_TRY(layernorm_backward(ws, dres, g[GPT_LN1_W], g[GPT_LN1_B], ws->dln, x, p[GPT_LN1_W], a->ln1_mean,
+                               a->ln1_rstd, N, C));
+    GPT_TRY(unstage_grads(ws, m, block_grads, ws->module_g));
+    ws->next_layer--;
+    return ZERO_OK;
+}
+
+extern "C" zero_status gpt_cuda_backward_begin(gpt_cuda_workspace *ws, gpt_tensors *embed_grads)
+{
+    if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_backward_begin: workspace is NULL");
+    if (ws->phase != 3 || ws->next_layer != -1)
+        return gpt_fail(ZERO_INVALID_STATE, "gpt_cuda_backward_begin: called before every block ran backward");
+    GPT_TRY(check_set(ws, "gpt_cuda_backward_begin", embed_grads, GPT_MODULE_EMBED, "gradient"));
+    const int N = ws->B * ws->T, C = ws->cfg.d_model;
+    float *ge[GPT_MAX_MODULE_TENSORS];
+    GPT_TRY(stage_grads(ws, GPT_MODULE_EMBED, embed_grads, ws->embed_g, ge));
+    encoder_backward_kernel<<<blocks_for((size_t)N * C, 256), 256, 0, ws->stream>>>(ge[GPT_WTE], ge[GPT_WPE], ws->dres,
+                                                                                   ws->tokens, N, ws->T, C);
+    LAUNCH_CHECK("encoder_backward");
+    GPT_TRY(unstage_grads(ws, GPT_MODULE_EMBED, embed_grads, ws->embed_g));
+    ws->phase = 0;
+    return ZERO_OK;
+}
+
+/* ------------------------------------------------------------ API: whole passes */
+extern "C" zero_status gpt_cuda_forward(gpt_cuda_workspace *ws, const int32_t *tokens, const int32_t *targets,
+                                        const gpt_tensors *params, float *loss)
+{
+    if (!ws || !params) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_forward: workspace or params is NULL");
+    GPT_TRY(gpt_cuda_forward_begin(ws, tokens, targets, &params[GPT_MODULE_EMBED]));
+    for (int l = 0; l < ws->cfg.n_layer; l++) GPT_TRY(gpt_cuda_forward_block(ws, l, &params[gpt_module_block(l)]));
+    return gpt_cuda_forward_end(ws, &params[gpt_module_final(&ws->cfg)], &params[GPT_MODULE_EMBED], loss);
+}
+
+extern "C" zero_status gpt_cuda_backward(gpt_cuda_workspace *ws, float dloss, const gpt_tensors *params,
+                                         gpt_tensors *grads)
+{
+    if (!ws || !params || !grads)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_backward: workspace, params or grads is NULL");
+    int fm = gpt_module_final(&ws->cfg);
+    GPT_TRY(gpt_cuda_backward_end(ws, dloss, &params[fm], &grads[fm], &params[GPT_MODULE_EMBED],
+                                  &grads[GPT_MODULE_EMBED]));
+    for (int l = ws->cfg.n_layer - 1; l >= 0; l--)
+        GPT_TRY(gpt_cuda_backward_block(ws, l, &params[gpt_module_block(l)], &grads[gpt_module_block(l)]));
+    return gpt_cuda_backward_begin(ws, &grads[GPT_MODULE_EMBED]);
+}

@@ -1,0 +1,72 @@
+/* The minimal GPT on a CUDA GPU: the same module-by-module API as gpt.h,
+ * with every parameter and gradient pointer in DEVICE memory.
+ *
+ * Precision: activations are fp32 in device memory; matmuls run through
+ * cuBLAS (cublasGemmEx / cublasGemmStridedBatchedEx) with
+ * CUBLAS_COMPUTE_32F_FAST_16BF: inputs rounded to bf16 on the tensor cores,
+ * products accumulated in fp32 (GPT_CUDA_MATH_BF16, the default). For tests,
+ * GPT_CUDA_MATH_FP32 runs the same kernels with plain fp32 matmuls, so the
+ * kernels themselves can be checked against the CPU path tightly.
+ * Parameters and gradients may be fp32 or bf16 (param_dtype, both the same
+ * dtype, as the engine hands them out): bf16 parameters are widened to an
+ * fp32 copy per module call, and a bf16 module's gradient is computed in fp32
+ * and then added (rounded once) to the bf16 buffer.
+ *
+ * Everything is enqueued on the stream given at creation (NULL: the legacy
+ * default stream). Calls that return host values (the loss, the logits)
+ * synchronize that stream. Only this file's declarations are CUDA-specific;
+ * it compiles without CUDA headers (the stream is a void *). In a build
+ * without CUDA every function returns ZERO_UNSUPPORTED. */
+#ifndef ZERO_MODEL_GPT_CUDA_H
+#define ZERO_MODEL_GPT_CUDA_H
+
+#include <zero/dtype.h>
+
+#include "gpt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum gpt_cuda_math {
+    GPT_CUDA_MATH_BF16 = 0,  /* bf16 tensor-core products, fp32 accumulation */
+    GPT_CUDA_MATH_FP32 = 1,  /* fp32 products (no TF32): for checking kernels */
+} gpt_cuda_math;
+
+typedef struct gpt_cuda_workspace gpt_cuda_workspace;
+
+/* 1 when this build has the CUDA path and a GPU is visible. */
+int gpt_cuda_available(void);
+
+/* On the current CUDA device. param_dtype: ZERO_F32 or ZERO_BF16. */
+zero_status gpt_cuda_workspace_create(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
+                                      zero_dtype param_dtype, gpt_cuda_math math, void *cuda_stream);
+void gpt_cuda_workspace_destroy(gpt_cuda_workspace *ws); /* NULL accepted */
+size_t gpt_cuda_workspace_bytes(const gpt_cuda_workspace *ws);
+/* Copy the logits (batch, seq, vocab) of the last forward to host memory. */
+zero_status gpt_cuda_workspace_logits(gpt_cuda_workspace *ws, float *host_out);
+
+/* As gpt_forward_begin ...: tokens and targets are HOST arrays (copied);
+ * tensors are device pointers; *loss is computed on the host from the
+ * per-token losses (this synchronizes the stream). */
+zero_status gpt_cuda_forward_begin(gpt_cuda_workspace *ws, const int32_t *tokens, const int32_t *targets,
+                                   const gpt_tensors *embed);
+zero_status gpt_cuda_forward_block(gpt_cuda_workspace *ws, int layer, const gpt_tensors *block);
+zero_status gpt_cuda_forward_end(gpt_cuda_workspace *ws, const gpt_tensors *final_params,
+                                 const gpt_tensors *embed, float *loss);
+zero_status gpt_cuda_backward_end(gpt_cuda_workspace *ws, float dloss, const gpt_tensors *final_params,
+                                  gpt_tensors *final_grads, const gpt_tensors *embed, gpt_tensors *embed_grads);
+zero_status gpt_cuda_backward_block(gpt_cuda_workspace *ws, int layer, const gpt_tensors *block,
+                                    gpt_tensors *block_grads);
+zero_status gpt_cuda_backward_begin(gpt_cuda_workspace *ws, gpt_tensors *embed_grads);
+
+zero_status gpt_cuda_forward(gpt_cuda_workspace *ws, const int32_t *tokens, const int32_t *targets,
+                             const gpt_tensors *params, float *loss);
+zero_status gpt_cuda_backward(gpt_cuda_workspace *ws, float dloss, const gpt_tensors *params,
+                              gpt_tensors *grads);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

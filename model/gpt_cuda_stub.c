@@ -1,0 +1,77 @@
+/* The CUDA path's API in a build without CUDA: every call says so. */
+#include "gpt_cuda.h"
+#include "gpt_internal.h"
+
+#define NO_CUDA(op) gpt_fail(ZERO_UNSUPPORTED, "%s: this build of the model has no CUDA path", op)
+
+int gpt_cuda_available(void) { return 0; }
+
+zero_status gpt_cuda_workspace_create(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
+                                      zero_dtype param_dtype, gpt_cuda_math math, void *cuda_stream)
+{
+    (void)cfg, (void)batch, (void)seq, (void)param_dtype, (void)math, (void)cuda_stream;
+    if (out) *out = NULL;
+    return NO_CUDA("gpt_cuda_workspace_create");
+}
+
+void gpt_cuda_workspace_destroy(gpt_cuda_workspace *ws) { (void)ws; }
+size_t gpt_cuda_workspace_bytes(const gpt_cuda_workspace *ws) { (void)ws; return 0; }
+
+zero_status gpt_cuda_workspace_logits(gpt_cuda_workspace *ws, float *host_out)
+{
+    (void)ws, (void)host_out;
+    return NO_CUDA("gpt_cuda_workspace_logits");
+}
+
+zero_status gpt_cuda_forward_begin(gpt_cuda_workspace *ws, const int32_t *tokens, const int32_t *targets,
+                                   const gpt_tensors *embed)
+{
+    (void)ws, (void)tokens, (void)targets, (void)embed;
+    return NO_CUDA("gpt_cuda_forward_begin");
+}
+
+zero_status gpt_cuda_forward_block(gpt_cuda_workspace *ws, int layer, const gpt_tensors *block)
+{
+    (void)ws, (void)layer, (void)block;
+    return NO_CUDA("gpt_cuda_forward_block");
+}
+
+zero_status gpt_cuda_forward_end(gpt_cuda_workspace *ws, const gpt_tensors *final_params, const gpt_tensors *embed,
+                                 float *loss)
+{
+    (void)ws, (void)final_params, (void)embed, (void)loss;
+    return NO_CUDA("gpt_cuda_forward_end");
+}
+
+zero_status gpt_cuda_backward_end(gpt_cuda_workspace *ws, float dloss, const gpt_tensors *final_params,
+                                  gpt_tensors *final_grads, const gpt_tensors *embed, gpt_tensors *embed_grads)
+{
+    (void)ws, (void)dloss, (void)final_params, (void)final_grads, (void)embed, (void)embed_grads;
+    return NO_CUDA("gpt_cuda_backward_end");
+}
+
+zero_status gpt_cuda_backward_block(gpt_cuda_workspace *ws, int layer, const gpt_tensors *block,
+                                    gpt_tensors *block_grads)
+{
+    (void)ws, (void)layer, (void)block, (void)block_grads;
+    return NO_CUDA("gpt_cuda_backward_block");
+}
+
+zero_status gpt_cuda_backward_begin(gpt_cuda_workspace *ws, gpt_tensors *embed_grads)
+{
+    (void)ws, (void)embed_grads;
+    return NO_CUDA("gpt_cuda_backward_begin");
+}
+
+zero_status gpt_cuda_forward(gpt_cuda_workspace *ws, const int32_t *tokens, const int32_t *targets,
+                             const gpt_tensors *params, float *loss)
+{
+    (void)ws, (void)tokens, (void)targets, (void)params, (void)loss;
+    return NO_CUDA("gpt_cuda_forward");
+}
+
+zero_status gpt_cuda_backward(gpt_cuda_workspace *ws, float dloss, const gpt_tensors *params, gpt_tensors *grads)
+{
+    (void)ws, (void)dloss, (void)params, (void)grads;
+    return NO_CUDA("gpt_cuda_backward");
+}

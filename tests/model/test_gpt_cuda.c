@@ -1,0 +1,201 @@
+/* The CUDA GPT against the CPU GPT (the reference), on a GPU; skips (77)
+ * without one or in a build without CUDA.
+ *
+ * Config: 2 layers, 4 heads, d_model 64, seq 40 (> 32, so every warp loop
+ * wraps), batch 3, vocab 256, one ignored target. Weights: uniform +-0.1,
+ * LayerNorm weights 1 +- 0.1 (every gradient path carries signal).
+ *
+ * Tolerances, per tensor (scale = max |CPU value| of that tensor):
+ *  1. fp32 matmuls, fp32 params: |gpu - cpu| <= 1e-4 * scale + 1e-3 * |cpu|;
+ *     loss within 1e-5 relative. Both sides are fp32; only summation order
+ *     (atomics, cuBLAS blocking) and expf differ (~1e-6 relative).
+ *  2. bf16 matmuls (the training mode), fp32 params: relative L2 error
+ *     ||gpu - cpu|| / ||cpu|| <= 2e-2 for logits and every gradient; loss
+ *     within 1e-2 absolute. bf16 keeps 8 significant bits: each gemm input
+ *     is off by up to 2^-9 relative, about 2e-3 rms per product after fp32
+ *     accumulation; ~10 dependent matmuls per path give ~1e-2 worst case.
+ *  3. bf16 params and grads, bf16 matmuls: as 2 with 3e-2 (the gradient is
+ *     rounded to bf16 once more), against a CPU run on the same bf16-rounded
+ *     weights. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "gpt.h"
+#include "gpt_cuda.h"
+#include "zero_build_config.h"
+#include <zero/device.h>
+
+#if ZERO_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#define L_ 2
+#define NH_ 4
+#define C_ 64
+#define T_ 40
+#define B_ 3
+#define V_ 256
+
+
+static void layout(const gpt_config *cfg, char *base, size_t elem, gpt_tensors *sets)
+{
+    size_t off = 0;
+    for (size_t i = 0; i < gpt_num_params(cfg); i++) {
+        gpt_param_info info;
+        gpt_param_info_get(cfg, i, &info);
+        sets[info.module].t[info.index] = base + off * elem;
+        off += info.numel;
+    }
+}
+
+static uint64_t rng = 88172645463325252ull;
+static float uniform(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+/* max |a-b| <= atol_scale*max|b| + rtol*|b| elementwise; or rel-L2 <= tol when l2 */
+static void compare(const char *what, const float *gpu, const float *cpu, size_t n, int l2, double tol)
+{
+    double scale = 0, num = 0, den = 0, worst = 0;
+    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(cpu[i]));
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)gpu[i] - cpu[i]);
+        num += d * d, den += (double)cpu[i] * cpu[i];
+        worst = fmax(worst, d);
+        if (!l2 && !(d <= 1e-4 * scale + tol * fabs(cpu[i]))) bad++;
+    }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    if (l2) CHECK_MSG(rel <= tol, "%s: relative L2 error %.3g > %.3g", what, rel, tol);
+    else CHECK_MSG(bad == 0, "%s: %d of %zu elements outside tolerance (max abs err %.3g, scale %.3g)", what, bad, n,
+                   worst, scale);
+    printf("  %-28s max abs err %.3g (scale %.3g), rel L2 %.3g\n", what, worst, scale, rel);
+}
+
+static float bf16_round(float x) { return zero_bf16_to_f32(zero_f32_to_bf16(x)); }
+
+/* One GPU run; returns its loss, logits and grads (fp32 on the host). */
+static int gpu_run(const gpt_config *cfg, const float *params, size_t total, zero_dtype dt, gpt_cuda_math math,
+                   const int32_t *tok, const int32_t *tgt, float *loss, float *logits, float *grads)
+{
+    size_t es = dt == ZERO_BF16 ? 2 : 4;
+    void *dp = NULL, *dg = NULL;
+    gpt_tensors p[L_ + 2], g[L_ + 2];
+    memset(p, 0, sizeof p), memset(g, 0, sizeof g);
+    void *host = malloc(total * es);
+    if (cudaMalloc(&dp, total * es) != cudaSuccess || cudaMalloc(&dg, total * es) != cudaSuccess) return -1;
+    for (size_t i = 0; i < total; i++) {
+        if (dt == ZERO_BF16) ((uint16_t *)host)[i] = zero_f32_to_bf16(params[i]);
+        else ((float *)host)[i] = params[i];
+    }
+    cudaMemcpy(dp, host, total * es, cudaMemcpyHostToDevice);
+    cudaMemset(dg, 0, total * es);
+    layout(cfg, dp, es, p);
+    layout(cfg, dg, es, g);
+    gpt_cuda_workspace *ws = NULL;
+    CHECK_OK(gpt_cuda_workspace_create(&ws, cfg, B_, T_, dt, math, NULL));
+    if (!ws) {
+        fprintf(stderr, "%s\n", gpt_last_error());
+        return -1;
+    }
+    zero_status st = gpt_cuda_forward(ws, tok, tgt, p, loss);
+    if (st == ZERO_OK) st = gpt_cuda_backward(ws, 1.0f, p, g);
+    if (st == ZERO_OK) st = gpt_cuda_workspace_logits(ws, logits);
+    CHECK_MSG(st == ZERO_OK, "cuda pass: %s", gpt_last_error());
+    cudaMemcpy(host, dg, total * es, cudaMemcpyDeviceToHost);
+    for (size_t i = 0; i < total; i++)
+        grads[i] = dt == ZERO_BF16 ? zero_bf16_to_f32(((uint16_t *)host)[i]) : ((float *)host)[i];
+    gpt_cuda_workspace_destroy(ws);
+    cudaFree(dp), cudaFree(dg), free(host);
+    return st == ZERO_OK ? 0 : -1;
+}
+
+static void cpu_run(const gpt_config *cfg, float *params, size_t total, const int32_t *tok, const int32_t *tgt,
+                    float *loss, float *logits, float *grads)
+{
+    gpt_tensors p[L_ + 2], g[L_ + 2];
+    memset(p, 0, sizeof p), memset(g, 0, sizeof g);
+    memset(grads, 0, total * sizeof(float));
+    layout(cfg, (char *)params, 4, p);
+    layout(cfg, (char *)grads, 4, g);
+    gpt_workspace *ws = NULL;
+    CHECK_OK(gpt_workspace_create(&ws, cfg, B_, T_));
+    CHECK_OK(gpt_forward(ws, tok, tgt, p, loss));
+    CHECK_OK(gpt_backward(ws, 1.0f, p, g));
+    memcpy(logits, gpt_workspace_logits(ws), sizeof(float) * B_ * T_ * V_);
+    gpt_workspace_destroy(ws);
+}
+
+static void compare_all(const gpt_config *cfg, const char *mode, const float *lg, const float *lc, const float *gg,
+                        const float *gc, int l2, double tol)
+{
+    printf("%s:\n", mode);
+    compare("logits", lg, lc, (size_t)B_ * T_ * V_, l2, tol);
+    size_t off = 0;
+    for (size_t i = 0; i < gpt_num_params(cfg); i++) {
+        gpt_param_info info;
+        gpt_param_info_get(cfg, i, &info);
+        char what[80];
+        snprintf(what, sizeof what, "grad %s", info.name);
+        compare(what, gg + off, gc + off, info.numel, l2, tol);
+        off += info.numel;
+    }
+}
+
+#endif /* ZERO_HAVE_CUDA */
+
+int main(void)
+{
+    if (!gpt_cuda_available()) CHECK_SKIP("no CUDA GPU visible (or this build has no CUDA path)");
+#if ZERO_HAVE_CUDA
+    gpt_config cfg = {L_, NH_, C_, T_, V_};
+    size_t total = gpt_param_elements(&cfg), nl = (size_t)B_ * T_ * V_;
+    float *params = malloc(total * 4), *gc = malloc(total * 4), *gg = malloc(total * 4);
+    float *lc = malloc(nl * 4), *lg = malloc(nl * 4);
+    int32_t tok[B_ * T_], tgt[B_ * T_];
+    size_t off = 0;
+    for (size_t i = 0; i < gpt_num_params(&cfg); i++) {
+        gpt_param_info info;
+        gpt_param_info_get(&cfg, i, &info);
+        for (size_t j = 0; j < info.numel; j++)
+            params[off + j] = info.init == GPT_INIT_ONES ? 1.0f + 0.1f * uniform() : 0.1f * uniform();
+        off += info.numel;
+    }
+    for (int i = 0; i < B_ * T_; i++) tok[i] = (int32_t)((uniform() + 1.0f) * 127.9f), tgt[i] = (int32_t)((uniform() + 1.0f) * 127.9f);
+    tgt[5] = -1;
+
+    float loss_c, loss_g;
+    cpu_run(&cfg, params, total, tok, tgt, &loss_c, lc, gc);
+
+    if (gpu_run(&cfg, params, total, ZERO_F32, GPT_CUDA_MATH_FP32, tok, tgt, &loss_g, lg, gg) == 0) {
+        CHECK_CLOSE(loss_g, loss_c, 1e-5);
+        printf("fp32 math: loss gpu %.7f cpu %.7f\n", loss_g, loss_c);
+        compare_all(&cfg, "fp32 math, fp32 params", lg, lc, gg, gc, 0, 1e-3);
+    }
+    if (gpu_run(&cfg, params, total, ZERO_F32, GPT_CUDA_MATH_BF16, tok, tgt, &loss_g, lg, gg) == 0) {
+        CHECK_MSG(fabsf(loss_g - loss_c) <= 1e-2f, "bf16 loss %.6f vs cpu %.6f", loss_g, loss_c);
+        printf("bf16 math: loss gpu %.7f cpu %.7f\n", loss_g, loss_c);
+        compare_all(&cfg, "bf16 math, fp32 params", lg, lc, gg, gc, 1, 2e-2);
+    }
+    for (size_t i = 0; i < total; i++) params[i] = bf16_round(params[i]);
+    cpu_run(&cfg, params, total, tok, tgt, &loss_c, lc, gc);
+    if (gpu_run(&cfg, params, total, ZERO_BF16, GPT_CUDA_MATH_BF16, tok, tgt, &loss_g, lg, gg) == 0) {
+        CHECK_MSG(fabsf(loss_g - loss_c) <= 1e-2f, "bf16-params loss %.6f vs cpu %.6f", loss_g, loss_c);
+        printf("bf16 params: loss gpu %.7f cpu %.7f\n", loss_g, loss_c);
+        compare_all(&cfg, "bf16 math, bf16 params and grads", lg, lc, gg, gc, 1, 3e-2);
+    }
+
+    /* misuse is reported, not crashed on */
+    gpt_cuda_workspace *ws = NULL;
+    CHECK(gpt_cuda_workspace_create(&ws, &cfg, B_, T_ + 1000, ZERO_F32, GPT_CUDA_MATH_BF16, NULL) ==
+          ZERO_INVALID_ARGUMENT);
+    CHECK(gpt_cuda_workspace_create(&ws, &cfg, B_, T_, ZERO_F16, GPT_CUDA_MATH_BF16, NULL) == ZERO_UNSUPPORTED);
+    free(params), free(gc), free(gg), free(lc), free(lg);
+#endif
+    return check_exit();
+}
