@@ -1,33 +1,61 @@
 #!/bin/bash
-# GPU checks that CI (no GPU) can only compile: run on a machine with a CUDA
-# device after building, e.g.  tests/gpu/run_gpu_tests.sh build
-# Each area appends its own section below; the script ends with a summary and
-# exits non-zero if any check failed (77 = skipped counts as not run).
-set -u
+# Build libzero with CUDA and run every test that needs a GPU (meson suite
+# 'gpu'), then print "N passed, N failed, N skipped".
+#
+#   tests/gpu/run_gpu_tests.sh [build-dir]       (default: build-gpu)
+#
+# Environment:
+#   ZERO_CUDA_ARCH   e.g. sm_90: compile device code for that GPU
+#                    (default: nvcc's default target, JIT-compiled from PTX)
+#   ZERO_GPU_SETUP   extra `meson setup` options, e.g. "-Dnccl=disabled"
+#
+# On a GPU machine a skipped GPU test is a failure (it means the GPU was not
+# seen), so the exit status is 0 only when every GPU test passed. Without a
+# GPU the script says so and exits 77.
+#
+# To add GPU tests from another area, give them suite 'gpu' in meson
+# (suite: ['<area>', 'gpu']); they are picked up here. Area-specific extra
+# steps go in the marked section below.
+set -uo pipefail
 cd "$(dirname "$0")/../.."
-build=${1:-build}
-pass=0 fail=0 skip=0
-gpu_check() { # name, command...
-  local name=$1; shift
-  echo "=== $name: $*"
-  "$@"
-  local rc=$?
-  case $rc in
-    0) pass=$((pass + 1)); echo "--- $name: PASS" ;;
-    77) skip=$((skip + 1)); echo "--- $name: SKIP" ;;
-    *) fail=$((fail + 1)); echo "--- $name: FAIL (rc $rc)" ;;
-  esac
-}
-# The summary runs at exit, so sections can simply be appended below.
-trap 'echo "GPU checks: $pass passed, $fail failed, $skip skipped"; [ $fail -eq 0 ] || exit 1' EXIT
+build=${1:-build-gpu}
 
-# ---------------------------------------------------------------- collectives
-# NCCL at world size 1 (one rank per GPU), STAGED at world size 2 (two ranks
-# sharing GPU 0 through pinned host memory over MPI).
-gpu_check coll_nccl_np1 tests/mpirun.sh 1 "$build/tests/collectives/test_coll_gpu" nccl
-gpu_check coll_staged_np2 tests/mpirun.sh 2 "$build/tests/collectives/test_coll_gpu" staged
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "run_gpu_tests: no NVIDIA GPU visible (nvidia-smi -L failed); nothing to run"
+  echo "0 passed, 0 failed, 0 skipped"
+  exit 77
+fi
+nvidia-smi -L
 
-# ---------------------------------------------------------------- model (GPT CUDA path)
-# The CUDA GPT against the CPU GPT: fp32 math tightly (kernels), bf16 math and
-# bf16 params within stated bf16 tolerances (see tests/model/test_gpt_cuda.c).
-gpu_check model_gpt_cuda "$build/tests/model/test_gpt_cuda"
+setup_args=(-Dcuda=enabled)
+[ -n "${ZERO_CUDA_ARCH:-}" ] && setup_args+=("-Dcuda_args=-arch=${ZERO_CUDA_ARCH}")
+# shellcheck disable=SC2206
+[ -n "${ZERO_GPU_SETUP:-}" ] && setup_args+=(${ZERO_GPU_SETUP})
+if [ -f "$build/build.ninja" ]; then
+  meson configure "$build" "${setup_args[@]}" >/dev/null || exit 1
+else
+  meson setup "$build" "${setup_args[@]}" >/dev/null || { echo "meson setup failed"; exit 1; }
+fi
+ninja -C "$build" -j"$(nproc)" || { echo "build failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+
+status=0
+meson test -C "$build" --suite gpu --print-errorlogs --num-processes 1 || status=1
+
+# ---- extra GPU checks from other areas go here (append, keep each short) ----
+
+# ---- summary ----
+/usr/bin/python3 - "$build/meson-logs/testlog.json" <<'PY'
+import json, sys
+counts = {"OK": 0, "FAIL": 0, "SKIP": 0}
+for line in open(sys.argv[1]):
+    t = json.loads(line)
+    r = t.get("result", "")
+    key = "OK" if r in ("OK", "EXPECTEDFAIL") else "SKIP" if r == "SKIP" else "FAIL"
+    counts[key] += 1
+    if key != "OK":
+        print(f"  {r}: {t['name']}")
+print(f"{counts['OK']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped")
+sys.exit(1 if counts["FAIL"] or counts["SKIP"] else 0)
+PY
+rc=$?
+[ $status -eq 0 ] && [ $rc -eq 0 ]
