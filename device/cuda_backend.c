@@ -251,10 +251,15 @@ static zero_status cuda_event_query(zero_device *dev, zero_event *ev, int *done)
 
 /* ---------------------------------------------------------------- copies */
 
+/* cudaMemcpy from pageable host memory may return before the DMA has landed
+ * (it only waits for the staging copy), and kernels on our non-blocking
+ * streams do not wait for the legacy stream: enqueue on the legacy stream and
+ * synchronize it, so the bytes are at dst when this returns. */
 static zero_status cuda_memcpy(zero_device *dev, void *dst, const void *src, size_t bytes)
 {
     SET_DEVICE("zero_memcpy");
-    CU("zero_memcpy", cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+    CU("zero_memcpy", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)0));
+    CU("zero_memcpy", cudaStreamSynchronize((cudaStream_t)0));
     return ZERO_OK;
 }
 

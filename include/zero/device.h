@@ -40,7 +40,10 @@ ZERO_API int zero_cuda_available(void);
 ZERO_API const char *zero_device_last_error(const zero_device *dev);
 
 /* ------------------------------------------------------------ memory
- * Every allocation is aligned to at least 256 bytes. Free functions accept NULL. */
+ * Device allocations are aligned to at least 256 bytes, pinned and NUMA host
+ * allocations to 4096 (a page: usable for O_DIRECT I/O too). A request for 0
+ * bytes is ZERO_INVALID_ARGUMENT (there would be no pointer to own). Free
+ * functions accept NULL. */
 ZERO_API zero_status zero_device_alloc(zero_device *dev, size_t bytes, void **out);
 ZERO_API void zero_device_free(zero_device *dev, void *ptr);
 /* Page-locked host memory (plain aligned memory on the CPU device). */
@@ -52,7 +55,11 @@ ZERO_API void zero_host_free_pinned(zero_device *dev, void *ptr);
 ZERO_API zero_status zero_host_alloc_numa(zero_device *dev, size_t bytes, void **out);
 ZERO_API void zero_host_free_numa(zero_device *dev, void *ptr, size_t bytes);
 
-/* ------------------------------------------------------------ streams, events */
+/* ------------------------------------------------------------ streams, events
+ * A stream argument may be NULL (the device's default stream) wherever a
+ * stream is optional; it must belong to the device it is used with
+ * (ZERO_INVALID_ARGUMENT otherwise). An event never recorded counts as done.
+ * zero_stream_sync needs a real stream: use zero_device_sync for the default. */
 ZERO_API zero_status zero_stream_create(zero_device *dev, zero_stream **out);
 ZERO_API void zero_stream_destroy(zero_stream *stream);
 ZERO_API zero_status zero_stream_sync(zero_stream *stream);
@@ -67,14 +74,21 @@ ZERO_API zero_status zero_event_sync(zero_event *event);
 ZERO_API zero_status zero_event_query(zero_event *event, int *done);
 
 /* ------------------------------------------------------------ copies
- * Direction is inferred (CUDA unified addressing); host<->host works too. */
+ * Direction is inferred (CUDA unified addressing); host<->host works too.
+ * zero_memcpy has finished when it returns (the bytes are at dst); it does
+ * not wait for work queued on other streams, so synchronize those first.
+ * Copies of 0 bytes succeed and touch nothing. */
 ZERO_API zero_status zero_memcpy(zero_device *dev, void *dst, const void *src, size_t bytes);
 ZERO_API zero_status zero_memcpy_async(zero_device *dev, void *dst, const void *src, size_t bytes,
                                        zero_stream *stream);
 
 /* ------------------------------------------------------------ kernels
  * Element-wise over n elements of device memory, enqueued on `stream`.
- * Floating dtypes: f32, f16, bf16 (computed in fp32). */
+ * Floating dtypes: f32, f16, bf16 (computed in fp32, each f32 operation
+ * rounded once, no fused multiply-add, then rounded to the dtype to nearest
+ * even), so the CPU and CUDA devices give the same bits. A dtype that is not
+ * a zero_dtype is ZERO_INVALID_ARGUMENT, a non-floating one ZERO_UNSUPPORTED.
+ * n == 0 succeeds and touches nothing (pointers may then be NULL). */
 
 /* x[i] = value */
 ZERO_API zero_status zero_fill(zero_device *dev, void *x, zero_dtype dtype, size_t n, float value,
@@ -86,11 +100,15 @@ ZERO_API zero_status zero_scale(zero_device *dev, void *x, zero_dtype dtype, siz
 ZERO_API zero_status zero_axpy(zero_device *dev, float alpha, const void *x, void *y, zero_dtype dtype,
                                size_t n, zero_stream *stream);
 /* dst[i] = (dst_dtype) src[i]; narrowing float casts round to nearest even,
- * NaN stays NaN (quiet), overflow goes to infinity. */
+ * NaN stays NaN (quiet), overflow goes to infinity, f16 subnormals are exact.
+ * src and dst must not overlap, except src == dst with equal dtypes (a no-op). */
 ZERO_API zero_status zero_cast(zero_device *dev, const void *src, zero_dtype src_dtype, void *dst,
                                zero_dtype dst_dtype, size_t n, zero_stream *stream);
 /* *out = sum of x[i]^2 accumulated in double; synchronizes `stream`.
- * Also reports whether any element is inf or NaN (may be NULL). */
+ * Also reports whether any element is inf or NaN (may be NULL). The result
+ * is deterministic for a given device kind and n (fixed summation order, not
+ * dependent on the thread count); CPU and CUDA agree to within n * 2^-52
+ * relative, not bitwise. */
 ZERO_API zero_status zero_sumsq(zero_device *dev, const void *x, zero_dtype dtype, size_t n, double *out,
                                 int *nonfinite, zero_stream *stream);
 
