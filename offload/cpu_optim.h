@@ -1,0 +1,35 @@
+/* Internal: optimizer step kernels over fp32 arrays (the own shard of the
+ * master weights, its gradient and moments). The CPU versions live in
+ * offload/cpu_optim.c; the CUDA versions in zero/optim_cuda.cu take the same
+ * hyper-parameter block and compute the same rounding sequence. */
+#ifndef ZERO_OFFLOAD_CPU_OPTIM_H
+#define ZERO_OFFLOAD_CPU_OPTIM_H
+
+#include <stddef.h>
+
+/* Scalars precomputed once per step (in double, then rounded to float once,
+ * as torch does with Python scalars on float tensors). */
+typedef struct zero_optim_hyper {
+    float grad_scale; /* g = raw * grad_scale: unscale, average, clip */
+    /* AdamW (torch.optim.AdamW, single-tensor form) */
+    float decay;      /* 1 - lr * weight_decay */
+    float beta1, one_minus_beta1;
+    float beta2, one_minus_beta2;
+    float neg_step_size; /* -lr / (1 - beta1^t) */
+    float bc2_sqrt;      /* sqrt(1 - beta2^t) */
+    float eps;
+    /* SGD (torch.optim.SGD) */
+    float neg_lr;
+    float weight_decay;
+    float momentum;
+    float one_minus_dampening;
+    int nesterov;
+    int first; /* first update: the momentum buffer starts as the gradient */
+} zero_optim_hyper;
+
+/* p, g, m, v: n floats each. In place on p, m, v. */
+void zero_cpu_adamw(const zero_optim_hyper *h, float *p, const float *g, float *m, float *v, size_t n);
+/* buf may be NULL (momentum 0). */
+void zero_cpu_sgd(const zero_optim_hyper *h, float *p, const float *g, float *buf, size_t n);
+
+#endif

@@ -1,0 +1,70 @@
+/* The engine's one accounting allocator: every buffer the engine holds is
+ * allocated here under a category, so the memory report is a reading of
+ * these books, not an estimate. Freed memory is returned with its size and
+ * category (the engine always knows both), which keeps the books exact
+ * without a lookup table. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+
+static void books_add(zero_books *b, zero_mem_category cat, size_t bytes)
+{
+    b->bytes[cat] += bytes;
+    b->total += bytes;
+    if (b->bytes[cat] > b->peak[cat]) b->peak[cat] = b->bytes[cat];
+    if (b->total > b->peak_total) b->peak_total = b->total;
+}
+
+static void books_sub(zero_books *b, zero_mem_category cat, size_t bytes)
+{
+    b->bytes[cat] -= bytes;
+    b->total -= bytes;
+}
+
+zero_status engine_alloc(zero_engine *e, zero_mem_category cat, size_t bytes, void **out)
+{
+    *out = NULL;
+    if (bytes == 0) return ZERO_OK;
+    zero_status st = zero_device_alloc(e->dev, bytes, out);
+    if (st != ZERO_OK) {
+        *out = NULL;
+        return zero_fail(&e->err, st, "engine: allocating %zu bytes on rank %d: %s", bytes, e->rank,
+                         zero_device_last_error(e->dev));
+    }
+    /* Zeroed memory: padding must read as zeros, and touching every page now
+     * makes resident memory agree with the books. */
+    st = zero_fill(e->dev, *out, ZERO_F32, bytes / 4, 0.0f, NULL);
+    if (st == ZERO_OK && bytes % 4) st = zero_memcpy(e->dev, (char *)*out + bytes - bytes % 4,
+                                                     "\0\0\0", bytes % 4);
+    if (st != ZERO_OK) {
+        zero_device_free(e->dev, *out);
+        *out = NULL;
+        return zero_fail_forward(&e->err, st, "engine: zeroing a new buffer: ");
+    }
+    books_add(&e->books, cat, bytes);
+    return ZERO_OK;
+}
+
+void engine_free(zero_engine *e, zero_mem_category cat, size_t bytes, void *ptr)
+{
+    if (!ptr) return;
+    zero_device_free(e->dev, ptr);
+    books_sub(&e->books, cat, bytes);
+}
+
+zero_status engine_host_alloc(zero_engine *e, zero_mem_category cat, size_t bytes, void **out)
+{
+    *out = bytes ? malloc(bytes) : NULL;
+    if (bytes && !*out)
+        return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "engine: host allocation of %zu bytes failed", bytes);
+    books_add(&e->books, cat, bytes);
+    return ZERO_OK;
+}
+
+void engine_host_free(zero_engine *e, zero_mem_category cat, size_t bytes, void *ptr)
+{
+    if (!ptr) return;
+    free(ptr);
+    books_sub(&e->books, cat, bytes);
+}

@@ -1,0 +1,42 @@
+/* Validation of a zero_config before an engine is built from it. */
+#include <math.h>
+
+#include "engine_internal.h"
+
+zero_status config_validate(const zero_config *c, zero_errbuf *err)
+{
+    if (!c) return zero_fail(err, ZERO_INVALID_ARGUMENT, "engine create: config is NULL");
+    if (c->size < sizeof(zero_config) || c->version != ZERO_CONFIG_VERSION)
+        return zero_fail(err, ZERO_CONFIG,
+                         "engine create: config size %zu / version %u not understood (expected %zu / %u);"
+                         " initialise it with ZERO_CONFIG_INIT",
+                         c->size, c->version, sizeof(zero_config), ZERO_CONFIG_VERSION);
+#define BAD(...) return zero_fail(err, ZERO_CONFIG, "engine config: " __VA_ARGS__)
+    if (c->stage < 0 || c->stage > 3) BAD("stage must be 0..3, got %d", c->stage);
+    if (c->reduce_bucket_size < 1) BAD("reduce_bucket_size must be >= 1 element");
+    if (c->allgather_bucket_size < 1) BAD("allgather_bucket_size must be >= 1 element");
+    if (c->optimizer != ZERO_OPTIM_ADAMW && c->optimizer != ZERO_OPTIM_SGD)
+        BAD("optimizer kind %d unknown", (int)c->optimizer);
+    if (!(c->lr >= 0) || !isfinite(c->lr)) BAD("lr must be finite and >= 0, got %g", c->lr);
+    if (!(c->beta1 >= 0 && c->beta1 < 1)) BAD("beta1 must be in [0, 1), got %g", c->beta1);
+    if (!(c->beta2 >= 0 && c->beta2 < 1)) BAD("beta2 must be in [0, 1), got %g", c->beta2);
+    if (!(c->eps >= 0)) BAD("eps must be >= 0, got %g", c->eps);
+    if (!(c->weight_decay >= 0)) BAD("weight_decay must be >= 0, got %g", c->weight_decay);
+    if (!(c->momentum >= 0)) BAD("momentum must be >= 0, got %g", c->momentum);
+    if (!(c->dampening >= 0 && c->dampening <= 1)) BAD("dampening must be in [0, 1], got %g", c->dampening);
+    if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
+        BAD("nesterov needs momentum > 0 and dampening 0 (as torch.optim.SGD)");
+    if (!(c->gradient_clipping >= 0)) BAD("gradient_clipping must be >= 0, got %g", c->gradient_clipping);
+    if (c->gradient_accumulation_steps < 1)
+        BAD("gradient_accumulation_steps must be >= 1, got %d", c->gradient_accumulation_steps);
+    if (c->compute_dtype != ZERO_F32 && c->compute_dtype != ZERO_BF16 && c->compute_dtype != ZERO_F16)
+        BAD("compute_dtype must be f32, bf16 or f16, got %s", zero_dtype_name(c->compute_dtype));
+    if (!(c->loss_scale >= 0)) BAD("loss_scale must be >= 0 (0 = dynamic), got %g", c->loss_scale);
+    if (c->initial_scale_power < 0 || c->initial_scale_power > 62)
+        BAD("initial_scale_power must be 0..62, got %d", c->initial_scale_power);
+    if (c->loss_scale_window < 1) BAD("loss_scale_window must be >= 1, got %d", c->loss_scale_window);
+    if (c->hysteresis < 1) BAD("hysteresis must be >= 1, got %d", c->hysteresis);
+    if (!(c->min_loss_scale > 0)) BAD("min_loss_scale must be > 0, got %g", c->min_loss_scale);
+#undef BAD
+    return ZERO_OK;
+}

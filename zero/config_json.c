@@ -1,0 +1,261 @@
+/* zero_config_from_json: the engine sections of a DeepSpeed-style JSON
+ * document. Strict inside those sections (unknown keys and wrong types are
+ * errors naming the key path), silent about every other top-level key. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "engine_internal.h"
+
+typedef struct jctx {
+    char path[128]; /* "zero_optimization" */
+} jctx;
+
+static zero_status bad_value(const char *section, const char *key, const char *expected, const json_t *v)
+{
+    char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    zero_status st = zero_fail(NULL, ZERO_CONFIG, "%s%s%s: expected %s, got %s", section, key ? "." : "",
+                               key ? key : "", expected, text ? text : "?");
+    free(text);
+    return st;
+}
+
+/* An integer: a JSON integer, or a real with an integral value (DeepSpeed
+ * configs often write sizes as 5e8). */
+static int as_integer(const json_t *v, double *out)
+{
+    if (json_is_integer(v)) {
+        *out = (double)json_integer_value(v);
+        return 1;
+    }
+    if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (isfinite(d) && d == floor(d)) {
+            *out = d;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static zero_status get_int(const char *sec, const char *key, const json_t *v, long long lo, long long hi, int *dst)
+{
+    double d;
+    char expected[96];
+    snprintf(expected, sizeof expected, "an integer %lld..%lld", lo, hi);
+    if (!as_integer(v, &d) || d < (double)lo || d > (double)hi) return bad_value(sec, key, expected, v);
+    *dst = (int)d;
+    return ZERO_OK;
+}
+
+static zero_status get_u64(const char *sec, const char *key, const json_t *v, uint64_t lo, uint64_t *dst)
+{
+    double d;
+    char expected[96];
+    snprintf(expected, sizeof expected, "an integer >= %llu (elements)", (unsigned long long)lo);
+    if (!as_integer(v, &d) || d < (double)lo || d > 1.8e19) return bad_value(sec, key, expected, v);
+    *dst = (uint64_t)d;
+    return ZERO_OK;
+}
+
+static zero_status get_num(const char *sec, const char *key, const json_t *v, double lo, double hi, int hi_open,
+                           double *dst)
+{
+    char expected[96];
+    snprintf(expected, sizeof expected, "a number in [%g, %g%s", lo, hi, hi_open ? ")" : "]");
+    if (!json_is_number(v)) return bad_value(sec, key, expected, v);
+    double d = json_number_value(v);
+    if (!(d >= lo) || (hi_open ? !(d < hi) : !(d <= hi))) return bad_value(sec, key, expected, v);
+    *dst = d;
+    return ZERO_OK;
+}
+
+static zero_status get_bool(const char *sec, const char *key, const json_t *v, int *dst)
+{
+    if (!json_is_boolean(v)) return bad_value(sec, key, "true or false", v);
+    *dst = json_is_true(v);
+    return ZERO_OK;
+}
+
+static zero_status unknown_key(const char *sec, const char *key, const char *known)
+{
+    return zero_fail(NULL, ZERO_CONFIG, "%s.%s: unknown key (known here: %s)", sec, key, known);
+}
+
+/* ---------------------------------------------------------------- sections */
+
+static zero_status parse_zero_optimization(const json_t *obj, zero_config *c)
+{
+    static const char sec[] = "zero_optimization";
+    static const char known[] =
+        "stage, reduce_bucket_size, allgather_bucket_size, overlap_comm, contiguous_gradients, "
+        "stage3_prefetch_bucket_size, stage3_max_live_parameters, stage3_param_persistence_threshold, "
+        "allgather_partitions, reduce_scatter, stage3_max_reuse_distance, "
+        "stage3_gather_16bit_weights_on_model_save, round_robin_gradients";
+    if (!json_is_object(obj)) return bad_value(sec, NULL, "an object", obj);
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)obj, key, v) {
+        zero_status st = ZERO_OK;
+        int flag = 0;
+        uint64_t ignored = 0;
+        if (!strcmp(key, "stage")) st = get_int(sec, key, v, 0, 3, &c->stage);
+        else if (!strcmp(key, "reduce_bucket_size")) st = get_u64(sec, key, v, 1, &c->reduce_bucket_size);
+        else if (!strcmp(key, "allgather_bucket_size")) st = get_u64(sec, key, v, 1, &c->allgather_bucket_size);
+        else if (!strcmp(key, "overlap_comm")) st = get_bool(sec, key, v, &c->overlap_comm);
+        else if (!strcmp(key, "contiguous_gradients")) st = get_bool(sec, key, v, &c->contiguous_gradients);
+        else if (!strcmp(key, "stage3_prefetch_bucket_size"))
+            st = get_u64(sec, key, v, 0, &c->stage3_prefetch_bucket_size);
+        else if (!strcmp(key, "stage3_max_live_parameters"))
+            st = get_u64(sec, key, v, 0, &c->stage3_max_live_parameters);
+        else if (!strcmp(key, "stage3_param_persistence_threshold"))
+            st = get_u64(sec, key, v, 0, &c->stage3_param_persistence_threshold);
+        else if (!strcmp(key, "allgather_partitions") || !strcmp(key, "reduce_scatter")) {
+            /* Accepted for DeepSpeed compatibility; this engine always does both. */
+            st = get_bool(sec, key, v, &flag);
+            if (st == ZERO_OK && !flag)
+                st = zero_fail(NULL, ZERO_CONFIG, "%s.%s: false is not supported (this engine always %s)", sec, key,
+                               key[0] == 'a' ? "all-gathers partitions" : "reduce-scatters gradients");
+        } else if (!strcmp(key, "stage3_max_reuse_distance")) {
+            st = get_u64(sec, key, v, 0, &ignored); /* accepted: release() decides when memory is freed */
+        } else if (!strcmp(key, "stage3_gather_16bit_weights_on_model_save") ||
+                   !strcmp(key, "round_robin_gradients")) {
+            st = get_bool(sec, key, v, &flag); /* accepted; no effect on the engine */
+        } else {
+            st = unknown_key(sec, key, known);
+        }
+        if (st != ZERO_OK) return st;
+    }
+    return ZERO_OK;
+}
+
+static zero_status parse_betas(const json_t *v, zero_config *c)
+{
+    static const char sec[] = "optimizer.params";
+    if (!json_is_array(v) || json_array_size(v) != 2) return bad_value(sec, "betas", "an array of two numbers in [0, 1)", v);
+    double b[2];
+    for (int i = 0; i < 2; i++) {
+        const json_t *x = json_array_get(v, (size_t)i);
+        if (!json_is_number(x) || !(json_number_value(x) >= 0) || !(json_number_value(x) < 1))
+            return bad_value(sec, "betas", "an array of two numbers in [0, 1)", v);
+        b[i] = json_number_value(x);
+    }
+    c->beta1 = b[0];
+    c->beta2 = b[1];
+    return ZERO_OK;
+}
+
+static zero_status parse_optimizer(const json_t *obj, zero_config *c)
+{
+    static const char sec[] = "optimizer";
+    if (!json_is_object(obj)) return bad_value(sec, NULL, "an object", obj);
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)obj, key, v) {
+        if (strcmp(key, "type") && strcmp(key, "params")) return unknown_key(sec, key, "type, params");
+    }
+    const json_t *type = json_object_get(obj, "type");
+    if (!type) return zero_fail(NULL, ZERO_CONFIG, "optimizer.type: missing (AdamW, Adam or SGD)");
+    if (!json_is_string(type)) return bad_value(sec, "type", "a string (AdamW, Adam or SGD)", type);
+    const char *t = json_string_value(type);
+    int adam = 0;
+    if (!strcasecmp(t, "adamw")) adam = 1;
+    else if (!strcasecmp(t, "adam")) adam = 2; /* DeepSpeed's Adam: adam_w_mode defaults to true */
+    else if (!strcasecmp(t, "sgd")) adam = 0;
+    else return bad_value(sec, "type", "AdamW, Adam or SGD", type);
+    c->optimizer = adam ? ZERO_OPTIM_ADAMW : ZERO_OPTIM_SGD;
+
+    const json_t *params = json_object_get(obj, "params");
+    if (!params) return ZERO_OK;
+    static const char psec[] = "optimizer.params";
+    if (!json_is_object(params)) return bad_value(psec, NULL, "an object", params);
+    json_object_foreach((json_t *)params, key, v) {
+        zero_status st = ZERO_OK;
+        int flag = 0;
+        if (!strcmp(key, "lr")) st = get_num(psec, key, v, 0, INFINITY, 1, &c->lr);
+        else if (!strcmp(key, "weight_decay")) st = get_num(psec, key, v, 0, INFINITY, 1, &c->weight_decay);
+        else if (adam && !strcmp(key, "betas")) st = parse_betas(v, c);
+        else if (adam && !strcmp(key, "eps")) st = get_num(psec, key, v, 0, INFINITY, 1, &c->eps);
+        else if (adam == 2 && !strcmp(key, "adam_w_mode")) {
+            st = get_bool(psec, key, v, &flag);
+            if (st == ZERO_OK && !flag)
+                st = zero_fail(NULL, ZERO_CONFIG,
+                               "optimizer.params.adam_w_mode: false (L2-coupled Adam) is not supported; use AdamW");
+        } else if (!adam && !strcmp(key, "momentum")) st = get_num(psec, key, v, 0, INFINITY, 1, &c->momentum);
+        else if (!adam && !strcmp(key, "dampening")) st = get_num(psec, key, v, 0, 1, 0, &c->dampening);
+        else if (!adam && !strcmp(key, "nesterov")) st = get_bool(psec, key, v, &c->nesterov);
+        else st = unknown_key(psec, key,
+                              adam == 2 ? "lr, betas, eps, weight_decay, adam_w_mode"
+                                        : adam ? "lr, betas, eps, weight_decay"
+                                               : "lr, momentum, dampening, weight_decay, nesterov");
+        if (st != ZERO_OK) return st;
+    }
+    return ZERO_OK;
+}
+
+static zero_status parse_precision(const json_t *obj, const char *sec, zero_config *c, int *enabled)
+{
+    const int fp16 = sec[1] == 'p';
+    static const char known16[] = "enabled, loss_scale, initial_scale_power, loss_scale_window, hysteresis, "
+                                  "min_loss_scale";
+    if (!json_is_object(obj)) return bad_value(sec, NULL, "an object", obj);
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)obj, key, v) {
+        zero_status st = ZERO_OK;
+        if (!strcmp(key, "enabled")) st = get_bool(sec, key, v, enabled);
+        else if (fp16 && !strcmp(key, "loss_scale")) st = get_num(sec, key, v, 0, INFINITY, 1, &c->loss_scale);
+        else if (fp16 && !strcmp(key, "initial_scale_power")) st = get_int(sec, key, v, 0, 62, &c->initial_scale_power);
+        else if (fp16 && !strcmp(key, "loss_scale_window")) st = get_int(sec, key, v, 1, 1LL << 30, &c->loss_scale_window);
+        else if (fp16 && !strcmp(key, "hysteresis")) st = get_int(sec, key, v, 1, 1LL << 30, &c->hysteresis);
+        else if (fp16 && !strcmp(key, "min_loss_scale")) {
+            st = get_num(sec, key, v, 0, INFINITY, 1, &c->min_loss_scale);
+            if (st == ZERO_OK && !(c->min_loss_scale > 0)) st = bad_value(sec, key, "a number > 0", v);
+        } else st = unknown_key(sec, key, fp16 ? known16 : "enabled");
+        if (st != ZERO_OK) return st;
+    }
+    return ZERO_OK;
+}
+
+zero_status zero_config_from_json(zero_config *config, const char *json_text)
+{
+    if (!config || !json_text) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_config_from_json: NULL argument");
+    if (config->size < sizeof(zero_config) || config->version != ZERO_CONFIG_VERSION)
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT,
+                         "zero_config_from_json: initialise the config with ZERO_CONFIG_INIT first");
+    json_error_t jerr;
+    json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return zero_fail(NULL, ZERO_CONFIG, "config JSON: line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
+    zero_config c = *config;
+    zero_status st = ZERO_OK;
+    if (!json_is_object(root)) st = bad_value("(document)", NULL, "a JSON object", root);
+    const json_t *v;
+    int bf16 = -1, fp16 = -1;
+    if (st == ZERO_OK && (v = json_object_get(root, "zero_optimization"))) st = parse_zero_optimization(v, &c);
+    if (st == ZERO_OK && (v = json_object_get(root, "optimizer"))) st = parse_optimizer(v, &c);
+    if (st == ZERO_OK && (v = json_object_get(root, "gradient_clipping")))
+        st = get_num("gradient_clipping", NULL, v, 0, INFINITY, 1, &c.gradient_clipping);
+    if (st == ZERO_OK && (v = json_object_get(root, "gradient_accumulation_steps")))
+        st = get_int("gradient_accumulation_steps", NULL, v, 1, 1 << 30, &c.gradient_accumulation_steps);
+    if (st == ZERO_OK && (v = json_object_get(root, "bf16"))) st = parse_precision(v, "bf16", &c, &bf16);
+    if (st == ZERO_OK && (v = json_object_get(root, "fp16"))) st = parse_precision(v, "fp16", &c, &fp16);
+    if (st == ZERO_OK && bf16 == 1 && fp16 == 1)
+        st = zero_fail(NULL, ZERO_CONFIG, "bf16.enabled and fp16.enabled are both true; pick one");
+    if (st == ZERO_OK) {
+        if (bf16 == 1) c.compute_dtype = ZERO_BF16;
+        else if (fp16 == 1) c.compute_dtype = ZERO_F16;
+        else if ((bf16 == 0 && c.compute_dtype == ZERO_BF16) || (fp16 == 0 && c.compute_dtype == ZERO_F16))
+            c.compute_dtype = ZERO_F32;
+    }
+    json_decref(root);
+    if (st == ZERO_OK) {
+        zero_errbuf eb;
+        st = config_validate(&c, &eb);
+    }
+    if (st == ZERO_OK) *config = c;
+    return st;
+}

@@ -1,0 +1,509 @@
+/* Engine lifetime, registration, finalize and the accessors. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+
+/* ---------------------------------------------------------------- helpers */
+
+zero_status engine_comm_failed(zero_engine *e, zero_status st, const char *what)
+{
+    char prefix[160];
+    snprintf(prefix, sizeof prefix, "%s: ", what);
+    e->broken = 1;
+    return zero_fail_forward(&e->err, st, prefix);
+}
+
+zero_status engine_check_usable(zero_engine *e, const char *what, int need_finalized)
+{
+    if (!e) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "%s: engine is NULL", what);
+    if (e->broken)
+        return zero_fail(&e->err, ZERO_INVALID_STATE,
+                         "%s: the engine is unusable after an earlier collective failure (destroy it); "
+                         "that failure: %.300s", what, e->err.msg);
+    if (need_finalized && !e->finalized)
+        return zero_fail(&e->err, ZERO_INVALID_STATE, "%s: call zero_engine_finalize first", what);
+    if (!need_finalized && e->finalized)
+        return zero_fail(&e->err, ZERO_INVALID_STATE, "%s: not allowed after zero_engine_finalize", what);
+    return ZERO_OK;
+}
+
+zero_status engine_sync_device(zero_engine *e, const char *what)
+{
+    if (!e->is_cuda) return ZERO_OK;
+    zero_status st = zero_device_sync(e->dev);
+    if (st != ZERO_OK) {
+        char prefix[160];
+        snprintf(prefix, sizeof prefix, "%s: device sync: ", what);
+        return zero_fail_forward(&e->err, st, prefix);
+    }
+    return ZERO_OK;
+}
+
+void *engine_bucket_grad(zero_engine *e, const zero_bucket *b)
+{
+    if (e->cfg.stage < 2) return elem_ptr(e, e->grads_full, b->flat_off);
+    zero_module *m = &e->modules[b->module];
+    return m->grad ? elem_ptr(e, m->grad, b->module_off) : NULL;
+}
+
+float *layout_master(zero_engine *e, const zero_bucket *b)
+{
+    if (e->cfg.stage == 0) return (e->master ? e->master : (float *)e->params_full) + b->flat_off;
+    if (e->master) return e->master + b->shard_off;
+    if (e->cfg.stage < 3) return (float *)e->params_full + b->flat_off + b->chunk * (uint64_t)e->rank;
+    return (float *)e->params_shard + b->shard_off;
+}
+
+float *layout_moment(zero_engine *e, float *mom, const zero_bucket *b)
+{
+    if (!mom) return NULL;
+    return mom + (e->cfg.stage == 0 ? b->flat_off : b->shard_off);
+}
+
+uint64_t layout_region_numel(const zero_engine *e, const zero_bucket *b)
+{
+    return e->cfg.stage == 0 ? b->numel : b->chunk;
+}
+
+float *layout_param_state(zero_engine *e, zero_state_kind kind, const zero_param *p)
+{
+    const zero_bucket *b = &e->buckets[p->bucket];
+    uint64_t region_off = e->cfg.stage == 0 ? p->in_bucket + p->own_begin
+                                            : p->shard_off - b->shard_off;
+    float *base;
+    switch (kind) {
+    case ZERO_STATE_MASTER: base = layout_master(e, b); break;
+    case ZERO_STATE_MOMENT1: base = layout_moment(e, e->m1, b); break;
+    case ZERO_STATE_MOMENT2: base = layout_moment(e, e->m2, b); break;
+    default: return NULL;
+    }
+    return base ? base + region_off : NULL;
+}
+
+/* ---------------------------------------------------------------- lifetime */
+
+zero_status zero_engine_create(zero_engine **out, const zero_config *config, zero_comm *dp, zero_device *dev)
+{
+    if (!out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine create: out is NULL");
+    *out = NULL;
+    if (!dp) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine create: dp comm is NULL");
+    if (!dev) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine create: device is NULL");
+    ZERO_TRY(config_validate(config, NULL));
+
+    int is_cuda = zero_device_get_kind(dev) == ZERO_DEVICE_CUDA;
+    zero_backend be = zero_comm_backend(dp);
+    int comm_on_device = be == ZERO_BACKEND_NCCL || be == ZERO_BACKEND_STAGED;
+    int comm_on_host = be == ZERO_BACKEND_MPI || be == ZERO_BACKEND_LOCAL;
+    if (is_cuda && !comm_on_device && !(be == ZERO_BACKEND_LOCAL && zero_comm_size(dp) == 1))
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT,
+                         "engine create: a CUDA device needs an NCCL or STAGED dp comm (got backend %d)", (int)be);
+    if (!is_cuda && !comm_on_host)
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT,
+                         "engine create: the CPU device needs an MPI or LOCAL dp comm (got backend %d)", (int)be);
+
+    zero_engine *e = calloc(1, sizeof *e);
+    if (!e) return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "engine create: out of memory");
+    e->cfg = *config;
+    e->cfg.size = sizeof(zero_config);
+    e->dp = dp;
+    e->dev = dev;
+    e->is_cuda = is_cuda;
+    e->rank = zero_comm_rank(dp);
+    e->world = zero_comm_size(dp);
+    e->dsize = zero_dtype_size(config->compute_dtype);
+    e->own_master = config->compute_dtype == ZERO_F32;
+    if (config->compute_dtype == ZERO_F16)
+        e->loss_scale = config->loss_scale > 0 ? config->loss_scale : ldexp(1.0, config->initial_scale_power);
+    else
+        e->loss_scale = 1.0;
+    e->hysteresis_left = config->hysteresis;
+    *out = e;
+    return ZERO_OK;
+}
+
+void zero_engine_destroy(zero_engine *e)
+{
+    if (!e) return;
+    if (!e->broken) {
+        (void)grads_flush(e, "engine destroy");
+        (void)gather_drop_prefetches(e, "engine destroy");
+    }
+    gather_free_all(e);
+    for (int i = 0; i < e->num_modules; i++) {
+        zero_module *m = &e->modules[i];
+        if (m->grad) engine_free(e, ZERO_MEM_GRADS, m->grad_numel * e->dsize, m->grad);
+        free(m->name);
+        free(m->bucket_ids);
+        free(m->reqs);
+    }
+    for (int i = 0; i < e->num_params; i++) {
+        zero_param *p = &e->params[i];
+        engine_host_free(e, ZERO_MEM_OTHER, p->numel * sizeof(float), p->init);
+        free(p->name);
+    }
+    uint64_t S = e->shard, P = e->padded;
+    size_t d = e->dsize;
+    int st = e->cfg.stage;
+    engine_free(e, ZERO_MEM_PARAMS, P * d, e->params_full);
+    engine_free(e, ZERO_MEM_PARAMS, S * d, e->params_shard);
+    engine_free(e, ZERO_MEM_PARAMS, e->persist_numel * d, e->persist);
+    engine_free(e, ZERO_MEM_GRADS, P * d, e->grads_full);
+    engine_free(e, ZERO_MEM_GRADS, S * 4, e->gacc);
+    uint64_t state_numel = st == 0 ? P : S;
+    engine_free(e, ZERO_MEM_MASTER, state_numel * 4, e->master);
+    engine_free(e, ZERO_MEM_MOMENTS, state_numel * 4, e->m1);
+    engine_free(e, ZERO_MEM_MOMENTS, state_numel * 4, e->m2);
+    for (int s = 0; s < e->num_slots; s++) {
+        engine_free(e, ZERO_MEM_BUFFERS, e->max_bucket * 4, e->slots[s].send);
+        engine_free(e, ZERO_MEM_BUFFERS, e->max_bucket / (uint64_t)e->world * 4, e->slots[s].recv);
+    }
+    free(e->params);
+    free(e->modules);
+    free(e->buckets);
+    free(e->trace);
+    free(e->cur);
+    free(e);
+}
+
+const char *zero_engine_last_error(const zero_engine *e)
+{
+    return e ? e->err.msg : "engine is NULL";
+}
+
+/* ---------------------------------------------------------------- registration */
+
+zero_status zero_engine_add_module(zero_engine *e, const char *name, int *module_id)
+{
+    ZERO_TRY(engine_check_usable(e, "engine add_module", 0));
+    if (!name || !*name)
+        return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "engine add_module: name is NULL or empty");
+    for (int i = 0; i < e->num_modules; i++)
+        if (strcmp(e->modules[i].name, name) == 0)
+            return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "engine add_module: module '%s' already exists (id %d)",
+                             name, i);
+    if (e->num_modules == e->cap_modules) {
+        int cap = e->cap_modules ? 2 * e->cap_modules : 16;
+        zero_module *m = realloc(e->modules, (size_t)cap * sizeof *m);
+        if (!m) return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "engine add_module: out of memory");
+        e->modules = m;
+        e->cap_modules = cap;
+    }
+    zero_module *m = &e->modules[e->num_modules];
+    memset(m, 0, sizeof *m);
+    m->name = strdup(name);
+    if (!m->name) return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "engine add_module: out of memory");
+    if (module_id) *module_id = e->num_modules;
+    e->num_modules++;
+    return ZERO_OK;
+}
+
+zero_status zero_engine_add_param(zero_engine *e, int module, const char *name, int ndim,
+                                  const int64_t *shape, const float *init, int *param_id)
+{
+    ZERO_TRY(engine_check_usable(e, "engine add_param", 0));
+    if (module < 0 || module >= e->num_modules)
+        return zero_fail(&e->err, ZERO_NOT_FOUND, "engine add_param '%s': unknown module %d (%d modules)",
+                         name ? name : "(null)", module, e->num_modules);
+    if (!name || !*name)
+        return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "engine add_param: name is NULL or empty");
+    if (ndim < 1 || ndim > ZERO_MAX_DIMS || !shape)
+        return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "engine add_param '%s': ndim %d not in 1..%d (or shape NULL)",
+                         name, ndim, ZERO_MAX_DIMS);
+    uint64_t numel = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 1 || (uint64_t)shape[d] > (UINT64_C(1) << 40) / numel)
+            return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "engine add_param '%s': shape[%d] = %lld is invalid",
+                             name, d, (long long)shape[d]);
+        numel *= (uint64_t)shape[d];
+    }
+    for (int i = 0; i < e->num_params; i++)
+        if (strcmp(e->params[i].name, name) == 0)
+            return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "engine add_param: parameter '%s' already exists (id %d)",
+                             name, i);
+    if (e->num_params == e->cap_params) {
+        int cap = e->cap_params ? 2 * e->cap_params : 64;
+        zero_param *p = realloc(e->params, (size_t)cap * sizeof *p);
+        if (!p) return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "engine add_param: out of memory");
+        e->params = p;
+        e->cap_params = cap;
+    }
+    zero_param *p = &e->params[e->num_params];
+    memset(p, 0, sizeof *p);
+    p->name = strdup(name);
+    if (!p->name) return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "engine add_param: out of memory");
+    p->module = module;
+    p->ndim = ndim;
+    memcpy(p->shape, shape, (size_t)ndim * sizeof *shape);
+    p->numel = numel;
+    if (init) {
+        zero_status st = engine_host_alloc(e, ZERO_MEM_OTHER, numel * sizeof(float), (void **)&p->init);
+        if (st != ZERO_OK) {
+            free(p->name);
+            return st;
+        }
+        memcpy(p->init, init, numel * sizeof(float));
+    }
+    e->modules[module].num_params++;
+    e->numel += numel;
+    if (param_id) *param_id = e->num_params;
+    e->num_params++;
+    return ZERO_OK;
+}
+
+/* ---------------------------------------------------------------- finalize */
+
+static zero_status alloc_buffers(zero_engine *e)
+{
+    const uint64_t P = e->padded, S = e->shard;
+    const size_t d = e->dsize;
+    const int stage = e->cfg.stage;
+    const uint64_t state_numel = stage == 0 ? P : S;
+    if (stage < 3) {
+        ZERO_TRY(engine_alloc(e, ZERO_MEM_PARAMS, P * d, &e->params_full));
+    } else {
+        ZERO_TRY(engine_alloc(e, ZERO_MEM_PARAMS, S * d, &e->params_shard));
+        ZERO_TRY(engine_alloc(e, ZERO_MEM_PARAMS, e->persist_numel * d, &e->persist));
+    }
+    if (stage < 2) ZERO_TRY(engine_alloc(e, ZERO_MEM_GRADS, P * d, &e->grads_full));
+    ZERO_TRY(engine_alloc(e, ZERO_MEM_GRADS, S * 4, (void **)&e->gacc));
+    if (!e->own_master) ZERO_TRY(engine_alloc(e, ZERO_MEM_MASTER, state_numel * 4, (void **)&e->master));
+    int moments = e->cfg.optimizer == ZERO_OPTIM_ADAMW ? 2 : (e->cfg.momentum > 0 ? 1 : 0);
+    if (moments >= 1) ZERO_TRY(engine_alloc(e, ZERO_MEM_MOMENTS, state_numel * 4, (void **)&e->m1));
+    if (moments >= 2) ZERO_TRY(engine_alloc(e, ZERO_MEM_MOMENTS, state_numel * 4, (void **)&e->m2));
+    e->num_slots = e->cfg.overlap_comm ? 2 : 1;
+    for (int s = 0; s < e->num_slots; s++) {
+        ZERO_TRY(engine_alloc(e, ZERO_MEM_BUFFERS, e->max_bucket * 4, (void **)&e->slots[s].send));
+        ZERO_TRY(engine_alloc(e, ZERO_MEM_BUFFERS, e->max_bucket / (uint64_t)e->world * 4,
+                              (void **)&e->slots[s].recv));
+        e->slots[s].bucket = -1;
+    }
+    return ZERO_OK;
+}
+
+/* Write fp32 values of a whole bucket (staged in device memory) into every
+ * place this rank keeps them: master, compute-dtype params, persistent copy. */
+zero_status layout_load_bucket(zero_engine *e, const zero_bucket *b, const float *full)
+{
+    const zero_dtype dt = e->cfg.compute_dtype;
+    const uint64_t r = (uint64_t)e->rank;
+    const float *own = full + b->chunk * r;
+    zero_status st = ZERO_OK;
+    if (e->master) {
+        if (e->cfg.stage == 0) st = zero_memcpy(e->dev, e->master + b->flat_off, full, b->numel * 4);
+        else st = zero_memcpy(e->dev, e->master + b->shard_off, own, b->chunk * 4);
+    }
+    if (st == ZERO_OK && e->cfg.stage < 3)
+        st = zero_cast(e->dev, full, ZERO_F32, elem_ptr(e, e->params_full, b->flat_off), dt, b->numel, NULL);
+    if (st == ZERO_OK && e->cfg.stage == 3) {
+        st = zero_cast(e->dev, own, ZERO_F32, elem_ptr(e, e->params_shard, b->shard_off), dt, b->chunk, NULL);
+        if (st == ZERO_OK && b->persistent)
+            st = zero_cast(e->dev, full, ZERO_F32, elem_ptr(e, e->persist, b->persist_off), dt, b->numel, NULL);
+    }
+    if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine: loading parameter values: ");
+    return ZERO_OK;
+}
+
+static zero_status load_init(zero_engine *e)
+{
+    float *host = NULL;
+    size_t host_bytes = e->max_bucket * sizeof(float);
+    ZERO_TRY(engine_host_alloc(e, ZERO_MEM_OTHER, host_bytes, (void **)&host));
+    zero_status st = ZERO_OK;
+    for (int bi = 0; bi < e->num_buckets && st == ZERO_OK; bi++) {
+        const zero_bucket *b = &e->buckets[bi];
+        memset(host, 0, b->numel * sizeof(float));
+        for (int i = b->first_param; i < b->first_param + b->num_params; i++) {
+            const zero_param *p = &e->params[i];
+            if (p->init) memcpy(host + p->in_bucket, p->init, p->numel * sizeof(float));
+        }
+        st = zero_memcpy(e->dev, e->slots[0].send, host, b->numel * sizeof(float));
+        if (st != ZERO_OK) {
+            st = zero_fail_forward(&e->err, st, "engine finalize: copying initial values: ");
+            break;
+        }
+        st = layout_load_bucket(e, b, e->slots[0].send);
+    }
+    if (st == ZERO_OK) st = engine_sync_device(e, "engine finalize");
+    engine_host_free(e, ZERO_MEM_OTHER, host_bytes, host);
+    for (int i = 0; i < e->num_params; i++) {
+        zero_param *p = &e->params[i];
+        engine_host_free(e, ZERO_MEM_OTHER, p->numel * sizeof(float), p->init);
+        p->init = NULL;
+    }
+    return st;
+}
+
+zero_status zero_engine_finalize(zero_engine *e)
+{
+    ZERO_TRY(engine_check_usable(e, "engine finalize", 0));
+    if (e->num_params == 0)
+        return zero_fail(&e->err, ZERO_INVALID_STATE, "engine finalize: no parameters were added");
+    ZERO_TRY(plan_build(e));
+    ZERO_TRY(plan_check_ranks(e));
+    zero_status st = alloc_buffers(e);
+    if (st == ZERO_OK) st = load_init(e);
+    if (st != ZERO_OK) return st;
+    e->finalized = 1;
+    return ZERO_OK;
+}
+
+/* ---------------------------------------------------------------- accessors */
+
+static zero_status check_param(zero_engine *e, int param, const char *what)
+{
+    if (param < 0 || param >= e->num_params)
+        return zero_fail(&e->err, ZERO_NOT_FOUND, "%s: unknown parameter %d (%d parameters)", what, param,
+                         e->num_params);
+    return ZERO_OK;
+}
+
+zero_status zero_engine_param_data(zero_engine *e, int param, void **out)
+{
+    ZERO_TRY(engine_check_usable(e, "engine param_data", 1));
+    ZERO_TRY(check_param(e, param, "engine param_data"));
+    if (!out) return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "engine param_data: out is NULL");
+    *out = NULL;
+    const zero_param *p = &e->params[param];
+    const zero_bucket *b = &e->buckets[p->bucket];
+    if (e->cfg.stage < 3) {
+        *out = elem_ptr(e, e->params_full, p->flat_off);
+    } else if (b->persistent) {
+        *out = elem_ptr(e, e->persist, b->persist_off + p->in_bucket);
+    } else {
+        zero_module *m = &e->modules[p->module];
+        if (m->state != MODULE_GATHERED)
+            return zero_fail(&e->err, ZERO_INVALID_STATE,
+                             "engine param_data: parameter '%s' of module '%s' is not gathered (stage 3: call "
+                             "zero_engine_gather first)", p->name, m->name);
+        *out = elem_ptr(e, m->gathered, b->gather_off + p->in_bucket);
+    }
+    return ZERO_OK;
+}
+
+zero_status zero_engine_param_grad(zero_engine *e, int param, void **out)
+{
+    ZERO_TRY(engine_check_usable(e, "engine param_grad", 1));
+    ZERO_TRY(check_param(e, param, "engine param_grad"));
+    if (!out) return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "engine param_grad: out is NULL");
+    *out = NULL;
+    const zero_param *p = &e->params[param];
+    const zero_bucket *b = &e->buckets[p->bucket];
+    if (e->cfg.stage < 2) {
+        *out = elem_ptr(e, e->grads_full, p->flat_off);
+        return ZERO_OK;
+    }
+    zero_module *m = &e->modules[p->module];
+    if (!m->grad) ZERO_TRY(engine_alloc(e, ZERO_MEM_GRADS, m->grad_numel * e->dsize, &m->grad));
+    *out = elem_ptr(e, m->grad, b->module_off + p->in_bucket);
+    return ZERO_OK;
+}
+
+zero_status zero_engine_set_lr(zero_engine *e, double lr)
+{
+    if (!e) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine set_lr: engine is NULL");
+    if (!(lr >= 0) || !isfinite(lr))
+        return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "engine set_lr: lr must be finite and >= 0, got %g", lr);
+    e->cfg.lr = lr;
+    return ZERO_OK;
+}
+
+double zero_engine_get_lr(const zero_engine *e) { return e ? e->cfg.lr : 0.0; }
+
+double zero_engine_loss_scale(const zero_engine *e) { return e ? e->loss_scale : 1.0; }
+
+zero_status zero_engine_plan_info(const zero_engine *e, zero_plan_info *out)
+{
+    if (!e || !out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine plan_info: NULL argument");
+    if (!e->finalized)
+        return zero_fail((zero_errbuf *)&e->err, ZERO_INVALID_STATE, "engine plan_info: call zero_engine_finalize first");
+    memset(out, 0, sizeof *out);
+    out->numel = e->numel;
+    out->padded_numel = e->padded;
+    out->shard_numel = e->shard;
+    out->max_bucket_numel = e->max_bucket;
+    out->hash = e->plan_hash;
+    out->num_params = e->num_params;
+    out->num_modules = e->num_modules;
+    out->num_buckets = e->num_buckets;
+    out->dp_size = e->world;
+    out->dp_rank = e->rank;
+    out->stage = e->cfg.stage;
+    out->compute_dtype = e->cfg.compute_dtype;
+    return ZERO_OK;
+}
+
+int zero_engine_num_params(const zero_engine *e) { return e ? e->num_params : 0; }
+int zero_engine_num_modules(const zero_engine *e) { return e ? e->num_modules : 0; }
+
+const char *zero_engine_module_name(const zero_engine *e, int module)
+{
+    if (!e || module < 0 || module >= e->num_modules) return NULL;
+    return e->modules[module].name;
+}
+
+zero_status zero_engine_param_info(const zero_engine *e, int param, zero_param_info *out)
+{
+    if (!e || !out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine param_info: NULL argument");
+    if (param < 0 || param >= e->num_params)
+        return zero_fail((zero_errbuf *)&e->err, ZERO_NOT_FOUND, "engine param_info: unknown parameter %d (%d parameters)",
+                         param, e->num_params);
+    const zero_param *p = &e->params[param];
+    memset(out, 0, sizeof *out);
+    out->name = p->name;
+    out->module = p->module;
+    out->ndim = p->ndim;
+    memcpy(out->shape, p->shape, sizeof out->shape);
+    out->numel = p->numel;
+    out->dtype = e->cfg.compute_dtype;
+    if (e->finalized) {
+        out->bucket = p->bucket;
+        out->persistent = p->persistent;
+        out->owned_begin = p->own_begin;
+        out->owned_end = p->own_end;
+        out->shard_offset = p->shard_off;
+    } else {
+        out->bucket = -1;
+    }
+    return ZERO_OK;
+}
+
+zero_status zero_engine_find_param(const zero_engine *e, const char *name, int *param)
+{
+    if (param) *param = -1;
+    if (!e || !name || !param) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine find_param: NULL argument");
+    for (int i = 0; i < e->num_params; i++)
+        if (strcmp(e->params[i].name, name) == 0) {
+            *param = i;
+            return ZERO_OK;
+        }
+    return zero_fail((zero_errbuf *)&e->err, ZERO_NOT_FOUND, "engine find_param: no parameter named '%s'", name);
+}
+
+/* An all-reduce of a few host values. Host-memory backends take them as
+ * they are; device backends (NCCL, STAGED) need device memory, so the values
+ * travel through a short-lived device buffer (counted under "other"). */
+zero_status engine_allreduce_host(zero_engine *e, void *values, size_t count, zero_dtype dtype, zero_redop op,
+                                  const char *what)
+{
+    zero_status st;
+    if (!e->is_cuda) {
+        st = zero_allreduce(e->dp, values, values, count, dtype, op);
+        return st == ZERO_OK ? ZERO_OK : engine_comm_failed(e, st, what);
+    }
+    size_t bytes = count * zero_dtype_size(dtype);
+    void *dbuf = NULL;
+    ZERO_TRY(engine_alloc(e, ZERO_MEM_OTHER, bytes, &dbuf));
+    st = zero_memcpy(e->dev, dbuf, values, bytes);
+    if (st == ZERO_OK) st = engine_sync_device(e, what);
+    if (st == ZERO_OK) {
+        st = zero_allreduce(e->dp, dbuf, dbuf, count, dtype, op);
+        if (st != ZERO_OK) st = engine_comm_failed(e, st, what);
+        else if ((st = zero_memcpy(e->dev, values, dbuf, bytes)) != ZERO_OK)
+            st = zero_fail_forward(&e->err, st, "engine: copying a reduced scalar back: ");
+    }
+    engine_free(e, ZERO_MEM_OTHER, bytes, dbuf);
+    return st;
+}

@@ -1,0 +1,188 @@
+/* Internal: the engine's data structures, shared by the files of zero/.
+ *
+ * Layout vocabulary (see engine.h "the plan"):
+ *   flat layout   every bucket, padded, one after another (P elements)
+ *   chunk         1/N of a bucket; rank r owns chunk r of every bucket
+ *   shard         this rank's chunks, one after another (P/N elements)
+ * Stage 0 keeps master and moments in the flat layout (everything on every
+ * rank); stages 1-3 keep them in the shard layout. The fp32 reduced-gradient
+ * accumulator is always shard-sized. */
+#ifndef ZERO_ENGINE_INTERNAL_H
+#define ZERO_ENGINE_INTERNAL_H
+
+#include <stdint.h>
+#include <zero/engine.h>
+
+#include "common/error.h"
+
+typedef struct zero_param {
+    char *name;
+    int module;
+    int ndim;
+    int64_t shape[ZERO_MAX_DIMS];
+    uint64_t numel;
+    float *init;      /* host copy of the initial values until finalize; NULL = zeros */
+    int persistent;   /* numel < stage3_param_persistence_threshold */
+    /* plan */
+    int bucket;
+    uint64_t flat_off;   /* first element in the flat layout */
+    uint64_t in_bucket;  /* offset inside its bucket */
+    uint64_t own_begin, own_end, shard_off;
+} zero_param;
+
+typedef struct zero_bucket {
+    int module;
+    int persistent;
+    int first_param, num_params;
+    uint64_t numel;       /* padded: a multiple of the dp size */
+    uint64_t chunk;       /* numel / dp */
+    uint64_t flat_off;    /* in the flat layout */
+    uint64_t shard_off;   /* of this rank's chunk in the shard */
+    uint64_t module_off;  /* in the module's gradient buffer (all its buckets) */
+    uint64_t gather_off;  /* stage 3: in the module's gathered buffer (non-persistent buckets) */
+    uint64_t persist_off; /* stage 3: in the persistent buffer */
+} zero_bucket;
+
+enum { MODULE_RELEASED = 0, MODULE_INFLIGHT = 1, MODULE_GATHERED = 2 };
+
+typedef struct zero_module {
+    char *name;
+    int *bucket_ids, num_buckets;  /* its buckets, in plan order */
+    int num_params;
+    uint64_t grad_numel;   /* sum of its buckets' padded numel */
+    uint64_t gather_numel; /* sum of its non-persistent buckets' padded numel */
+    /* stage-3 gather state */
+    int gather_count;
+    int state;             /* MODULE_* */
+    void *gathered;        /* compute dtype, gather_numel elements */
+    zero_request **reqs;   /* in-flight prefetch all-gathers, one per bucket */
+    /* gradient state */
+    void *grad;            /* stages 2-3: live gradient buffer (grad_numel elements) */
+    int ready_count;       /* grads_ready calls since the last step */
+} zero_module;
+
+/* One staging slot for a bucket reduce-scatter. */
+typedef struct zero_slot {
+    float *send;          /* fp32, max bucket */
+    float *recv;          /* fp32, max chunk */
+    zero_request *req;    /* non-NULL while a reduce-scatter is in flight */
+    int bucket;
+} zero_slot;
+
+/* The accounting allocator's books. */
+typedef struct zero_books {
+    uint64_t bytes[ZERO_MEM_CATEGORY_COUNT];
+    uint64_t peak[ZERO_MEM_CATEGORY_COUNT];
+    uint64_t total, peak_total;
+} zero_books;
+
+struct zero_engine {
+    zero_errbuf err;
+    zero_config cfg;
+    zero_comm *dp;
+    zero_device *dev;
+    int is_cuda;
+    int rank, world;
+    int finalized;
+    int broken;           /* a collective failed: only destroy is accepted */
+
+    zero_param *params;
+    int num_params, cap_params;
+    zero_module *modules;
+    int num_modules, cap_modules;
+    zero_bucket *buckets;
+    int num_buckets;
+
+    uint64_t numel, padded, shard, max_bucket, persist_numel;
+    uint64_t plan_hash;
+    size_t dsize;         /* compute dtype size */
+    int own_master;       /* fp32 compute: params are their own master */
+
+    zero_books books;
+
+    /* device buffers */
+    void *params_full;    /* stages 0-2: flat layout, compute dtype */
+    void *params_shard;   /* stage 3: shard layout, compute dtype */
+    void *persist;        /* stage 3: persistent buckets, whole, compute dtype */
+    void *grads_full;     /* stages 0-1: flat layout, compute dtype */
+    float *gacc;          /* fp32 reduced-gradient shard */
+    float *master;        /* fp32; NULL when own_master */
+    float *m1, *m2;       /* fp32 moments (NULL when absent) */
+    zero_slot slots[2];
+    int num_slots, next_slot;
+
+    /* stage-3 prefetch */
+    int *trace, trace_len, trace_cap;
+    int *cur, cur_len, cur_cap;
+    int have_trace, replay_ok;
+    uint64_t inflight_numel, live_numel;
+
+    /* scalars */
+    int64_t step;
+    int64_t skipped;
+    double loss_scale;
+    int hysteresis_left;
+    int64_t good_steps;
+};
+
+/* ---------------------------------------------------------------- alloc.c */
+zero_status engine_alloc(zero_engine *e, zero_mem_category cat, size_t bytes, void **out);
+void engine_free(zero_engine *e, zero_mem_category cat, size_t bytes, void *ptr);
+/* Host memory, counted (init values before finalize). */
+zero_status engine_host_alloc(zero_engine *e, zero_mem_category cat, size_t bytes, void **out);
+void engine_host_free(zero_engine *e, zero_mem_category cat, size_t bytes, void *ptr);
+
+/* ---------------------------------------------------------------- plan.c */
+zero_status plan_build(zero_engine *e);
+zero_status plan_check_ranks(zero_engine *e);
+
+/* ---------------------------------------------------------------- config.c */
+zero_status config_validate(const zero_config *c, zero_errbuf *err);
+
+/* ---------------------------------------------------------------- helpers (engine.c) */
+/* Fail as "<what>: <comm message>" and mark the engine broken. */
+zero_status engine_comm_failed(zero_engine *e, zero_status st, const char *what);
+zero_status engine_check_usable(zero_engine *e, const char *what, int need_finalized);
+zero_status engine_sync_device(zero_engine *e, const char *what);
+/* In-place all-reduce of `count` host values over the dp group, whatever
+ * memory the backend carries. Marks the engine broken on comm failure. */
+zero_status engine_allreduce_host(zero_engine *e, void *values, size_t count, zero_dtype dtype, zero_redop op,
+                                  const char *what);
+/* Pointer to element `off` of a compute-dtype buffer. */
+static inline void *elem_ptr(const zero_engine *e, void *base, uint64_t off)
+{
+    return (char *)base + off * e->dsize;
+}
+/* The compute-dtype gradient of bucket b of module m (stages 0-1: the flat
+ * buffer; 2-3: the module's live buffer). */
+void *engine_bucket_grad(zero_engine *e, const zero_bucket *b);
+/* fp32 region the optimizer updates for bucket b: the whole bucket at stage
+ * 0, this rank's chunk otherwise (layout_region_numel elements). */
+float *layout_master(zero_engine *e, const zero_bucket *b);
+float *layout_moment(zero_engine *e, float *mom, const zero_bucket *b);
+uint64_t layout_region_numel(const zero_engine *e, const zero_bucket *b);
+/* Where param p's owned element own_begin of a state lives (NULL: absent). */
+float *layout_param_state(zero_engine *e, zero_state_kind kind, const zero_param *p);
+/* Store fp32 values of a whole bucket (device memory) into master, params
+ * and persistent copy, as this rank keeps them. */
+zero_status layout_load_bucket(zero_engine *e, const zero_bucket *b, const float *full);
+
+/* ---------------------------------------------------------------- grads.c */
+zero_status grads_flush(zero_engine *e, const char *what);
+zero_status grads_zero_all(zero_engine *e);
+
+/* ---------------------------------------------------------------- gather.c */
+zero_status gather_drop_prefetches(zero_engine *e, const char *what);
+void gather_end_step(zero_engine *e);
+void gather_free_all(zero_engine *e);
+
+/* ---------------------------------------------------------------- step.c */
+/* Cast bucket b's updated fp32 region to the compute dtype and make the
+ * params whole where the stage keeps them whole (collective at 1-3). */
+zero_status step_propagate_bucket(zero_engine *e, const zero_bucket *b, const char *what);
+
+/* ---------------------------------------------------------------- optim.c */
+zero_status optim_update(zero_engine *e, float *p, const float *g, float *m1, float *m2, size_t n,
+                         float grad_scale);
+
+#endif

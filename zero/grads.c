@@ -1,0 +1,128 @@
+/* Gradient reduction: every micro-step, each module's gradients are turned
+ * into fp32 bucket by bucket, reduce-scattered over the dp group and added
+ * into this rank's fp32 gradient shard. The same operations in the same order
+ * at every stage is what makes the stages bitwise identical. */
+#include <stdio.h>
+
+#include "engine_internal.h"
+
+/* Finish the reduce-scatter held by `slot` (if any) and accumulate it. */
+static zero_status slot_complete(zero_engine *e, zero_slot *slot, const char *what)
+{
+    if (slot->bucket < 0) return ZERO_OK;
+    const zero_bucket *b = &e->buckets[slot->bucket];
+    if (slot->req) {
+        zero_status st = zero_wait(slot->req);
+        slot->req = NULL;
+        if (st != ZERO_OK) {
+            slot->bucket = -1;
+            return engine_comm_failed(e, st, what);
+        }
+    }
+    slot->bucket = -1;
+    zero_status st = zero_axpy(e->dev, 1.0f, slot->recv, e->gacc + b->shard_off, ZERO_F32, b->chunk, NULL);
+    if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine: accumulating a reduced bucket: ");
+    return ZERO_OK;
+}
+
+zero_status grads_flush(zero_engine *e, const char *what)
+{
+    /* Slots are used round-robin, so next_slot is the oldest: complete in
+     * issue order, which keeps the accumulation order of a bucket reduced
+     * twice (accumulation) the same with and without overlap. */
+    for (int i = 0; i < e->num_slots; i++) {
+        zero_slot *s = &e->slots[(e->next_slot + i) % e->num_slots];
+        ZERO_TRY(slot_complete(e, s, what));
+    }
+    return ZERO_OK;
+}
+
+static zero_status reduce_bucket(zero_engine *e, const zero_bucket *b, const void *src, const char *what)
+{
+    zero_slot *slot = &e->slots[e->next_slot];
+    e->next_slot = (e->next_slot + 1) % e->num_slots;
+    ZERO_TRY(slot_complete(e, slot, what));
+
+    zero_status st = e->cfg.compute_dtype == ZERO_F32
+                         ? zero_memcpy(e->dev, slot->send, src, b->numel * 4)
+                         : zero_cast(e->dev, src, e->cfg.compute_dtype, slot->send, ZERO_F32, b->numel, NULL);
+    if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine grads_ready: staging a bucket: ");
+    ZERO_TRY(engine_sync_device(e, what));
+    slot->bucket = (int)(b - e->buckets);
+    if (e->cfg.overlap_comm) {
+        st = zero_reduce_scatter_async(e->dp, slot->send, slot->recv, b->chunk, ZERO_F32, ZERO_SUM, &slot->req);
+        if (st != ZERO_OK) {
+            slot->req = NULL;
+            slot->bucket = -1;
+            return engine_comm_failed(e, st, what);
+        }
+        return ZERO_OK;
+    }
+    st = zero_reduce_scatter(e->dp, slot->send, slot->recv, b->chunk, ZERO_F32, ZERO_SUM);
+    if (st != ZERO_OK) {
+        slot->bucket = -1;
+        return engine_comm_failed(e, st, what);
+    }
+    return slot_complete(e, slot, what);
+}
+
+zero_status zero_engine_grads_ready(zero_engine *e, int module)
+{
+    ZERO_TRY(engine_check_usable(e, "engine grads_ready", 1));
+    if (module < 0 || module >= e->num_modules)
+        return zero_fail(&e->err, ZERO_NOT_FOUND, "engine grads_ready: unknown module %d (%d modules)", module,
+                         e->num_modules);
+    zero_module *m = &e->modules[module];
+    char what[160];
+    snprintf(what, sizeof what, "engine grads_ready of module '%s'", m->name);
+    if (m->ready_count >= e->cfg.gradient_accumulation_steps)
+        return zero_fail(&e->err, ZERO_INVALID_STATE,
+                         "%s: already reported %d time(s) since the last step (gradient_accumulation_steps = %d);"
+                         " call zero_engine_step", what, m->ready_count, e->cfg.gradient_accumulation_steps);
+    if (m->num_buckets == 0) {
+        m->ready_count++;
+        return ZERO_OK;
+    }
+    /* Stages 2-3: a module whose gradient was never asked for this
+     * micro-step contributes zeros (the reduction is collective anyway). */
+    if (e->cfg.stage >= 2 && !m->grad)
+        ZERO_TRY(engine_alloc(e, ZERO_MEM_GRADS, m->grad_numel * e->dsize, &m->grad));
+    for (int i = 0; i < m->num_buckets; i++) {
+        const zero_bucket *b = &e->buckets[m->bucket_ids[i]];
+        void *src = engine_bucket_grad(e, b);
+        ZERO_TRY(reduce_bucket(e, b, src, what));
+        if (e->cfg.stage < 2) {
+            /* Staged in fp32 already: ready for the next micro-step. */
+            zero_status st = zero_fill(e->dev, src, e->cfg.compute_dtype, b->numel, 0.0f, NULL);
+            if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine grads_ready: zeroing gradients: ");
+        }
+    }
+    if (e->cfg.stage >= 2) {
+        engine_free(e, ZERO_MEM_GRADS, m->grad_numel * e->dsize, m->grad);
+        m->grad = NULL;
+    }
+    m->ready_count++;
+    return ZERO_OK;
+}
+
+zero_status grads_zero_all(zero_engine *e)
+{
+    zero_status st = zero_fill(e->dev, e->gacc, ZERO_F32, e->shard, 0.0f, NULL);
+    if (st == ZERO_OK && e->grads_full)
+        st = zero_fill(e->dev, e->grads_full, e->cfg.compute_dtype, e->padded, 0.0f, NULL);
+    if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine: zeroing gradients: ");
+    for (int i = 0; i < e->num_modules; i++) {
+        zero_module *m = &e->modules[i];
+        if (m->grad) engine_free(e, ZERO_MEM_GRADS, m->grad_numel * e->dsize, m->grad);
+        m->grad = NULL;
+        m->ready_count = 0;
+    }
+    return ZERO_OK;
+}
+
+zero_status zero_engine_zero_grad(zero_engine *e)
+{
+    ZERO_TRY(engine_check_usable(e, "engine zero_grad", 1));
+    ZERO_TRY(grads_flush(e, "engine zero_grad"));
+    return grads_zero_all(e);
+}

@@ -1,0 +1,48 @@
+/* The memory report (a reading of the accounting allocator's books) and the
+ * ZeRO paper's formula it is compared with. */
+#include <string.h>
+
+#include "engine_internal.h"
+
+zero_status zero_engine_memory_report(const zero_engine *e, zero_memory_report *out)
+{
+    if (!e || !out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine memory_report: NULL argument");
+    memset(out, 0, sizeof *out);
+    for (int c = 0; c < ZERO_MEM_CATEGORY_COUNT; c++) {
+        out->bytes[c] = e->books.bytes[c];
+        out->peak[c] = e->books.peak[c];
+    }
+    out->total = e->books.total;
+    out->peak_total = e->books.peak_total;
+    return ZERO_OK;
+}
+
+zero_status zero_memory_estimate(uint64_t numel, int dp, int stage, zero_dtype dtype, zero_optimizer_kind optimizer,
+                                 int sgd_momentum, zero_memory_report *out)
+{
+    if (!out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_memory_estimate: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (dp < 1) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_memory_estimate: dp must be >= 1, got %d", dp);
+    if (stage < 0 || stage > 3)
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_memory_estimate: stage must be 0..3, got %d", stage);
+    if (dtype != ZERO_F32 && dtype != ZERO_BF16 && dtype != ZERO_F16)
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_memory_estimate: dtype must be f32, bf16 or f16");
+    if (optimizer != ZERO_OPTIM_ADAMW && optimizer != ZERO_OPTIM_SGD)
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_memory_estimate: unknown optimizer %d", (int)optimizer);
+    const double n = (double)dp;
+    const double P = (double)numel;
+    const double d = (double)zero_dtype_size(dtype);
+    const double master = dtype == ZERO_F32 ? 0.0 : 4.0; /* fp32 params are their own master */
+    const double moments = optimizer == ZERO_OPTIM_ADAMW ? 8.0 : (sgd_momentum ? 4.0 : 0.0);
+    /* Divide after multiplying, so padded counts (multiples of dp) give exact bytes. */
+    out->bytes[ZERO_MEM_PARAMS] = (uint64_t)(stage >= 3 ? P * d / n : P * d);
+    out->bytes[ZERO_MEM_GRADS] = (uint64_t)(stage >= 2 ? P * d / n : P * d);
+    out->bytes[ZERO_MEM_MASTER] = (uint64_t)(stage >= 1 ? P * master / n : P * master);
+    out->bytes[ZERO_MEM_MOMENTS] = (uint64_t)(stage >= 1 ? P * moments / n : P * moments);
+    for (int c = 0; c < ZERO_MEM_CATEGORY_COUNT; c++) {
+        out->peak[c] = out->bytes[c];
+        out->total += out->bytes[c];
+    }
+    out->peak_total = out->total;
+    return ZERO_OK;
+}

@@ -1,0 +1,24 @@
+/* Internal: the CUDA optimizer step kernels (zero/optim_cuda.cu). They take
+ * the same hyper block as the CPU kernels and round the same way (no
+ * contraction into FMA), run on the legacy default stream and synchronize
+ * it before returning. Return 0 or a cudaError_t value. */
+#ifndef ZERO_OPTIM_CUDA_H
+#define ZERO_OPTIM_CUDA_H
+
+#include <stddef.h>
+
+#include "offload/cpu_optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int zero_cuda_adamw(const zero_optim_hyper *h, float *p, const float *g, float *m, float *v, size_t n);
+int zero_cuda_sgd(const zero_optim_hyper *h, float *p, const float *g, float *buf, size_t n);
+const char *zero_cuda_optim_error_string(int err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
