@@ -1,0 +1,124 @@
+/* zero-ckpt: inspect, verify, consolidate and reshard libzero checkpoints
+ * (docs/checkpoints.md). Needs no MPI and no engine. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <zero/checkpoint.h>
+
+static void usage(FILE *f)
+{
+    fputs("usage: zero-ckpt COMMAND ...\n"
+          "  inspect PATH [--json]          summary (or the whole meta.json) of a checkpoint\n"
+          "  verify PATH                    check every header, size and CRC32C; exit 1 on damage\n"
+          "  consolidate PATH OUT.safetensors   full fp32 master weights in one safetensors file\n"
+          "  reshard PATH OUT_DIR N         rewrite for N ranks (any engine loads either)\n"
+          "PATH is a step directory or a checkpoint directory (its `latest` is used).\n",
+          f);
+}
+
+static int fail(const char *what)
+{
+    fprintf(stderr, "zero-ckpt %s: %s\n", what, zero_last_error());
+    return 1;
+}
+
+static int inspect(const char *path, int as_json)
+{
+    char *text = NULL;
+    if (zero_checkpoint_inspect(path, &text) != ZERO_OK) return fail("inspect");
+    if (as_json) {
+        printf("%s\n", text);
+        zero_checkpoint_free(text);
+        return 0;
+    }
+    json_error_t je;
+    json_t *m = json_loads(text, 0, &je);
+    zero_checkpoint_free(text);
+    if (!m) {
+        fprintf(stderr, "zero-ckpt inspect: %s\n", je.text);
+        return 1;
+    }
+    json_t *params = json_object_get(m, "params"), *files = json_object_get(m, "files");
+    json_t *eng = json_object_get(m, "engine"), *user = json_object_get(m, "user");
+    uint64_t total = 0;
+    size_t i;
+    json_t *p;
+    json_array_foreach(params, i, p) {
+        uint64_t n = 1;
+        size_t d;
+        json_t *x;
+        json_array_foreach(json_object_get(p, "shape"), d, x) n *= (uint64_t)json_integer_value(x);
+        total += n;
+    }
+    uint64_t bytes = 0;
+    json_array_foreach(files, i, p) bytes += (uint64_t)json_integer_value(json_object_get(p, "bytes"));
+    printf("checkpoint  %s\n", json_string_value(json_object_get(m, "path")));
+    printf("format      libzero checkpoint v%lld (library %s)\n",
+           (long long)json_integer_value(json_object_get(m, "format_version")),
+           json_string_value(json_object_get(m, "library_version")));
+    printf("step        %lld\n", (long long)json_integer_value(json_object_get(m, "step")));
+    printf("saved by    %lld ranks, ZeRO stage %lld, %s compute\n",
+           (long long)json_integer_value(json_object_get(m, "world_size")),
+           (long long)json_integer_value(json_object_get(m, "stage")),
+           json_string_value(json_object_get(m, "compute_dtype")));
+    printf("parameters  %zu tensors, %llu elements\n", json_array_size(params), (unsigned long long)total);
+    char *k = json_dumps(json_object_get(m, "kinds"), JSON_COMPACT);
+    printf("state       %s (fp32)\n", k ? k : "?");
+    free(k);
+    printf("files       %zu, %.2f MiB\n", json_array_size(files), bytes / 1048576.0);
+    if (eng)
+        printf("engine      optimizer step %lld, lr %.6g, loss scale %g, skipped %lld\n",
+               (long long)json_integer_value(json_object_get(eng, "step")),
+               json_number_value(json_object_get(eng, "lr")), json_number_value(json_object_get(eng, "loss_scale")),
+               (long long)json_integer_value(json_object_get(eng, "skipped_steps")));
+    json_t *model = json_object_get(user, "model");
+    if (model) {
+        char *ms = json_dumps(model, JSON_COMPACT | JSON_SORT_KEYS);
+        printf("model       %s\n", ms);
+        free(ms);
+    }
+    json_t *data = json_object_get(user, "data");
+    if (data)
+        printf("data        %s, %lld samples consumed\n", json_string_value(json_object_get(data, "path")),
+               (long long)json_integer_value(json_object_get(data, "consumed")));
+    json_decref(m);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "inspect") == 0 && (argc == 3 || (argc == 4 && strcmp(argv[3], "--json") == 0)))
+        return inspect(argv[2], argc == 4);
+    if (strcmp(cmd, "verify") == 0 && argc == 3) {
+        if (zero_checkpoint_verify(argv[2]) != ZERO_OK) return fail("verify");
+        char dir[1024];
+        zero_checkpoint_resolve(argv[2], dir, sizeof dir);
+        printf("ok: %s: every header, size and checksum matches, every parameter is complete\n", dir);
+        return 0;
+    }
+    if (strcmp(cmd, "consolidate") == 0 && argc == 4) {
+        if (zero_checkpoint_consolidate(argv[2], argv[3]) != ZERO_OK) return fail("consolidate");
+        printf("wrote %s\n", argv[3]);
+        return 0;
+    }
+    if (strcmp(cmd, "reshard") == 0 && argc == 5) {
+        char *end;
+        long n = strtol(argv[4], &end, 10);
+        if (*end || n < 1 || n > 1 << 20) {
+            fprintf(stderr, "zero-ckpt reshard: N must be a positive integer, got %s\n", argv[4]);
+            return 2;
+        }
+        if (zero_checkpoint_reshard(argv[2], argv[3], (int)n) != ZERO_OK) return fail("reshard");
+        printf("wrote %s for %ld ranks\n", argv[3], n);
+        return 0;
+    }
+    usage(stderr);
+    return 2;
+}

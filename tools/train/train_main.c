@@ -1,0 +1,615 @@
+/* zero-train: a GPT trained on the libzero engine (docs/zero-train.md).
+ *
+ *   tests/mpirun.sh 2 zero-train --config configs/stage3.json
+ *   zero-train --print-config
+ *
+ * Rank 0 prints; every rank trains its slice of each batch. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <zero/checkpoint.h>
+#include <zero/zero.h>
+
+#include "gpt.h"
+#include "train_config.h"
+#include "train_data.h"
+#include "train_model.h"
+#include "train_progress.h"
+
+#define ERRMAX 1024
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void usage(FILE *f)
+{
+    fputs("usage: zero-train [--config FILE] [options]      (under mpirun: one process per rank)\n"
+          "  --config FILE          DeepSpeed-style JSON config (default: the built-in small GPT)\n"
+          "  --print-config         print the effective config (defaults filled in) as JSON and exit\n"
+          "  --set KEY.PATH=VALUE   override any config key; VALUE is JSON or a bare string\n"
+          "  --steps N              train.steps\n"
+          "  --stage N              zero_optimization.stage\n"
+          "  --micro-batch N        train_micro_batch_size_per_gpu\n"
+          "  --grad-accum N         gradient_accumulation_steps\n"
+          "  --data PATH            data.path (a file or a directory; \"auto\": the default corpus)\n"
+          "  --seed N               train.seed\n"
+          "  --device cpu|cuda      train.device\n"
+          "  --log-every N          train.log_every\n"
+          "  --checkpoint-dir DIR   train.checkpoint.dir\n"
+          "  --checkpoint-every N   train.checkpoint.every\n"
+          "  --resume PATH|auto     train.resume: a checkpoint, or the latest in the checkpoint dir\n"
+          "  --metrics FILE         train.metrics_file (JSONL, one line per step)\n"
+          "  --plain                no progress bar even on a terminal\n"
+          "  --help\n",
+          f);
+}
+
+/* ---------------------------------------------------------------- config overrides */
+
+/* Set root[a][b]... = value for "a.b.c"; creates objects on the way. */
+static int set_path(json_t *root, const char *path, json_t *value, char *err, size_t en)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    json_t *obj = root;
+    char *save = NULL, *tok = strtok_r(buf, ".", &save);
+    while (tok) {
+        char *next = strtok_r(NULL, ".", &save);
+        if (!next) {
+            json_object_set_new(obj, tok, value);
+            return 0;
+        }
+        json_t *child = json_object_get(obj, tok);
+        if (!child) {
+            child = json_object();
+            json_object_set_new(obj, tok, child);
+        } else if (!json_is_object(child)) {
+            json_decref(value);
+            snprintf(err, en, "--set %s: %s is not an object", path, tok);
+            return -1;
+        }
+        obj = child;
+        tok = next;
+    }
+    json_decref(value);
+    snprintf(err, en, "--set %s: empty key", path);
+    return -1;
+}
+
+static int apply_set(json_t *root, const char *kv, char *err, size_t en)
+{
+    const char *eq = strchr(kv, '=');
+    if (!eq || eq == kv) {
+        snprintf(err, en, "--set %s: expected KEY.PATH=VALUE", kv);
+        return -1;
+    }
+    char key[256];
+    snprintf(key, sizeof key, "%.*s", (int)(eq - kv), kv);
+    json_error_t je;
+    json_t *v = json_loads(eq + 1, JSON_DECODE_ANY, &je);
+    if (!v) v = json_string(eq + 1); /* a bare word: a string */
+    return set_path(root, key, v, err, en);
+}
+
+/* ---------------------------------------------------------------- engine config as JSON */
+
+static json_t *engine_effective(const zero_config *z)
+{
+    json_t *e = json_object();
+    json_object_set_new(e, "zero_optimization",
+                        json_pack("{s:i,s:I,s:I,s:b,s:b,s:I,s:I,s:I}", "stage", z->stage, "reduce_bucket_size",
+                                  (json_int_t)z->reduce_bucket_size, "allgather_bucket_size",
+                                  (json_int_t)z->allgather_bucket_size, "overlap_comm", z->overlap_comm,
+                                  "contiguous_gradients", z->contiguous_gradients, "stage3_prefetch_bucket_size",
+                                  (json_int_t)z->stage3_prefetch_bucket_size, "stage3_max_live_parameters",
+                                  (json_int_t)z->stage3_max_live_parameters, "stage3_param_persistence_threshold",
+                                  (json_int_t)z->stage3_param_persistence_threshold));
+    if (z->optimizer == ZERO_OPTIM_ADAMW)
+        json_object_set_new(e, "optimizer",
+                            json_pack("{s:s,s:{s:f,s:[f,f],s:f,s:f}}", "type", "AdamW", "params", "lr", z->lr, "betas",
+                                      z->beta1, z->beta2, "eps", z->eps, "weight_decay", z->weight_decay));
+    else
+        json_object_set_new(e, "optimizer",
+                            json_pack("{s:s,s:{s:f,s:f,s:f,s:b,s:f}}", "type", "SGD", "params", "lr", z->lr,
+                                      "momentum", z->momentum, "dampening", z->dampening, "nesterov", z->nesterov,
+                                      "weight_decay", z->weight_decay));
+    json_object_set_new(e, "gradient_clipping", json_real(z->gradient_clipping));
+    json_object_set_new(e, "bf16", json_pack("{s:b}", "enabled", z->compute_dtype == ZERO_BF16));
+    json_object_set_new(e, "fp16",
+                        json_pack("{s:b,s:f,s:i,s:i,s:i,s:f}", "enabled", z->compute_dtype == ZERO_F16, "loss_scale",
+                                  z->loss_scale, "initial_scale_power", z->initial_scale_power, "loss_scale_window",
+                                  z->loss_scale_window, "hysteresis", z->hysteresis, "min_loss_scale",
+                                  z->min_loss_scale));
+    return e;
+}
+
+static json_t *sched_effective(const train_config *c)
+{
+    const train_sched *s = &c->sched;
+    const char *wt = s->warmup_log ? "log" : "linear";
+    switch (s->kind) {
+    case TRAIN_SCHED_CONSTANT: return json_null();
+    case TRAIN_SCHED_WARMUP_LR:
+        return json_pack("{s:s,s:{s:f,s:f,s:I,s:s}}", "type", "WarmupLR", "params", "warmup_min_lr", s->warmup_min_lr,
+                         "warmup_max_lr", s->warmup_max_lr, "warmup_num_steps", (json_int_t)s->warmup_num_steps,
+                         "warmup_type", wt);
+    case TRAIN_SCHED_WARMUP_DECAY_LR:
+        return json_pack("{s:s,s:{s:f,s:f,s:I,s:I,s:s}}", "type", "WarmupDecayLR", "params", "warmup_min_lr",
+                         s->warmup_min_lr, "warmup_max_lr", s->warmup_max_lr, "warmup_num_steps",
+                         (json_int_t)s->warmup_num_steps, "total_num_steps", (json_int_t)s->total_num_steps,
+                         "warmup_type", wt);
+    case TRAIN_SCHED_WARMUP_COSINE_LR:
+        return json_pack("{s:s,s:{s:f,s:I,s:I,s:f,s:s}}", "type", "WarmupCosineLR", "params", "warmup_min_ratio",
+                         s->warmup_min_ratio, "warmup_num_steps", (json_int_t)s->warmup_num_steps, "total_num_steps",
+                         (json_int_t)s->total_num_steps, "cos_min_ratio", s->cos_min_ratio, "warmup_type", wt);
+    }
+    return json_null();
+}
+
+/* ---------------------------------------------------------------- the run */
+
+typedef struct run {
+    int rank, world;
+    zero_comm *comm;      /* the engine's dp comm */
+    zero_comm *host_comm; /* carries host scalars (== comm on the CPU) */
+    zero_device *dev;
+    zero_engine *engine;
+    train_model *model;
+    train_data *data;
+    train_config cfg;
+    zero_config zcfg;
+    train_progress progress;
+    char corpus[1024];
+    uint64_t fingerprint;
+    int64_t step;       /* optimizer steps done */
+    uint64_t consumed;  /* global samples consumed */
+    uint64_t tokens;    /* tokens processed, all ranks */
+} run;
+
+static int r0printf(const run *r, FILE *f, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int r0printf(const run *r, FILE *f, const char *fmt, ...)
+{
+    if (r->rank != 0) return 0;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vfprintf(f, fmt, ap);
+    va_end(ap);
+    fflush(f);
+    return n;
+}
+
+static char *user_state_json(const run *r)
+{
+    json_t *model = json_object_get(r->cfg.effective, "model");
+    json_t *u = json_pack("{s:O,s:{s:I,s:I,s:s,s:s},s:{s:I,s:I},s:s}", "model", model, "data", "consumed",
+                          (json_int_t)r->consumed, "seed", (json_int_t)r->cfg.seed, "path", r->corpus, "fingerprint",
+                          "", "train", "step", (json_int_t)r->step, "tokens", (json_int_t)r->tokens, "rng",
+                          "none: the loader is a pure function of (seed, consumed) and the model has no dropout");
+    char fp[32];
+    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)r->fingerprint);
+    json_object_set_new(json_object_get(u, "data"), "fingerprint", json_string(fp));
+    json_object_set(u, "config", r->cfg.effective);
+    char *s = json_dumps(u, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(u);
+    return s;
+}
+
+static int save_checkpoint(run *r)
+{
+    char *user = user_state_json(r);
+    zero_checkpoint_options o = ZERO_CHECKPOINT_OPTIONS_INIT;
+    o.keep_last = r->cfg.ckpt_keep;
+    double t0 = now_s();
+    zero_status s = zero_checkpoint_save(r->engine, r->host_comm, r->cfg.ckpt_dir, r->step, user, &o);
+    free(user);
+    if (s != ZERO_OK) {
+        fprintf(stderr, "zero-train: rank %d: checkpoint save failed: %s\n", r->rank, zero_last_error());
+        return -1;
+    }
+    if (r->rank == 0)
+        train_progress_note(&r->progress, "checkpoint: %s/step-%08lld (%.2f s)", r->cfg.ckpt_dir, (long long)r->step,
+                            now_s() - t0);
+    return 0;
+}
+
+static int resume(run *r, const char *path)
+{
+    zero_checkpoint_loaded l;
+    zero_status s = zero_checkpoint_load(r->engine, r->host_comm, path, &l);
+    if (s != ZERO_OK) {
+        r0printf(r, stderr, "zero-train: resume from %s failed: %s\n", path, zero_last_error());
+        return -1;
+    }
+    json_error_t je;
+    json_t *u = json_loads(l.user_json, 0, &je);
+    json_t *model = json_object_get(u, "model");
+    json_t *mine = json_object_get(r->cfg.effective, "model");
+    int rc = 0;
+    if (!json_equal(model, mine)) {
+        char *a = json_dumps(model, JSON_COMPACT | JSON_SORT_KEYS), *b = json_dumps(mine, JSON_COMPACT | JSON_SORT_KEYS);
+        r0printf(r, stderr, "zero-train: %s holds another model: model %s there, %s in the config\n", l.path,
+                 a ? a : "(none)", b);
+        free(a);
+        free(b);
+        rc = -1;
+    }
+    json_t *d = json_object_get(u, "data"), *t = json_object_get(u, "train");
+    if (rc == 0) {
+        r->consumed = (uint64_t)json_integer_value(json_object_get(d, "consumed"));
+        r->step = json_integer_value(json_object_get(t, "step"));
+        r->tokens = (uint64_t)json_integer_value(json_object_get(t, "tokens"));
+        if (r->step != l.step) r->step = l.step;
+        uint64_t seed = (uint64_t)json_integer_value(json_object_get(d, "seed"));
+        const char *fp = json_string_value(json_object_get(d, "fingerprint"));
+        char mine_fp[32];
+        snprintf(mine_fp, sizeof mine_fp, "%016llx", (unsigned long long)r->fingerprint);
+        if (seed != r->cfg.seed)
+            r0printf(r, stdout, "warning: the checkpoint was trained with train.seed %llu, this run uses %llu: the "
+                                "data order changes\n", (unsigned long long)seed, (unsigned long long)r->cfg.seed);
+        if (fp && strcmp(fp, mine_fp) != 0)
+            r0printf(r, stdout, "warning: the corpus differs from the one the checkpoint was trained on\n");
+        r0printf(r, stdout, "resumed from %s: step %lld (saved by %d ranks at stage %d)\n", l.path,
+                 (long long)r->step, l.world_size, l.stage);
+    }
+    json_decref(u);
+    zero_checkpoint_loaded_free(&l);
+    return rc;
+}
+
+static double allreduce_sum(run *r, double v)
+{
+    double out = v;
+    if (r->world > 1 && zero_allreduce(r->host_comm, &v, &out, 1, ZERO_F64, ZERO_SUM) != ZERO_OK) return NAN;
+    return out;
+}
+
+static int train_loop(run *r)
+{
+    const train_config *c = &r->cfg;
+    size_t per = (size_t)c->micro_batch * (size_t)c->seq_len;
+    int32_t *tokens = malloc(per * sizeof *tokens), *targets = malloc(per * sizeof *targets);
+    char err[ERRMAX];
+    double t_start = now_s(), first_loss = NAN, last_loss = NAN;
+    int64_t start_step = r->step;
+    uint64_t start_tokens = r->tokens;
+    int rc = 0;
+    while (r->step < c->steps) {
+        double t0 = now_s();
+        double lr = train_sched_lr(&c->sched, c->lr, r->step);
+        zero_engine_set_lr(r->engine, lr);
+        float dloss = (float)zero_engine_loss_scale(r->engine);
+        double loss_sum = 0;
+        for (int m = 0; m < c->grad_accum; m++) {
+            train_data_micro_batch(r->data, r->consumed, c->micro_batch, r->world, r->rank, m, tokens, targets);
+            float loss = 0;
+            if (train_model_micro_step(r->model, tokens, targets, dloss, &loss, err, sizeof err) != ZERO_OK) {
+                fprintf(stderr, "zero-train: rank %d, step %lld: %s\n", r->rank, (long long)r->step + 1, err);
+                rc = -1;
+                goto out;
+            }
+            loss_sum += loss;
+        }
+        zero_step_result res;
+        if (zero_engine_step(r->engine, &res) != ZERO_OK) {
+            fprintf(stderr, "zero-train: rank %d, step %lld: %s\n", r->rank, (long long)r->step + 1,
+                    zero_engine_last_error(r->engine));
+            rc = -1;
+            goto out;
+        }
+        r->step++;
+        r->consumed += (uint64_t)c->train_batch_size;
+        r->tokens += (uint64_t)c->train_batch_size * (uint64_t)c->seq_len;
+        double loss = allreduce_sum(r, loss_sum / c->grad_accum) / r->world;
+        zero_memory_report mem;
+        zero_engine_memory_report(r->engine, &mem);
+        double mib = (double)mem.total / (1024.0 * 1024.0), mn = mib, mx = mib;
+        if (r->world > 1) {
+            double neg = -mib;
+            zero_allreduce(r->host_comm, &mib, &mx, 1, ZERO_F64, ZERO_MAX);
+            zero_allreduce(r->host_comm, &neg, &mn, 1, ZERO_F64, ZERO_MAX);
+            mn = -mn;
+        }
+        double dt = now_s() - t0;
+        if (isnan(first_loss)) first_loss = loss;
+        last_loss = loss;
+        if (r->rank == 0) {
+            train_step_stats s = {r->step, c->steps, loss, lr, res.grad_norm, res.loss_scale, res.skipped, dt,
+                                  (double)c->train_batch_size * c->seq_len / dt, r->tokens, mn, mx};
+            train_progress_step(&r->progress, &s);
+        }
+        if (c->ckpt_dir && c->ckpt_every > 0 && r->step % c->ckpt_every == 0 && r->step < c->steps &&
+            save_checkpoint(r) != 0) {
+            rc = -1;
+            goto out;
+        }
+    }
+    if (c->ckpt_dir && r->step > start_step && save_checkpoint(r) != 0) rc = -1;
+    if (r->rank == 0) {
+        double wall = now_s() - t_start;
+        zero_memory_report mem;
+        zero_engine_memory_report(r->engine, &mem);
+        train_progress_close(&r->progress);
+        printf("\nsummary: %lld steps (%lld this run) in %.1f s, %.0f tokens/s over %d rank%s\n", (long long)r->step,
+               (long long)(r->step - start_step), wall, (double)(r->tokens - start_tokens) / (wall > 0 ? wall : 1),
+               r->world, r->world > 1 ? "s" : "");
+        printf("summary: loss %.4f (first step of this run) -> %.4f (last step)\n", first_loss, last_loss);
+        printf("summary: rank 0 engine memory: params %.2f, grads %.2f, master %.2f, moments %.2f, buffers %.2f MiB "
+               "(peak total %.2f MiB); activations %.2f MiB\n",
+               mem.bytes[ZERO_MEM_PARAMS] / 1048576.0, mem.bytes[ZERO_MEM_GRADS] / 1048576.0,
+               mem.bytes[ZERO_MEM_MASTER] / 1048576.0, mem.bytes[ZERO_MEM_MOMENTS] / 1048576.0,
+               mem.bytes[ZERO_MEM_BUFFERS] / 1048576.0, mem.peak_total / 1048576.0,
+               train_model_workspace_bytes(r->model) / 1048576.0);
+        if (c->ckpt_dir) printf("summary: checkpoints in %s\n", c->ckpt_dir);
+        fflush(stdout);
+    }
+out:
+    free(tokens);
+    free(targets);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- main */
+
+int main(int argc, char **argv)
+{
+    const char *config_path = NULL;
+    int print_config = 0, plain = 0;
+    char err[ERRMAX];
+    json_t *sets = json_array();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        static const struct { const char *flag, *key; } map[] = {
+            {"--steps", "train.steps"},
+            {"--stage", "zero_optimization.stage"},
+            {"--micro-batch", "train_micro_batch_size_per_gpu"},
+            {"--grad-accum", "gradient_accumulation_steps"},
+            {"--data", "data.path"},
+            {"--seed", "train.seed"},
+            {"--device", "train.device"},
+            {"--log-every", "train.log_every"},
+            {"--checkpoint-dir", "train.checkpoint.dir"},
+            {"--checkpoint-every", "train.checkpoint.every"},
+            {"--resume", "train.resume"},
+            {"--metrics", "train.metrics_file"},
+        };
+        int mapped = 0;
+        for (size_t k = 0; k < sizeof map / sizeof map[0]; k++) {
+            if (strcmp(a, map[k].flag) != 0) continue;
+            if (!v) {
+                fprintf(stderr, "zero-train: %s needs a value\n", a);
+                return 2;
+            }
+            char kv[1200];
+            /* paths and names stay strings; numbers parse as JSON */
+            int is_str = strstr(map[k].key, "path") || strstr(map[k].key, "dir") || strstr(map[k].key, "device") ||
+                         strstr(map[k].key, "resume") || strstr(map[k].key, "file");
+            if (is_str) {
+                json_t *s = json_string(v);
+                char *enc = json_dumps(s, JSON_ENCODE_ANY);
+                snprintf(kv, sizeof kv, "%s=%s", map[k].key, enc);
+                free(enc);
+                json_decref(s);
+            } else {
+                snprintf(kv, sizeof kv, "%s=%s", map[k].key, v);
+            }
+            json_array_append_new(sets, json_string(kv));
+            i++;
+            mapped = 1;
+            break;
+        }
+        if (mapped) continue;
+        if (strcmp(a, "--config") == 0 && v) {
+            config_path = v;
+            i++;
+        } else if (strcmp(a, "--set") == 0 && v) {
+            json_array_append_new(sets, json_string(v));
+            i++;
+        } else if (strcmp(a, "--print-config") == 0) {
+            print_config = 1;
+        } else if (strcmp(a, "--plain") == 0) {
+            plain = 1;
+        } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "zero-train: unknown or incomplete argument %s\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+
+    /* the config document: file or built-in, then overrides */
+    json_error_t je;
+    json_t *root = config_path ? json_load_file(config_path, 0, &je) : json_loads(train_default_config_json, 0, &je);
+    if (!root) {
+        fprintf(stderr, "zero-train: %s: invalid JSON at line %d column %d: %s\n",
+                config_path ? config_path : "built-in config", je.line, je.column, je.text);
+        return 2;
+    }
+    size_t si;
+    json_t *sv;
+    json_array_foreach(sets, si, sv) {
+        if (apply_set(root, json_string_value(sv), err, sizeof err) != 0) {
+            fprintf(stderr, "zero-train: %s\n", err);
+            return 2;
+        }
+    }
+    json_decref(sets);
+    /* the device decides the comm backend, so peek at it before the comm */
+    json_t *tr = json_object_get(root, "train");
+    const char *dev_name = json_is_object(tr) && json_is_string(json_object_get(tr, "device"))
+                               ? json_string_value(json_object_get(tr, "device")) : "cpu";
+    int cuda = strcmp(dev_name, "cuda") == 0;
+
+    run r;
+    memset(&r, 0, sizeof r);
+    zero_set_log_handler(zero_log_to_stderr, ZERO_LOG_WARN, NULL);
+    zero_comm_config cc = ZERO_COMM_CONFIG_INIT;
+    cc.timeout_s = 600; /* a checkpoint or a slow first step must not trip the deadline */
+    if (zero_comm_init_world(&r.host_comm, &cc) != ZERO_OK) {
+        fprintf(stderr, "zero-train: cannot start the world comm: %s\n", zero_last_error());
+        return 1;
+    }
+    r.rank = zero_comm_rank(r.host_comm);
+    r.world = zero_comm_size(r.host_comm);
+    int rc = 1;
+    if (train_config_parse(&r.cfg, root, r.world, err, sizeof err) != 0) {
+        r0printf(&r, stderr, "zero-train: config%s%s: %s\n", config_path ? " " : "", config_path ? config_path : "",
+                 err);
+        goto done;
+    }
+    r.zcfg = (zero_config)ZERO_CONFIG_INIT;
+    {
+        char *engine_text = json_dumps(r.cfg.engine_json, JSON_COMPACT);
+        zero_status s = zero_config_from_json(&r.zcfg, engine_text);
+        free(engine_text);
+        if (s != ZERO_OK) {
+            r0printf(&r, stderr, "zero-train: config%s%s: %s\n", config_path ? " " : "",
+                     config_path ? config_path : "", zero_last_error());
+            goto done;
+        }
+    }
+    r.zcfg.gradient_accumulation_steps = r.cfg.grad_accum;
+    r.zcfg.lr = r.cfg.lr;
+    {
+        json_t *eng = engine_effective(&r.zcfg);
+        json_object_update(r.cfg.effective, eng);
+        json_decref(eng);
+        json_object_set_new(r.cfg.effective, "scheduler", sched_effective(&r.cfg));
+    }
+    if (print_config) {
+        if (r.rank == 0) {
+            char *t = json_dumps(r.cfg.effective, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
+            printf("%s\n", t);
+            free(t);
+        }
+        rc = 0;
+        goto done;
+    }
+
+    /* device and engine comm */
+    if (cuda) {
+        if (!zero_cuda_available()) {
+            r0printf(&r, stderr, "zero-train: --device cuda: %s\n",
+                     ZERO_HAVE_CUDA_BUILD ? "no CUDA GPU is visible" : "this build has no CUDA (rebuild with -Dcuda=enabled)");
+            goto done;
+        }
+    }
+    if (zero_device_open(&r.dev, cuda ? ZERO_DEVICE_CUDA : ZERO_DEVICE_CPU, -1) != ZERO_OK) {
+        r0printf(&r, stderr, "zero-train: opening the %s device: %s\n", dev_name, zero_last_error());
+        goto done;
+    }
+    if (cuda) {
+        zero_comm_config dc = cc;
+        dc.backend = ZERO_HAVE_NCCL_BUILD ? ZERO_BACKEND_NCCL : ZERO_BACKEND_STAGED;
+        if (zero_comm_init_world(&r.comm, &dc) != ZERO_OK) {
+            r0printf(&r, stderr, "zero-train: device comm: %s\n", zero_last_error());
+            goto done;
+        }
+    } else {
+        r.comm = r.host_comm;
+    }
+
+    /* data */
+    {
+        char note[1200] = "";
+        const char *path = r.cfg.data_path;
+        int default_corpus = strcmp(path, "auto") == 0;
+        if (default_corpus) {
+            if (train_default_corpus(r.corpus, sizeof r.corpus, note, sizeof note) != 0) {
+                r0printf(&r, stderr, "zero-train: %s\n", note);
+                goto done;
+            }
+        } else {
+            snprintf(r.corpus, sizeof r.corpus, "%s", path);
+        }
+        static const char *const py[] = {".py"};
+        int auto_py = r.cfg.data_suffixes_auto && default_corpus && strstr(r.corpus, "python3");
+        int nsfx = 0;
+        if (r.cfg.data_suffixes)
+            while (r.cfg.data_suffixes[nsfx]) nsfx++;
+        train_data_config dc = {r.corpus, auto_py ? py : (const char *const *)r.cfg.data_suffixes, auto_py ? 1 : nsfx,
+                                r.cfg.data_max_bytes, r.cfg.seq_len, r.cfg.seed};
+        if (train_data_open(&r.data, &dc, err, sizeof err) != 0) {
+            r0printf(&r, stderr, "zero-train: %s\n", err);
+            goto done;
+        }
+        r.fingerprint = train_data_fingerprint(r.data);
+        if (note[0]) r0printf(&r, stdout, "%s\n", note);
+        r0printf(&r, stdout, "data: %d files, %.2f MB, %llu samples of %d+1 bytes per epoch (files sorted by path, "
+                             "concatenated; first %s)\n",
+                 train_data_files(r.data), train_data_bytes(r.data) / 1e6,
+                 (unsigned long long)train_data_windows(r.data), r.cfg.seq_len, train_data_file(r.data, 0));
+    }
+
+    /* engine and model */
+    if (zero_engine_create(&r.engine, &r.zcfg, r.comm, r.dev) != ZERO_OK) {
+        r0printf(&r, stderr, "zero-train: engine: %s\n", zero_last_error());
+        goto done;
+    }
+    gpt_config g = {r.cfg.n_layer, r.cfg.n_head, r.cfg.d_model, r.cfg.seq_len, r.cfg.vocab};
+    if (train_model_create(&r.model, &g, r.cfg.micro_batch, r.cfg.seed, r.engine, r.dev, cuda, err, sizeof err) !=
+        ZERO_OK) {
+        fprintf(stderr, "zero-train: rank %d: %s\n", r.rank, err);
+        goto done;
+    }
+    {
+        zero_plan_info plan;
+        zero_engine_plan_info(r.engine, &plan);
+        r0printf(&r, stdout,
+                 "model: GPT %d layers, %d heads, d_model %d, seq_len %d, vocab %d: %.3f M parameters\n"
+                 "engine: ZeRO stage %d on %d rank%s (%s), %s compute, micro-batch %d x %d accumulation x %d ranks = "
+                 "%d sequences per step\n",
+                 g.n_layer, g.n_head, g.d_model, g.seq_len, g.vocab, plan.numel / 1e6, plan.stage, r.world,
+                 r.world > 1 ? "s" : "", cuda ? "cuda" : "cpu", zero_dtype_name(plan.compute_dtype),
+                 r.cfg.micro_batch, r.cfg.grad_accum, r.world, r.cfg.train_batch_size);
+    }
+
+    /* resume */
+    if (r.cfg.resume) {
+        const char *path = r.cfg.resume;
+        int try_auto = strcmp(path, "auto") == 0;
+        char resolved[1024];
+        if (try_auto) {
+            if (!r.cfg.ckpt_dir) {
+                r0printf(&r, stderr, "zero-train: train.resume \"auto\" needs train.checkpoint.dir\n");
+                goto done;
+            }
+            path = r.cfg.ckpt_dir;
+        }
+        if (try_auto && zero_checkpoint_resolve(path, resolved, sizeof resolved) != ZERO_OK) {
+            r0printf(&r, stdout, "no checkpoint in %s yet: starting from step 0\n", path);
+        } else if (resume(&r, path) != 0) {
+            goto done;
+        }
+    }
+
+    if (train_progress_open(&r.progress, r.cfg.log_every, r.rank == 0 ? r.cfg.metrics_file : NULL, plain) != 0) {
+        r0printf(&r, stderr, "zero-train: train.metrics_file %s: %s\n", r.cfg.metrics_file, strerror(errno));
+        goto done;
+    }
+    rc = train_loop(&r) == 0 ? 0 : 1;
+    train_progress_close(&r.progress);
+
+done:
+    train_model_destroy(r.model);
+    zero_engine_destroy(r.engine);
+    train_data_close(r.data);
+    if (r.comm && r.comm != r.host_comm) zero_comm_destroy(r.comm);
+    zero_device_close(r.dev);
+    train_config_free(&r.cfg);
+    json_decref(root);
+    zero_comm_destroy(r.host_comm);
+    return rc;
+}

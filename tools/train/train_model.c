@@ -1,0 +1,309 @@
+/* The GPT on the libzero engine (see train_model.h). */
+#include "train_model.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt_cuda.h"
+
+/* The CUDA model exists only in builds that compiled it (meson defines
+ * TRAIN_HAVE_GPT_CUDA); elsewhere --device cuda is refused before any call. */
+#if TRAIN_HAVE_GPT_CUDA
+#define CUDA_CALL(fn, ...) fn(__VA_ARGS__)
+#else
+#define CUDA_CALL(fn, ...) ZERO_UNSUPPORTED
+#endif
+
+struct train_model {
+    gpt_config cfg;
+    int micro;
+    zero_engine *engine;
+    zero_device *dev;
+    int cuda;
+    zero_dtype dtype;
+    int n_modules;
+    int *module_id;          /* engine module id of GPT module m */
+    gpt_workspace *ws;       /* CPU */
+    gpt_cuda_workspace *cws; /* CUDA */
+    /* 16-bit compute on the CPU: fp32 copies of the parameters and fp32
+     * gradients. The embed module has its own (it is live throughout). */
+    float *embed_p, *embed_g, *mod_p, *mod_g;
+    size_t embed_numel, mod_numel;
+};
+
+static zero_status mfail(char *err, size_t n, zero_status s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+static size_t module_numel(const gpt_config *cfg, int module)
+{
+    size_t n = 0;
+    for (int i = 0; i < gpt_module_num_tensors(cfg, module); i++) {
+        gpt_param_info pi;
+        gpt_param_info_get(cfg, gpt_param_position(cfg, module, i), &pi);
+        n += pi.numel;
+    }
+    return n;
+}
+
+zero_status train_model_create(train_model **out, const gpt_config *cfg, int micro, uint64_t seed,
+                               zero_engine *engine, zero_device *dev, int cuda, char *err, size_t en)
+{
+    *out = NULL;
+    if (gpt_config_validate(cfg) != ZERO_OK) return mfail(err, en, ZERO_CONFIG, "model: %s", gpt_last_error());
+    train_model *m = calloc(1, sizeof *m);
+    if (!m) return mfail(err, en, ZERO_OUT_OF_MEMORY, "model: out of memory");
+    m->cfg = *cfg;
+    m->micro = micro;
+    m->engine = engine;
+    m->dev = dev;
+    m->cuda = cuda;
+    m->n_modules = gpt_num_modules(cfg);
+    m->module_id = calloc((size_t)m->n_modules, sizeof *m->module_id);
+    zero_status s = ZERO_OK;
+    char name[64];
+    for (int mod = 0; mod < m->n_modules && s == ZERO_OK; mod++) {
+        gpt_module_name(cfg, mod, name, sizeof name);
+        if ((s = zero_engine_add_module(engine, name, &m->module_id[mod])) != ZERO_OK)
+            mfail(err, en, s, "engine add_module %s: %s", name, zero_engine_last_error(engine));
+    }
+    size_t np = gpt_num_params(cfg);
+    float *init = NULL;
+    size_t cap = 0;
+    for (size_t i = 0; i < np && s == ZERO_OK; i++) {
+        gpt_param_info pi;
+        gpt_param_info_get(cfg, i, &pi);
+        if (pi.numel > cap) {
+            free(init);
+            cap = pi.numel;
+            init = malloc(cap * sizeof *init);
+        }
+        if (!init) {
+            s = mfail(err, en, ZERO_OUT_OF_MEMORY, "model: out of memory");
+            break;
+        }
+        /* every rank computes the same values from (seed, position) */
+        gpt_param_init(cfg, &pi, seed, init);
+        int64_t shape[2] = {(int64_t)pi.shape[0], (int64_t)pi.shape[1]};
+        int pid = -1;
+        s = zero_engine_add_param(engine, m->module_id[pi.module], pi.name, pi.ndim, shape, init, &pid);
+        if (s != ZERO_OK) mfail(err, en, s, "engine add_param %s: %s", pi.name, zero_engine_last_error(engine));
+        else if (pid != (int)i) s = mfail(err, en, ZERO_INTERNAL, "engine gave %s the id %d, expected %zu", pi.name, pid, i);
+    }
+    free(init);
+    if (s == ZERO_OK && (s = zero_engine_finalize(engine)) != ZERO_OK)
+        mfail(err, en, s, "engine finalize: %s", zero_engine_last_error(engine));
+    zero_plan_info plan;
+    if (s == ZERO_OK && (s = zero_engine_plan_info(engine, &plan)) != ZERO_OK)
+        mfail(err, en, s, "engine plan_info: %s", zero_engine_last_error(engine));
+    if (s == ZERO_OK) {
+        m->dtype = plan.compute_dtype;
+        if (cuda) {
+            if (m->dtype == ZERO_F16) {
+                s = mfail(err, en, ZERO_UNSUPPORTED,
+                          "fp16: the CUDA model takes fp32 or bf16 parameters; use bf16 on --device cuda");
+            } else if ((s = CUDA_CALL(gpt_cuda_workspace_create, &m->cws, cfg, micro, cfg->seq_len, m->dtype, GPT_CUDA_MATH_BF16,
+                                                      NULL)) != ZERO_OK) {
+                mfail(err, en, s, "model: %s", gpt_last_error());
+            }
+        } else {
+            if ((s = gpt_workspace_create(&m->ws, cfg, micro, cfg->seq_len)) != ZERO_OK)
+                mfail(err, en, s, "model: %s", gpt_last_error());
+            if (s == ZERO_OK && m->dtype != ZERO_F32) {
+                m->embed_numel = module_numel(cfg, GPT_MODULE_EMBED);
+                for (int mod = 1; mod < m->n_modules; mod++)
+                    if (module_numel(cfg, mod) > m->mod_numel) m->mod_numel = module_numel(cfg, mod);
+                m->embed_p = malloc(m->embed_numel * sizeof(float));
+                m->embed_g = malloc(m->embed_numel * sizeof(float));
+                m->mod_p = malloc(m->mod_numel * sizeof(float));
+                m->mod_g = malloc(m->mod_numel * sizeof(float));
+                if (!m->embed_p || !m->embed_g || !m->mod_p || !m->mod_g)
+                    s = mfail(err, en, ZERO_OUT_OF_MEMORY, "model: out of memory for the fp32 copies");
+            }
+        }
+    }
+    if (s != ZERO_OK) {
+        train_model_destroy(m);
+        return s;
+    }
+    *out = m;
+    return ZERO_OK;
+}
+
+void train_model_destroy(train_model *m)
+{
+    if (!m) return;
+    gpt_workspace_destroy(m->ws);
+#if TRAIN_HAVE_GPT_CUDA
+    gpt_cuda_workspace_destroy(m->cws);
+#endif
+    free(m->module_id);
+    free(m->embed_p);
+    free(m->embed_g);
+    free(m->mod_p);
+    free(m->mod_g);
+    free(m);
+}
+
+size_t train_model_workspace_bytes(const train_model *m)
+{
+    #if TRAIN_HAVE_GPT_CUDA
+    if (m->cws) return gpt_cuda_workspace_bytes(m->cws);
+#endif
+    return m->ws ? gpt_workspace_bytes(m->ws) : 0;
+}
+
+/* ---------------------------------------------------------------- tensors */
+
+static float widen(zero_dtype dt, const void *p, size_t i)
+{
+    uint16_t v = ((const uint16_t *)p)[i];
+    return dt == ZERO_BF16 ? zero_bf16_to_f32(v) : zero_f16_to_f32(v);
+}
+
+/* The module's parameter (grads = 0) or gradient (grads = 1) pointers. For
+ * 16-bit compute on the CPU, parameters are widened into `scratch` and
+ * gradient pointers point into a zeroed `scratch`. */
+static zero_status module_tensors(train_model *m, int mod, int grads, float *scratch, gpt_tensors *t,
+                                  void **engine_ptrs, char *err, size_t en)
+{
+    memset(t, 0, sizeof *t);
+    size_t off = 0;
+    for (int i = 0; i < gpt_module_num_tensors(&m->cfg, mod); i++) {
+        int pid = (int)gpt_param_position(&m->cfg, mod, i);
+        void *p = NULL;
+        zero_status s = grads ? zero_engine_param_grad(m->engine, pid, &p) : zero_engine_param_data(m->engine, pid, &p);
+        if (s != ZERO_OK)
+            return mfail(err, en, s, "engine %s: %s", grads ? "param_grad" : "param_data",
+                         zero_engine_last_error(m->engine));
+        if (engine_ptrs) engine_ptrs[i] = p;
+        if (!scratch) {
+            t->t[i] = p;
+            continue;
+        }
+        gpt_param_info pi;
+        gpt_param_info_get(&m->cfg, (size_t)pid, &pi);
+        float *dst = scratch + off;
+        if (grads) memset(dst, 0, pi.numel * sizeof(float));
+        else
+            for (size_t k = 0; k < pi.numel; k++) dst[k] = widen(m->dtype, p, k);
+        t->t[i] = dst;
+        off += pi.numel;
+    }
+    return ZERO_OK;
+}
+
+/* 16-bit CPU: add the fp32 gradients into the engine's buffers, rounding once. */
+static void flush_grads(train_model *m, int mod, const gpt_tensors *g, void **engine_ptrs)
+{
+    if (m->cuda || m->dtype == ZERO_F32) return;
+    for (int i = 0; i < gpt_module_num_tensors(&m->cfg, mod); i++) {
+        gpt_param_info pi;
+        gpt_param_info_get(&m->cfg, gpt_param_position(&m->cfg, mod, i), &pi);
+        uint16_t *dst = engine_ptrs[i];
+        const float *src = g->t[i];
+        for (size_t k = 0; k < pi.numel; k++) {
+            float v = widen(m->dtype, dst, k) + src[k];
+            dst[k] = m->dtype == ZERO_BF16 ? zero_f32_to_bf16(v) : zero_f32_to_f16(v);
+        }
+    }
+}
+
+#define TRY(call)                                                                                                \
+    do {                                                                                                         \
+        zero_status t_ = (call);                                                                                 \
+        if (t_ != ZERO_OK) return t_;                                                                            \
+    } while (0)
+#define ENG(call, what)                                                                                          \
+    do {                                                                                                         \
+        zero_status s_ = (call);                                                                                 \
+        if (s_ != ZERO_OK) return mfail(err, en, s_, "%s: %s", what, zero_engine_last_error(m->engine));          \
+    } while (0)
+#define MODEL(call, what)                                                                                        \
+    do {                                                                                                         \
+        zero_status s_ = (call);                                                                                 \
+        if (s_ != ZERO_OK) return mfail(err, en, s_, "model %s: %s", what, gpt_last_error());                     \
+    } while (0)
+
+/* Forward through every module; leaves embed and final gathered. */
+static zero_status forward(train_model *m, const int32_t *tokens, const int32_t *targets, gpt_tensors *embed_p,
+                           gpt_tensors *final_p, float *loss, char *err, size_t en)
+{
+    int sixteen = !m->cuda && m->dtype != ZERO_F32;
+    int fin = gpt_module_final(&m->cfg);
+    ENG(zero_engine_gather(m->engine, m->module_id[GPT_MODULE_EMBED]), "engine gather embed");
+    TRY(module_tensors(m, GPT_MODULE_EMBED, 0, sixteen ? m->embed_p : NULL, embed_p, NULL, err, en));
+    if (m->cuda) MODEL(CUDA_CALL(gpt_cuda_forward_begin, m->cws, tokens, targets, embed_p), "forward embed");
+    else MODEL(gpt_forward_begin(m->ws, tokens, targets, embed_p), "forward embed");
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        int mod = gpt_module_block(l);
+        gpt_tensors p;
+        ENG(zero_engine_gather(m->engine, m->module_id[mod]), "engine gather block");
+        TRY(module_tensors(m, mod, 0, sixteen ? m->mod_p : NULL, &p, NULL, err, en));
+        if (m->cuda) MODEL(CUDA_CALL(gpt_cuda_forward_block, m->cws, l, &p), "forward block");
+        else MODEL(gpt_forward_block(m->ws, l, &p), "forward block");
+        ENG(zero_engine_release(m->engine, m->module_id[mod]), "engine release block");
+    }
+    ENG(zero_engine_gather(m->engine, m->module_id[fin]), "engine gather final");
+    TRY(module_tensors(m, fin, 0, sixteen ? m->mod_p : NULL, final_p, NULL, err, en));
+    if (m->cuda) MODEL(CUDA_CALL(gpt_cuda_forward_end, m->cws, final_p, embed_p, loss), "forward final");
+    else MODEL(gpt_forward_end(m->ws, final_p, embed_p, loss), "forward final");
+    return ZERO_OK;
+}
+
+zero_status train_model_micro_step(train_model *m, const int32_t *tokens, const int32_t *targets, float dloss,
+                                   float *loss, char *err, size_t en)
+{
+    int sixteen = !m->cuda && m->dtype != ZERO_F32;
+    int fin = gpt_module_final(&m->cfg);
+    gpt_tensors ep, eg, fp, fg;
+    void *eptr[GPT_MAX_MODULE_TENSORS], *mptr[GPT_MAX_MODULE_TENSORS];
+    TRY(forward(m, tokens, targets, &ep, &fp, loss, err, en));
+    /* backward: the head and final LayerNorm, then the blocks in reverse,
+     * then the embeddings, whose gradient (head + embedding) is complete last */
+    TRY(module_tensors(m, fin, 1, sixteen ? m->mod_g : NULL, &fg, mptr, err, en));
+    TRY(module_tensors(m, GPT_MODULE_EMBED, 1, sixteen ? m->embed_g : NULL, &eg, eptr, err, en));
+    if (m->cuda) MODEL(CUDA_CALL(gpt_cuda_backward_end, m->cws, dloss, &fp, &fg, &ep, &eg), "backward final");
+    else MODEL(gpt_backward_end(m->ws, dloss, &fp, &fg, &ep, &eg), "backward final");
+    flush_grads(m, fin, &fg, mptr);
+    ENG(zero_engine_grads_ready(m->engine, m->module_id[fin]), "engine grads_ready final");
+    ENG(zero_engine_release(m->engine, m->module_id[fin]), "engine release final");
+    for (int l = m->cfg.n_layer - 1; l >= 0; l--) {
+        int mod = gpt_module_block(l);
+        gpt_tensors p, g;
+        ENG(zero_engine_gather(m->engine, m->module_id[mod]), "engine gather block");
+        TRY(module_tensors(m, mod, 0, sixteen ? m->mod_p : NULL, &p, NULL, err, en));
+        TRY(module_tensors(m, mod, 1, sixteen ? m->mod_g : NULL, &g, mptr, err, en));
+        if (m->cuda) MODEL(CUDA_CALL(gpt_cuda_backward_block, m->cws, l, &p, &g), "backward block");
+        else MODEL(gpt_backward_block(m->ws, l, &p, &g), "backward block");
+        flush_grads(m, mod, &g, mptr);
+        ENG(zero_engine_grads_ready(m->engine, m->module_id[mod]), "engine grads_ready block");
+        ENG(zero_engine_release(m->engine, m->module_id[mod]), "engine release block");
+    }
+    if (m->cuda) MODEL(CUDA_CALL(gpt_cuda_backward_begin, m->cws, &eg), "backward embed");
+    else MODEL(gpt_backward_begin(m->ws, &eg), "backward embed");
+    flush_grads(m, GPT_MODULE_EMBED, &eg, eptr);
+    ENG(zero_engine_grads_ready(m->engine, m->module_id[GPT_MODULE_EMBED]), "engine grads_ready embed");
+    ENG(zero_engine_release(m->engine, m->module_id[GPT_MODULE_EMBED]), "engine release embed");
+    return ZERO_OK;
+}
+
+zero_status train_model_logits(train_model *m, const int32_t *tokens, float *logits, char *err, size_t en)
+{
+    gpt_tensors ep, fp;
+    float loss;
+    TRY(forward(m, tokens, NULL, &ep, &fp, &loss, err, en));
+    size_t n = (size_t)m->micro * (size_t)m->cfg.seq_len * (size_t)m->cfg.vocab;
+    if (m->cuda) MODEL(CUDA_CALL(gpt_cuda_workspace_logits, m->cws, logits), "logits");
+    else memcpy(logits, gpt_workspace_logits(m->ws), n * sizeof(float));
+    ENG(zero_engine_release(m->engine, m->module_id[gpt_module_final(&m->cfg)]), "engine release final");
+    ENG(zero_engine_release(m->engine, m->module_id[GPT_MODULE_EMBED]), "engine release embed");
+    return ZERO_OK;
+}

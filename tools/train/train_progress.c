@@ -1,0 +1,80 @@
+/* Progress output (see train_progress.h). */
+#include "train_progress.h"
+
+#include <stdarg.h>
+#include <string.h>
+#include <unistd.h>
+
+int train_progress_open(train_progress *p, int log_every, const char *metrics_path, int force_plain)
+{
+    memset(p, 0, sizeof *p);
+    p->tty = !force_plain && isatty(STDOUT_FILENO);
+    p->log_every = log_every > 0 ? log_every : 1;
+    if (metrics_path && *metrics_path) {
+        p->metrics = fopen(metrics_path, "w");
+        if (!p->metrics) return -1;
+    }
+    return 0;
+}
+
+static void clear_bar(train_progress *p)
+{
+    if (p->tty && p->bar_drawn) {
+        fputs("\r\033[2K", stdout);
+        p->bar_drawn = 0;
+    }
+}
+
+void train_progress_note(train_progress *p, const char *fmt, ...)
+{
+    clear_bar(p);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+    fputc('\n', stdout);
+    fflush(stdout);
+}
+
+void train_progress_step(train_progress *p, const train_step_stats *s)
+{
+    if (p->metrics) {
+        /* %.17g: the loss round-trips, so runs can be compared bitwise */
+        fprintf(p->metrics,
+                "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, \"loss_scale\": %g, "
+                "\"skipped\": %d, \"step_s\": %.6f, \"tokens_per_s\": %.1f, \"tokens\": %llu, "
+                "\"mem_max_mib\": %.3f}\n",
+                (long long)s->step, s->loss, s->lr, s->grad_norm, s->loss_scale, s->skipped, s->step_s,
+                s->tokens_per_s, (unsigned long long)s->tokens, s->mem_max_mib);
+        fflush(p->metrics);
+    }
+    p->window_loss += s->loss;
+    p->window_n++;
+    int print_line = s->step % p->log_every == 0 || s->step == s->total_steps || s->step == 1;
+    if (print_line) {
+        clear_bar(p);
+        printf("step %6lld/%lld  loss %.4f  lr %.3e  grad_norm %.3f  %8.0f tok/s  %7.1f ms/step  mem/rank "
+               "%.2f-%.2f MiB%s\n",
+               (long long)s->step, (long long)s->total_steps, p->window_loss / p->window_n, s->lr, s->grad_norm,
+               s->tokens_per_s, s->step_s * 1e3, s->mem_min_mib, s->mem_max_mib, s->skipped ? "  (skipped: fp16 overflow)" : "");
+        p->window_loss = 0;
+        p->window_n = 0;
+    }
+    if (p->tty && s->step < s->total_steps) {
+        int width = 30, done = (int)(width * s->step / (s->total_steps ? s->total_steps : 1));
+        char bar[64];
+        for (int i = 0; i < width; i++) bar[i] = i < done ? '#' : '.';
+        bar[width] = 0;
+        printf("\r\033[2K[%s] %lld/%lld  loss %.4f  %.0f tok/s", bar, (long long)s->step,
+               (long long)s->total_steps, s->loss, s->tokens_per_s);
+        p->bar_drawn = 1;
+    }
+    fflush(stdout);
+}
+
+void train_progress_close(train_progress *p)
+{
+    clear_bar(p);
+    if (p->metrics) fclose(p->metrics);
+    p->metrics = NULL;
+}

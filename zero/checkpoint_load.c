@@ -1,0 +1,133 @@
+/* zero_checkpoint_load: read any checkpoint of the same model into an engine
+ * of any world size and stage, each rank reading only its owned ranges. */
+#include "checkpoint_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+
+/* The engine's parameters must be the checkpoint's: same count, names and
+ * shapes in the same order. The message names the first difference. */
+static zero_status check_model(zero_engine *e, const ckpt_meta *m)
+{
+    int np = zero_engine_num_params(e);
+    for (int p = 0; p < np && p < m->n_params; p++) {
+        zero_param_info pi;
+        ZERO_TRY(zero_engine_param_info(e, p, &pi));
+        const ckpt_param *c = &m->params[p];
+        int same = strcmp(pi.name, c->name) == 0 && pi.ndim == c->ndim;
+        for (int d = 0; same && d < pi.ndim; d++) same = pi.shape[d] == c->shape[d];
+        if (!same) {
+            char a[128] = "", b[128] = "";
+            for (int d = 0; d < pi.ndim; d++)
+                snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? ", " : "", (long long)pi.shape[d]);
+            for (int d = 0; d < c->ndim; d++)
+                snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? ", " : "", (long long)c->shape[d]);
+            return zero_fail(NULL, ZERO_MISMATCH,
+                             "checkpoint load: %s holds another model: parameter %d is %s [%s] there but %s [%s] in "
+                             "this engine",
+                             m->dir, p, c->name, b, pi.name, a);
+        }
+    }
+    if (np != m->n_params)
+        return zero_fail(NULL, ZERO_MISMATCH,
+                         "checkpoint load: %s holds another model: %d parameters there, %d in this engine", m->dir,
+                         m->n_params, np);
+    return ZERO_OK;
+}
+
+static zero_status load_local(zero_engine *e, const ckpt_meta *m, unsigned kinds, int rank)
+{
+    ZERO_TRY(check_model(e, m));
+    for (int k = 0; k < CKPT_NUM_KINDS; k++)
+        if ((kinds & (1u << k)) && !(m->kinds & (1u << k)))
+            return zero_fail(NULL, ZERO_MISMATCH,
+                             "checkpoint load: %s has no %s state: it was saved with another optimizer", m->dir,
+                             ckpt_kind_names[k]);
+    int *fds = malloc(((size_t)m->n_files + 1) * sizeof *fds);
+    if (!fds) return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "checkpoint load");
+    for (int i = 0; i < m->n_files; i++) fds[i] = -1;
+    float *buf = NULL;
+    uint64_t cap = 0;
+    zero_status s = ZERO_OK;
+    for (int p = 0; p < m->n_params && s == ZERO_OK; p++) {
+        zero_param_info pi;
+        if ((s = zero_engine_param_info(e, p, &pi)) != ZERO_OK) break;
+        uint64_t n = pi.owned_end - pi.owned_begin;
+        if (n == 0) continue;
+        if (n > cap) {
+            free(buf);
+            cap = n;
+            if (!(buf = malloc(cap * sizeof *buf))) {
+                s = zero_fail(NULL, ZERO_OUT_OF_MEMORY, "checkpoint load: buffer for %s", pi.name);
+                break;
+            }
+        }
+        for (int k = 0; k < CKPT_NUM_KINDS && s == ZERO_OK; k++) {
+            if (!(kinds & (1u << k))) continue;
+            s = ckpt_read_range(m, fds, k, p, pi.owned_begin, pi.owned_end, buf);
+            if (s == ZERO_OK && (s = zero_engine_state_set(e, (zero_state_kind)k, p, buf)) != ZERO_OK)
+                s = zero_fail(NULL, s, "checkpoint load: rank %d: setting %s of %s: %s", rank, ckpt_kind_names[k],
+                              pi.name, zero_engine_last_error(e));
+        }
+    }
+    free(buf);
+    ckpt_close_fds(m, fds);
+    free(fds);
+    return s;
+}
+
+static zero_status scalars_from(const ckpt_meta *m, zero_engine_scalars *sc)
+{
+    json_t *j = json_object_get(m->root, "engine");
+    if (!json_is_object(j))
+        return zero_fail(NULL, ZERO_CORRUPT, "checkpoint load: %s/meta.json has no engine state", m->dir);
+    sc->step = json_integer_value(json_object_get(j, "step"));
+    sc->skipped_steps = json_integer_value(json_object_get(j, "skipped_steps"));
+    sc->loss_scale = json_number_value(json_object_get(j, "loss_scale"));
+    sc->hysteresis_left = (int)json_integer_value(json_object_get(j, "hysteresis_left"));
+    sc->good_steps = json_integer_value(json_object_get(j, "good_steps"));
+    sc->lr = json_number_value(json_object_get(j, "lr"));
+    return ZERO_OK;
+}
+
+zero_status zero_checkpoint_load(zero_engine *e, zero_comm *dp, const char *path, zero_checkpoint_loaded *out)
+{
+    if (out) memset(out, 0, sizeof *out);
+    if (!e || !dp || !path)
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "checkpoint load: NULL engine, comm or path");
+    int rank = zero_comm_rank(dp);
+    unsigned kinds = 0;
+    ckpt_meta m;
+    zero_status s = ckpt_meta_load(path, &m);
+    zero_status ks = ckpt_engine_kinds(e, dp, &kinds); /* collective: always */
+    if (s == ZERO_OK) s = ks;
+    if (s == ZERO_OK) s = load_local(e, &m, kinds, rank);
+    zero_engine_scalars sc;
+    if (s == ZERO_OK) s = scalars_from(&m, &sc);
+    if (s == ZERO_OK && (s = zero_engine_set_scalars(e, &sc)) != ZERO_OK)
+        s = zero_fail(NULL, s, "checkpoint load: %s", zero_engine_last_error(e));
+    s = ckpt_agree(dp, s, "checkpoint load");
+    if (s == ZERO_OK && (s = zero_engine_params_changed(e)) != ZERO_OK)
+        s = zero_fail(NULL, s, "checkpoint load: params_changed: %s", zero_engine_last_error(e));
+    if (s == ZERO_OK && out) {
+        out->step = m.step;
+        out->world_size = m.world;
+        out->stage = m.stage;
+        json_t *u = json_object_get(m.root, "user");
+        out->user_json = json_is_object(u) ? json_dumps(u, JSON_COMPACT | JSON_SORT_KEYS) : strdup("{}");
+        snprintf(out->path, sizeof out->path, "%s", m.dir);
+    }
+    ckpt_meta_free(&m);
+    return s;
+}
+
+void zero_checkpoint_loaded_free(zero_checkpoint_loaded *l)
+{
+    if (!l) return;
+    free(l->user_json);
+    l->user_json = NULL;
+}
+
+void zero_checkpoint_free(void *p) { free(p); }

@@ -1,0 +1,389 @@
+/* meta.json: the checkpoint's description, its checksum, and reading state
+ * by element range across shard files. */
+#include "checkpoint_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/error.h"
+
+/* ---------------------------------------------------------------- checksum wrapper */
+
+/* The checksum covers the canonical text (compact, sorted keys) of the meta
+ * object, so the file itself may be indented for people to read. */
+static uint32_t meta_crc(json_t *meta)
+{
+    char *canon = json_dumps(meta, JSON_COMPACT | JSON_SORT_KEYS);
+    uint32_t c = canon ? zero_crc32c(0, canon, strlen(canon)) : 0;
+    free(canon);
+    return c;
+}
+
+char *ckpt_meta_dump(json_t *meta)
+{
+    json_t *w = json_pack("{s:I,s:O}", "crc32c", (json_int_t)meta_crc(meta), "meta", meta);
+    char *text = json_dumps(w, JSON_INDENT(1) | JSON_SORT_KEYS);
+    json_decref(w);
+    return text;
+}
+
+/* ---------------------------------------------------------------- resolve */
+
+static int is_file(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+zero_status zero_checkpoint_resolve(const char *path, char *out, size_t n)
+{
+    if (!path || !out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "checkpoint resolve: NULL argument");
+    char p[1400];
+    snprintf(p, sizeof p, "%s/meta.json", path);
+    if (is_file(p)) {
+        snprintf(out, n, "%s", path);
+        return ZERO_OK;
+    }
+    snprintf(p, sizeof p, "%s/latest", path);
+    char *text = NULL;
+    if (ckpt_read_file(p, &text, NULL) == ZERO_OK) {
+        size_t l = strlen(text);
+        while (l && (text[l - 1] == '\n' || text[l - 1] == ' ')) text[--l] = 0;
+        if (l == 0 || strchr(text, '/') || strcmp(text, "..") == 0) {
+            free(text);
+            return zero_fail(NULL, ZERO_CORRUPT, "checkpoint: %s does not name a step directory", p);
+        }
+        snprintf(out, n, "%s/%s", path, text);
+        free(text);
+        snprintf(p, sizeof p, "%s/meta.json", out);
+        if (is_file(p)) return ZERO_OK;
+    }
+    /* No usable `latest` (never written, or it names a directory being
+     * replaced): take the highest complete step-* directory. */
+    DIR *d = opendir(path);
+    if (!d)
+        return zero_fail(NULL, ZERO_NOT_FOUND, "checkpoint: %s: %s", path, strerror(errno));
+    long long best = -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long long s;
+        char tail;
+        if (sscanf(e->d_name, "step-%lld%c", &s, &tail) != 1) continue;
+        snprintf(p, sizeof p, "%s/%s/meta.json", path, e->d_name);
+        if (is_file(p) && s > best) best = s;
+    }
+    closedir(d);
+    if (best < 0)
+        return zero_fail(NULL, ZERO_NOT_FOUND, "checkpoint: no checkpoint in %s (no meta.json, latest or step-*)",
+                         path);
+    snprintf(out, n, "%s/step-%08lld", path, best);
+    return ZERO_OK;
+}
+
+/* ---------------------------------------------------------------- parse */
+
+static int seg_cmp(const void *a, const void *b)
+{
+    const ckpt_seg *x = a, *y = b;
+    if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+    if (x->param != y->param) return x->param < y->param ? -1 : 1;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    return 0;
+}
+
+void ckpt_meta_free(ckpt_meta *m)
+{
+    if (!m) return;
+    json_decref(m->root);
+    for (int i = 0; i < m->n_params; i++) free(m->params[i].name);
+    free(m->params);
+    for (int i = 0; i < m->n_files; i++) free(m->files[i].name);
+    free(m->files);
+    free(m->segs);
+    memset(m, 0, sizeof *m);
+}
+
+#define META_BAD(...) zero_fail(NULL, ZERO_CORRUPT, __VA_ARGS__)
+
+zero_status ckpt_meta_load(const char *path, ckpt_meta *m)
+{
+    memset(m, 0, sizeof *m);
+    ZERO_TRY(zero_checkpoint_resolve(path, m->dir, sizeof m->dir));
+    char mp[1200];
+    snprintf(mp, sizeof mp, "%s/meta.json", m->dir);
+    char *text = NULL;
+    size_t len = 0;
+    ZERO_TRY(ckpt_read_file(mp, &text, &len));
+    json_error_t je;
+    json_t *w = json_loadb(text, len, 0, &je);
+    free(text);
+    if (!w) return META_BAD("checkpoint: %s is not a libzero checkpoint: not JSON (%s, line %d)", mp, je.text, je.line);
+    json_t *meta = json_object_get(w, "meta");
+    json_t *crc = json_object_get(w, "crc32c");
+    json_t *magic = meta ? json_object_get(meta, "magic") : NULL;
+    if (!json_is_object(meta) || !json_is_string(magic) || strcmp(json_string_value(magic), CKPT_META_MAGIC) != 0) {
+        json_decref(w);
+        return META_BAD("checkpoint: %s is not a libzero checkpoint (no \"%s\" magic)", mp, CKPT_META_MAGIC);
+    }
+    if (!json_is_integer(crc) || (uint32_t)json_integer_value(crc) != meta_crc(meta)) {
+        json_decref(w);
+        return META_BAD("checkpoint: %s: checksum mismatch: the file was modified or corrupted", mp);
+    }
+    m->root = json_incref(meta);
+    json_decref(w);
+
+    json_int_t version = json_integer_value(json_object_get(meta, "format_version"));
+    if (version != ZERO_CHECKPOINT_FORMAT_VERSION) {
+        ckpt_meta_free(m);
+        return zero_fail(NULL, ZERO_UNSUPPORTED, "checkpoint: %s has format version %lld; this libzero reads %d", mp,
+                         (long long)version, ZERO_CHECKPOINT_FORMAT_VERSION);
+    }
+    m->step = json_integer_value(json_object_get(meta, "step"));
+    m->world = (int)json_integer_value(json_object_get(meta, "world_size"));
+    m->stage = (int)json_integer_value(json_object_get(meta, "stage"));
+    const char *dt = json_string_value(json_object_get(meta, "compute_dtype"));
+    snprintf(m->dtype, sizeof m->dtype, "%s", dt ? dt : "?");
+
+    json_t *kinds = json_object_get(meta, "kinds");
+    size_t i;
+    json_t *v;
+    json_array_foreach(kinds, i, v) {
+        for (int k = 0; k < CKPT_NUM_KINDS; k++)
+            if (json_is_string(v) && strcmp(json_string_value(v), ckpt_kind_names[k]) == 0) m->kinds |= 1u << k;
+    }
+    if (!(m->kinds & 1u)) {
+        ckpt_meta_free(m);
+        return META_BAD("checkpoint: %s: no master weights listed in \"kinds\"", mp);
+    }
+
+    json_t *params = json_object_get(meta, "params");
+    json_t *files = json_object_get(meta, "files");
+    json_t *segs = json_object_get(meta, "segments");
+    if (!json_is_array(params) || !json_is_array(files) || !json_is_array(segs) || m->world < 1) {
+        ckpt_meta_free(m);
+        return META_BAD("checkpoint: %s: params, files, segments or world_size missing", mp);
+    }
+    m->n_params = (int)json_array_size(params);
+    m->params = calloc((size_t)m->n_params + 1, sizeof *m->params);
+    json_array_foreach(params, i, v) {
+        ckpt_param *p = &m->params[i];
+        json_t *name = json_object_get(v, "name"), *shape = json_object_get(v, "shape");
+        if (!json_is_string(name) || !json_is_array(shape) || json_array_size(shape) < 1 ||
+            json_array_size(shape) > ZERO_MAX_DIMS) {
+            ckpt_meta_free(m);
+            return META_BAD("checkpoint: %s: params[%zu] lacks a name or shape", mp, i);
+        }
+        p->name = strdup(json_string_value(name));
+        p->ndim = (int)json_array_size(shape);
+        p->numel = 1;
+        for (int d = 0; d < p->ndim; d++) {
+            p->shape[d] = json_integer_value(json_array_get(shape, (size_t)d));
+            if (p->shape[d] < 1) {
+                ckpt_meta_free(m);
+                return META_BAD("checkpoint: %s: params[%zu] (%s) has a bad shape", mp, i, p->name);
+            }
+            p->numel *= (uint64_t)p->shape[d];
+        }
+    }
+    m->n_files = (int)json_array_size(files);
+    m->files = calloc((size_t)m->n_files + 1, sizeof *m->files);
+    json_array_foreach(files, i, v) {
+        const char *fn = json_string_value(json_object_get(v, "name"));
+        if (!fn || strchr(fn, '/')) {
+            ckpt_meta_free(m);
+            return META_BAD("checkpoint: %s: files[%zu] has no valid name", mp, i);
+        }
+        m->files[i].name = strdup(fn);
+        m->files[i].bytes = (uint64_t)json_integer_value(json_object_get(v, "bytes"));
+    }
+    m->n_segs = (int)json_array_size(segs);
+    m->segs = calloc((size_t)m->n_segs + 1, sizeof *m->segs);
+    json_array_foreach(segs, i, v) {
+        ckpt_seg *s = &m->segs[i];
+        json_int_t f[7];
+        if (!json_is_array(v) || json_array_size(v) != 7) {
+            ckpt_meta_free(m);
+            return META_BAD("checkpoint: %s: segments[%zu] is malformed", mp, i);
+        }
+        for (int k = 0; k < 7; k++) f[k] = json_integer_value(json_array_get(v, (size_t)k));
+        s->file = (int)f[0];
+        s->param = (int)f[1];
+        s->kind = (int)f[2];
+        s->start = (uint64_t)f[3];
+        s->count = (uint64_t)f[4];
+        s->offset = (uint64_t)f[5];
+        s->crc = (uint32_t)f[6];
+        if (s->file < 0 || s->file >= m->n_files || s->param < 0 || s->param >= m->n_params || s->kind < 0 ||
+            s->kind >= CKPT_NUM_KINDS || s->start + s->count > m->params[s->param].numel ||
+            s->offset + s->count * 4 > m->files[s->file].bytes) {
+            ckpt_meta_free(m);
+            return META_BAD("checkpoint: %s: segments[%zu] points outside its parameter or file", mp, i);
+        }
+    }
+    qsort(m->segs, (size_t)m->n_segs, sizeof *m->segs, seg_cmp);
+    return ZERO_OK;
+}
+
+/* ---------------------------------------------------------------- collect */
+
+zero_status ckpt_meta_collect_files(json_t *meta, const char *dir, int world)
+{
+    json_t *files = json_array(), *segs = json_array();
+    json_object_set_new(meta, "files", files);
+    json_object_set_new(meta, "segments", segs);
+    for (int r = 0; r < world; r++) {
+        char name[64], path[1200];
+        snprintf(name, sizeof name, "rank-%05d.bin", r);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        int fd;
+        ckpt_header h;
+        json_t *index;
+        ZERO_TRY(ckpt_shard_open(path, &fd, &h, &index));
+        close(fd);
+        if ((int)h.rank != r || (int)h.world != world) {
+            json_decref(index);
+            return zero_fail(NULL, ZERO_CORRUPT, "checkpoint: %s says rank %u of %u, expected rank %d of %d", path,
+                             h.rank, h.world, r, world);
+        }
+        json_array_append_new(files, json_pack("{s:s,s:i,s:I}", "name", name, "rank", r, "bytes",
+                                               (json_int_t)h.file_bytes));
+        size_t i;
+        json_t *v;
+        json_array_foreach(json_object_get(index, "segments"), i, v) {
+            /* index rows are [param, kind, start, count, offset, crc]; meta adds the file */
+            json_t *row = json_array();
+            json_array_append_new(row, json_integer(r));
+            for (size_t k = 0; k < 6; k++) json_array_append(row, json_array_get(v, k));
+            json_array_append_new(segs, row);
+        }
+        json_decref(index);
+    }
+    return ZERO_OK;
+}
+
+/* ---------------------------------------------------------------- ranges */
+
+int ckpt_meta_find(const ckpt_meta *m, int kind, int param, uint64_t begin, uint64_t end, int *n)
+{
+    /* segments are sorted by (kind, param, start); a linear scan of the
+     * (kind, param) run is cheap next to the reads it precedes */
+    int first = -1, cnt = 0;
+    for (int i = 0; i < m->n_segs; i++) {
+        const ckpt_seg *s = &m->segs[i];
+        if (s->kind != kind || s->param != param) continue;
+        if (s->start + s->count <= begin || s->start >= end || s->count == 0) continue;
+        if (first < 0) first = i;
+        cnt = i - first + 1;
+    }
+    *n = cnt;
+    return first;
+}
+
+void ckpt_close_fds(const ckpt_meta *m, int *fds)
+{
+    for (int i = 0; i < m->n_files; i++)
+        if (fds[i] >= 0) {
+            close(fds[i]);
+            fds[i] = -1;
+        }
+}
+
+static zero_status open_cached(const ckpt_meta *m, int *fds, int f)
+{
+    if (fds[f] >= 0) return ZERO_OK;
+    char path[1400];
+    snprintf(path, sizeof path, "%s/%s", m->dir, m->files[f].name);
+    int fd;
+    ckpt_header h;
+    json_t *index;
+    ZERO_TRY(ckpt_shard_open(path, &fd, &h, &index));
+    json_decref(index);
+    if (h.file_bytes != m->files[f].bytes) {
+        close(fd);
+        return zero_fail(NULL, ZERO_CORRUPT, "checkpoint: %s is %llu bytes, meta.json says %llu", path,
+                         (unsigned long long)h.file_bytes, (unsigned long long)m->files[f].bytes);
+    }
+    fds[f] = fd;
+    return ZERO_OK;
+}
+
+zero_status ckpt_read_range(const ckpt_meta *m, int *fds, int kind, int param, uint64_t begin, uint64_t end,
+                            float *out)
+{
+    if (begin >= end) return ZERO_OK;
+    int n;
+    int first = ckpt_meta_find(m, kind, param, begin, end, &n);
+    uint64_t cursor = begin;
+    float *buf = NULL;
+    size_t cap = 0;
+    zero_status st = ZERO_OK;
+    for (int i = first; st == ZERO_OK && first >= 0 && i < first + n; i++) {
+        const ckpt_seg *s = &m->segs[i];
+        if (s->kind != kind || s->param != param) continue;
+        if (s->start > cursor) break; /* a gap: reported below */
+        if (s->start + s->count <= cursor) continue;
+        if ((st = open_cached(m, fds, s->file)) != ZERO_OK) break;
+        if (s->count > cap) {
+            free(buf);
+            cap = s->count;
+            if (!(buf = malloc(cap * sizeof *buf))) {
+                st = zero_fail(NULL, ZERO_OUT_OF_MEMORY, "checkpoint: reading %s", m->params[param].name);
+                break;
+            }
+        }
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s", m->dir, m->files[s->file].name);
+        if ((st = ckpt_pread_all(fds[s->file], buf, s->count * 4, s->offset, path)) != ZERO_OK) break;
+        uint32_t crc = zero_crc32c(0, buf, s->count * 4);
+        if (crc != s->crc) {
+            st = zero_fail(NULL, ZERO_CORRUPT,
+                           "checkpoint: %s: checksum mismatch in %s of %s, elements [%llu, %llu) (stored %08x, "
+                           "computed %08x): corrupted",
+                           path, ckpt_kind_names[kind], m->params[param].name, (unsigned long long)s->start,
+                           (unsigned long long)(s->start + s->count), s->crc, crc);
+            break;
+        }
+        uint64_t stop = s->start + s->count < end ? s->start + s->count : end;
+        memcpy(out + (cursor - begin), buf + (cursor - s->start), (stop - cursor) * sizeof(float));
+        cursor = stop;
+        if (cursor >= end) break;
+    }
+    free(buf);
+    if (st == ZERO_OK && cursor < end)
+        st = zero_fail(NULL, ZERO_CORRUPT, "checkpoint: %s: no %s data for %s elements [%llu, %llu)", m->dir,
+                       ckpt_kind_names[kind], m->params[param].name, (unsigned long long)cursor,
+                       (unsigned long long)end);
+    return st;
+}
+
+zero_status ckpt_meta_check_coverage(const ckpt_meta *m)
+{
+    for (int k = 0; k < CKPT_NUM_KINDS; k++) {
+        if (!(m->kinds & (1u << k))) continue;
+        for (int p = 0; p < m->n_params; p++) {
+            uint64_t cursor = 0;
+            for (int i = 0; i < m->n_segs; i++) {
+                const ckpt_seg *s = &m->segs[i];
+                if (s->kind != k || s->param != p || s->count == 0) continue;
+                if (s->start != cursor)
+                    return zero_fail(NULL, ZERO_CORRUPT,
+                                     "checkpoint: %s: %s of %s: elements [%llu, %llu) are %s", m->dir,
+                                     ckpt_kind_names[k], m->params[p].name,
+                                     (unsigned long long)(s->start < cursor ? s->start : cursor),
+                                     (unsigned long long)(s->start < cursor ? cursor : s->start),
+                                     s->start < cursor ? "stored twice" : "missing");
+                cursor += s->count;
+            }
+            if (cursor != m->params[p].numel)
+                return zero_fail(NULL, ZERO_CORRUPT, "checkpoint: %s: %s of %s: elements [%llu, %llu) are missing",
+                                 m->dir, ckpt_kind_names[k], m->params[p].name, (unsigned long long)cursor,
+                                 (unsigned long long)m->params[p].numel);
+        }
+    }
+    return ZERO_OK;
+}

@@ -1,0 +1,293 @@
+/* zero_checkpoint_save: every rank writes its shard, rank 0 publishes the
+ * step directory atomically (see include/zero/checkpoint.h). */
+#include "checkpoint_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include <zero/version.h>
+
+/* All ranks learn whether any rank failed, and which; the ranks that did not
+ * fail get a message naming the one that did. Returns the common status. */
+zero_status ckpt_agree(zero_comm *dp, zero_status local, const char *op)
+{
+    int32_t v[2] = {(int32_t)local, local != ZERO_OK ? zero_comm_rank(dp) : -1};
+    char saved[ZERO_ERRMSG_MAX];
+    snprintf(saved, sizeof saved, "%s", zero_last_error());
+    int32_t r[2];
+    zero_status s = zero_allreduce(dp, v, r, 2, ZERO_I32, ZERO_MAX);
+    if (s != ZERO_OK)
+        return zero_fail(NULL, s, "%s: agreeing on the outcome across ranks: %s", op, zero_comm_last_error(dp));
+    if (local != ZERO_OK) {
+        zero_fail(NULL, local, "%s", saved); /* keep this rank's own message */
+        return local;
+    }
+    if (r[0] != ZERO_OK)
+        return zero_fail(NULL, (zero_status)r[0], "%s: rank %d failed (%s); see that rank's message", op, r[1],
+                         zero_status_name((zero_status)r[0]));
+    return ZERO_OK;
+}
+
+/* Which optimizer state kinds this engine has: a kind whose state_get says
+ * ZERO_NOT_FOUND on an owned range is absent. Agreed across ranks (a rank
+ * that owns nothing cannot tell). Always makes its one all-reduce, so ranks
+ * stay in step even when one fails locally. */
+zero_status ckpt_engine_kinds(zero_engine *e, zero_comm *dp, unsigned *kinds)
+{
+    int32_t have[CKPT_NUM_KINDS + 1] = {1, 0, 0, 0}, all[CKPT_NUM_KINDS + 1];
+    zero_status local = ZERO_OK;
+    int np = zero_engine_num_params(e);
+    for (int p = 0; p < np && local == ZERO_OK; p++) {
+        zero_param_info pi;
+        if ((local = zero_engine_param_info(e, p, &pi)) != ZERO_OK) break;
+        uint64_t n = pi.owned_end - pi.owned_begin;
+        if (n == 0) continue;
+        float *buf = malloc(n * sizeof *buf);
+        if (!buf) {
+            local = zero_fail(NULL, ZERO_OUT_OF_MEMORY, "checkpoint: probing the optimizer state");
+            break;
+        }
+        for (int k = 1; k < CKPT_NUM_KINDS; k++) {
+            zero_status s = zero_engine_state_get(e, (zero_state_kind)k, p, buf);
+            if (s == ZERO_OK) have[k] = 1;
+            else if (s != ZERO_NOT_FOUND) local = s;
+        }
+        free(buf);
+        break;
+    }
+    have[CKPT_NUM_KINDS] = local != ZERO_OK;
+    zero_status s = zero_allreduce(dp, have, all, CKPT_NUM_KINDS + 1, ZERO_I32, ZERO_MAX);
+    if (s != ZERO_OK) return zero_fail(NULL, s, "checkpoint: %s", zero_comm_last_error(dp));
+    if (local != ZERO_OK) return local;
+    if (all[CKPT_NUM_KINDS])
+        return zero_fail(NULL, ZERO_PEER_FAILURE, "checkpoint: another rank failed to read its optimizer state");
+    *kinds = 0;
+    for (int k = 0; k < CKPT_NUM_KINDS; k++)
+        if (all[k]) *kinds |= 1u << k;
+    return ZERO_OK;
+}
+
+static zero_status write_shard(zero_engine *e, const char *tmp_dir, int rank, int world, unsigned kinds, int durable)
+{
+    char path[1400];
+    snprintf(path, sizeof path, "%s/rank-%05d.bin", tmp_dir, rank);
+    ckpt_writer w;
+    ZERO_TRY(ckpt_writer_open(&w, path, (uint32_t)rank, (uint32_t)world, durable));
+    int np = zero_engine_num_params(e);
+    float *buf = NULL;
+    uint64_t cap = 0;
+    zero_status s = ZERO_OK;
+    for (int p = 0; p < np && s == ZERO_OK; p++) {
+        zero_param_info pi;
+        if ((s = zero_engine_param_info(e, p, &pi)) != ZERO_OK) break;
+        uint64_t n = pi.owned_end - pi.owned_begin;
+        if (n == 0) continue;
+        if (n > cap) {
+            free(buf);
+            cap = n;
+            if (!(buf = malloc(cap * sizeof *buf))) {
+                s = zero_fail(NULL, ZERO_OUT_OF_MEMORY, "checkpoint save: buffer for %s", pi.name);
+                break;
+            }
+        }
+        for (int k = 0; k < CKPT_NUM_KINDS && s == ZERO_OK; k++) {
+            if (!(kinds & (1u << k))) continue;
+            s = zero_engine_state_get(e, (zero_state_kind)k, p, buf);
+            if (s != ZERO_OK) {
+                s = zero_fail(NULL, s, "checkpoint save: rank %d: reading %s of %s: %s", rank, ckpt_kind_names[k],
+                              pi.name, zero_engine_last_error(e));
+                break;
+            }
+            s = ckpt_writer_segment(&w, p, k, pi.owned_begin, buf, n);
+        }
+    }
+    free(buf);
+    if (s != ZERO_OK) {
+        ckpt_writer_abort(&w);
+        return s;
+    }
+    return ckpt_writer_close(&w, NULL);
+}
+
+static json_t *scalars_json(const zero_engine_scalars *sc)
+{
+    return json_pack("{s:I,s:I,s:f,s:i,s:I,s:f}", "step", (json_int_t)sc->step, "skipped_steps",
+                     (json_int_t)sc->skipped_steps, "loss_scale", sc->loss_scale, "hysteresis_left",
+                     sc->hysteresis_left, "good_steps", (json_int_t)sc->good_steps, "lr", sc->lr);
+}
+
+static zero_status build_meta(zero_engine *e, const zero_plan_info *plan, int64_t step, unsigned kinds,
+                              json_t *user, json_t **out)
+{
+    zero_engine_scalars sc;
+    ZERO_TRY(zero_engine_get_scalars(e, &sc));
+    json_t *m = json_object();
+    json_object_set_new(m, "magic", json_string(CKPT_META_MAGIC));
+    json_object_set_new(m, "format_version", json_integer(ZERO_CHECKPOINT_FORMAT_VERSION));
+    json_object_set_new(m, "library_version", json_string(zero_version_string()));
+    json_object_set_new(m, "step", json_integer(step));
+    json_object_set_new(m, "world_size", json_integer(plan->dp_size));
+    json_object_set_new(m, "stage", json_integer(plan->stage));
+    json_object_set_new(m, "compute_dtype", json_string(zero_dtype_name(plan->compute_dtype)));
+    json_object_set_new(m, "plan_hash", json_sprintf("%016llx", (unsigned long long)plan->hash));
+    json_t *k = json_array();
+    for (int i = 0; i < CKPT_NUM_KINDS; i++)
+        if (kinds & (1u << i)) json_array_append_new(k, json_string(ckpt_kind_names[i]));
+    json_object_set_new(m, "kinds", k);
+    json_t *params = json_array();
+    for (int p = 0; p < plan->num_params; p++) {
+        zero_param_info pi;
+        zero_status s = zero_engine_param_info(e, p, &pi);
+        if (s != ZERO_OK) {
+            json_decref(params);
+            json_decref(m);
+            return s;
+        }
+        json_t *shape = json_array();
+        for (int d = 0; d < pi.ndim; d++) json_array_append_new(shape, json_integer(pi.shape[d]));
+        const char *mod = zero_engine_module_name(e, pi.module);
+        json_array_append_new(params, json_pack("{s:s,s:o,s:s}", "name", pi.name, "shape", shape, "module",
+                                                mod ? mod : ""));
+    }
+    json_object_set_new(m, "params", params);
+    json_object_set_new(m, "engine", scalars_json(&sc));
+    json_object_set(m, "user", user);
+    *out = m;
+    return ZERO_OK;
+}
+
+static int cmp_ll(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Delete step-* directories older than the newest `keep`. */
+static void prune(const char *dir, int keep)
+{
+    if (keep <= 0) return;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    long long steps[4096];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 4096) {
+        long long s;
+        char tail;
+        if (sscanf(e->d_name, "step-%lld%c", &s, &tail) == 1) steps[n++] = s;
+    }
+    closedir(d);
+    qsort(steps, (size_t)n, sizeof steps[0], cmp_ll);
+    for (int i = 0; i + keep < n; i++) {
+        char p[1400];
+        snprintf(p, sizeof p, "%s/step-%08lld", dir, steps[i]);
+        ckpt_remove_tree(p);
+    }
+}
+
+/* Rank 0: meta.json, then the renames that publish the checkpoint. */
+static zero_status publish(zero_engine *e, const zero_plan_info *plan, const char *dir, const char *tmp_dir,
+                           const char *name, int64_t step, unsigned kinds, json_t *user,
+                           const zero_checkpoint_options *o)
+{
+    json_t *meta;
+    ZERO_TRY(build_meta(e, plan, step, kinds, user, &meta));
+    zero_status s = ckpt_meta_collect_files(meta, tmp_dir, plan->dp_size);
+    char *text = s == ZERO_OK ? ckpt_meta_dump(meta) : NULL;
+    json_decref(meta);
+    if (s != ZERO_OK) return s;
+    if (!text) return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "checkpoint save: meta.json");
+    char p[1400], final_dir[1400], old_dir[1400];
+    snprintf(p, sizeof p, "%s/meta.json", tmp_dir);
+    s = ckpt_write_file_atomic(p, text, strlen(text), o->durable);
+    free(text);
+    ZERO_TRY(s);
+    ZERO_TRY(ckpt_fsync_dir(tmp_dir, o->durable));
+    snprintf(final_dir, sizeof final_dir, "%s/%s", dir, name);
+    snprintf(old_dir, sizeof old_dir, "%s/.old-%s", dir, name);
+    struct stat st;
+    int replacing = stat(final_dir, &st) == 0;
+    if (replacing) {
+        ckpt_remove_tree(old_dir);
+        if (rename(final_dir, old_dir) != 0)
+            return zero_fail(NULL, ZERO_IO, "checkpoint save: moving the old %s aside: %s", final_dir,
+                             strerror(errno));
+    }
+    if (rename(tmp_dir, final_dir) != 0)
+        return zero_fail(NULL, ZERO_IO, "checkpoint save: renaming %s to %s: %s", tmp_dir, final_dir,
+                         strerror(errno));
+    ZERO_TRY(ckpt_fsync_dir(dir, o->durable));
+    if (replacing) ckpt_remove_tree(old_dir);
+    char latest[1400], line[128];
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    snprintf(line, sizeof line, "%s\n", name);
+    ZERO_TRY(ckpt_write_file_atomic(latest, line, strlen(line), o->durable));
+    prune(dir, o->keep_last);
+    return ZERO_OK;
+}
+
+zero_status zero_checkpoint_save(zero_engine *e, zero_comm *dp, const char *dir, int64_t step, const char *user_json,
+                                 const zero_checkpoint_options *options)
+{
+    if (!e || !dp || !dir || !*dir || step < 0)
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "checkpoint save: NULL engine, comm or dir, or negative step");
+    zero_checkpoint_options o = ZERO_CHECKPOINT_OPTIONS_INIT;
+    if (options) {
+        if (options->size < sizeof o || options->version < 1)
+            return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "checkpoint save: options not initialised with "
+                                                          "ZERO_CHECKPOINT_OPTIONS_INIT");
+        o = *options;
+    }
+    zero_plan_info plan;
+    ZERO_TRY(zero_engine_plan_info(e, &plan));
+    int rank = zero_comm_rank(dp), world = zero_comm_size(dp);
+    if (rank != plan.dp_rank || world != plan.dp_size)
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT,
+                         "checkpoint save: comm is rank %d of %d but the engine's dp group is rank %d of %d", rank,
+                         world, plan.dp_rank, plan.dp_size);
+    json_t *user = NULL;
+    zero_status s = ZERO_OK;
+    if (user_json && *user_json) {
+        json_error_t je;
+        user = json_loads(user_json, 0, &je);
+        if (!json_is_object(user))
+            s = zero_fail(NULL, ZERO_INVALID_ARGUMENT, "checkpoint save: user_json is not a JSON object (%s)",
+                          user ? "another JSON value" : je.text);
+    } else {
+        user = json_object();
+    }
+    unsigned kinds = 0;
+    zero_status ks = ckpt_engine_kinds(e, dp, &kinds); /* collective: always */
+    if (s == ZERO_OK) s = ks;
+    char name[64], tmp_dir[1200];
+    snprintf(name, sizeof name, "step-%08lld", (long long)step);
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/.tmp-%s", dir, name);
+    /* 1. rank 0 prepares an empty temporary directory */
+    if (s == ZERO_OK && rank == 0) {
+        s = ckpt_mkdir_p(dir);
+        if (s == ZERO_OK) {
+            ckpt_remove_tree(tmp_dir); /* left by a save that was killed */
+            s = ckpt_mkdir_p(tmp_dir);
+        }
+    }
+    s = ckpt_agree(dp, s, "checkpoint save");
+    /* 2. every rank writes its shard */
+    if (s == ZERO_OK) {
+        s = write_shard(e, tmp_dir, rank, world, kinds, o.durable);
+        s = ckpt_agree(dp, s, "checkpoint save");
+    }
+    /* 3. rank 0 writes meta.json and publishes */
+    if (s == ZERO_OK) {
+        if (rank == 0) s = publish(e, &plan, dir, tmp_dir, name, step, kinds, user, &o);
+        s = ckpt_agree(dp, s, "checkpoint save");
+    } else if (rank == 0) {
+        ckpt_remove_tree(tmp_dir);
+    }
+    json_decref(user);
+    return s;
+}
