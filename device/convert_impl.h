@@ -110,9 +110,14 @@ ZERO_HD float zero_cvt_f16_to_f32(uint16_t h)
     uint32_t m = (uint32_t)h & 0x3FFu;
     uint32_t b_norm = sign | ((e + 112u) << 23) | (m << 13);
     uint32_t b_special = sign | 0x7F800000u | (m << 13); /* inf / NaN, payload kept */
-    /* Subnormal (and zero): m * 2^-24 is exact in f32, and a normal f32
-     * whenever m > 0, so flush-to-zero modes cannot touch it. */
-    uint32_t b_sub = sign | zero_cvt_f32_bits((float)m * 0x1p-24f);
+    /* Subnormal: m * 2^-24 with m in [1, 1023] is 2^(p-24) * (m / 2^p) for
+     * p = floor(log2 m): exponent field p + 103, mantissa m shifted so its
+     * leading 1 becomes the implicit bit. p is counted with comparisons, not
+     * a loop or a float conversion, so the CPU loops if-convert and
+     * vectorize. Zero (m == 0) is just the sign. */
+    uint32_t p = (uint32_t)(m >= 2u) + (m >= 4u) + (m >= 8u) + (m >= 16u) + (m >= 32u) + (m >= 64u) +
+                 (m >= 128u) + (m >= 256u) + (m >= 512u);
+    uint32_t b_sub = sign | (m ? ((p + 103u) << 23) | ((m << (23u - p)) & 0x7FFFFFu) : 0u);
     uint32_t b = e == 0x1Fu ? b_special : (e == 0u ? b_sub : b_norm);
     return zero_cvt_bits_f32(b);
 }

@@ -12,16 +12,48 @@
 #include "convert_impl.h"
 #include "device_internal.h"
 
-/* Below this many elements a parallel region costs more than it saves. */
+/* The kernels run in blocks: an OpenMP loop over blocks (when there are
+ * enough of them to pay for the threads) calls a serial, vectorized range
+ * function. The range functions are compiled twice, for AVX2 and for the
+ * baseline, and picked at load time (GCC target_clones): the f16
+ * conversions need AVX2's per-lane shifts to vectorize. Cloning the range
+ * functions rather than the OpenMP loop matters: GCC outlines a parallel
+ * region before it clones, so the region body would stay baseline. */
+#define BLOCK 16384
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define CLONES
+#endif
 #if ZERO_HAVE_OPENMP
-#define PAR_FOR_SIMD _Pragma("omp parallel for simd schedule(static) if(n >= 65536)")
-#define PAR_FOR _Pragma("omp parallel for schedule(static) if(nchunks >= 16)")
+#define PAR_FOR_BLOCKS _Pragma("omp parallel for schedule(static) if(nblocks >= 4)")
+#define SIMD _Pragma("omp simd")
 #define SIMD_SUM_ACC _Pragma("omp simd reduction(+ : acc)")
 #else
-#define PAR_FOR_SIMD
-#define PAR_FOR
+#define PAR_FOR_BLOCKS
+#define SIMD
 #define SIMD_SUM_ACC
 #endif
+
+typedef struct kargs {
+    const void *x;
+    void *y;
+    zero_dtype dt, dt2;
+    float alpha;
+    double *partial; /* sumsq: one per block */
+} kargs;
+
+typedef void (*range_fn)(const kargs *a, size_t begin, size_t end);
+
+static void run_blocks(size_t n, range_fn fn, const kargs *a)
+{
+    size_t nblocks = (n + BLOCK - 1) / BLOCK;
+    PAR_FOR_BLOCKS
+    for (size_t b = 0; b < nblocks; b++) {
+        size_t end = (b + 1) * BLOCK;
+        fn(a, b * BLOCK, end < n ? end : n);
+    }
+}
 
 /* ---------------------------------------------------------------- memory */
 
@@ -146,163 +178,185 @@ static zero_status cpu_memcpy_async(zero_device *dev, void *dst, const void *src
 
 /* ---------------------------------------------------------------- kernels */
 
-static zero_status cpu_fill(zero_device *dev, void *x, zero_dtype dt, size_t n, float value,
-                            zero_stream *s)
+CLONES static void fill_range(const kargs *a, size_t begin, size_t end)
 {
-    (void)dev;
-    (void)s;
-    if (dt == ZERO_F32) {
-        float *p = x;
-        PAR_FOR_SIMD
-        for (size_t i = 0; i < n; i++) p[i] = value;
+    if (a->dt == ZERO_F32) {
+        float *p = a->y, v = a->alpha;
+        SIMD
+        for (size_t i = begin; i < end; i++) p[i] = v;
     } else {
-        uint16_t bits = dt == ZERO_F16 ? zero_cvt_f32_to_f16(value) : zero_cvt_f32_to_bf16(value);
-        uint16_t *p = x;
-        PAR_FOR_SIMD
-        for (size_t i = 0; i < n; i++) p[i] = bits;
+        uint16_t *p = a->y;
+        uint16_t bits = a->dt == ZERO_F16 ? zero_cvt_f32_to_f16(a->alpha) : zero_cvt_f32_to_bf16(a->alpha);
+        SIMD
+        for (size_t i = begin; i < end; i++) p[i] = bits;
     }
-    return ZERO_OK;
 }
 
-static zero_status cpu_scale(zero_device *dev, void *x, zero_dtype dt, size_t n, float alpha,
-                             zero_stream *s)
+CLONES static void scale_range(const kargs *a, size_t begin, size_t end)
 {
-    (void)dev;
-    (void)s;
-    if (dt == ZERO_F32) {
-        float *p = x;
-        PAR_FOR_SIMD
-        for (size_t i = 0; i < n; i++) p[i] *= alpha;
-    } else if (dt == ZERO_F16) {
-        uint16_t *p = x;
-        PAR_FOR_SIMD
-        for (size_t i = 0; i < n; i++) p[i] = zero_cvt_f32_to_f16(zero_cvt_f16_to_f32(p[i]) * alpha);
+    const float alpha = a->alpha;
+    if (a->dt == ZERO_F32) {
+        float *p = a->y;
+        SIMD
+        for (size_t i = begin; i < end; i++) p[i] *= alpha;
+    } else if (a->dt == ZERO_F16) {
+        uint16_t *p = a->y;
+        SIMD
+        for (size_t i = begin; i < end; i++) p[i] = zero_cvt_f32_to_f16(zero_cvt_f16_to_f32(p[i]) * alpha);
     } else {
-        uint16_t *p = x;
-        PAR_FOR_SIMD
-        for (size_t i = 0; i < n; i++) p[i] = zero_cvt_f32_to_bf16(zero_cvt_bf16_to_f32(p[i]) * alpha);
+        uint16_t *p = a->y;
+        SIMD
+        for (size_t i = begin; i < end; i++) p[i] = zero_cvt_f32_to_bf16(zero_cvt_bf16_to_f32(p[i]) * alpha);
     }
-    return ZERO_OK;
 }
 
-/* y + alpha * x with two roundings (no fused multiply-add), so every backend
- * and every compiler gives the same bits. */
-static zero_status cpu_axpy(zero_device *dev, float alpha, const void *x, void *y, zero_dtype dt,
-                            size_t n, zero_stream *s)
+/* y + alpha * x with two roundings (no fused multiply-add: ISO C mode keeps
+ * GCC from contracting, and the AVX2 clone has no FMA enabled), so every
+ * backend and every CPU gives the same bits. */
+CLONES static void axpy_range(const kargs *a, size_t begin, size_t end)
 {
-    (void)dev;
-    (void)s;
-    if (dt == ZERO_F32) {
-        const float *xp = x;
-        float *yp = y;
-        PAR_FOR_SIMD
-        for (size_t i = 0; i < n; i++) {
+    const float alpha = a->alpha;
+    if (a->dt == ZERO_F32) {
+        const float *xp = a->x;
+        float *yp = a->y;
+        SIMD
+        for (size_t i = begin; i < end; i++) {
             float t = alpha * xp[i];
             yp[i] = yp[i] + t;
         }
-    } else if (dt == ZERO_F16) {
-        const uint16_t *xp = x;
-        uint16_t *yp = y;
-        PAR_FOR_SIMD
-        for (size_t i = 0; i < n; i++) {
+    } else if (a->dt == ZERO_F16) {
+        const uint16_t *xp = a->x;
+        uint16_t *yp = a->y;
+        SIMD
+        for (size_t i = begin; i < end; i++) {
             float t = alpha * zero_cvt_f16_to_f32(xp[i]);
             yp[i] = zero_cvt_f32_to_f16(zero_cvt_f16_to_f32(yp[i]) + t);
         }
     } else {
-        const uint16_t *xp = x;
-        uint16_t *yp = y;
-        PAR_FOR_SIMD
-        for (size_t i = 0; i < n; i++) {
+        const uint16_t *xp = a->x;
+        uint16_t *yp = a->y;
+        SIMD
+        for (size_t i = begin; i < end; i++) {
             float t = alpha * zero_cvt_bf16_to_f32(xp[i]);
             yp[i] = zero_cvt_f32_to_bf16(zero_cvt_bf16_to_f32(yp[i]) + t);
         }
     }
-    return ZERO_OK;
 }
 
-static zero_status cpu_cast(zero_device *dev, const void *src, zero_dtype sdt, void *dst, zero_dtype ddt,
-                            size_t n, zero_stream *s)
+CLONES static void cast_range(const kargs *a, size_t begin, size_t end)
 {
-    (void)s;
-    if (sdt == ddt) return cpu_memcpy(dev, dst, src, n * zero_dtype_size(sdt));
+    zero_dtype sdt = a->dt, ddt = a->dt2;
     if (sdt == ZERO_F32) {
-        const float *a = src;
-        uint16_t *b = dst;
+        const float *s = a->x;
+        uint16_t *d = a->y;
         if (ddt == ZERO_F16) {
-            PAR_FOR_SIMD
-            for (size_t i = 0; i < n; i++) b[i] = zero_cvt_f32_to_f16(a[i]);
+            SIMD
+            for (size_t i = begin; i < end; i++) d[i] = zero_cvt_f32_to_f16(s[i]);
         } else {
-            PAR_FOR_SIMD
-            for (size_t i = 0; i < n; i++) b[i] = zero_cvt_f32_to_bf16(a[i]);
+            SIMD
+            for (size_t i = begin; i < end; i++) d[i] = zero_cvt_f32_to_bf16(s[i]);
         }
     } else if (ddt == ZERO_F32) {
-        const uint16_t *a = src;
-        float *b = dst;
+        const uint16_t *s = a->x;
+        float *d = a->y;
         if (sdt == ZERO_F16) {
-            PAR_FOR_SIMD
-            for (size_t i = 0; i < n; i++) b[i] = zero_cvt_f16_to_f32(a[i]);
+            SIMD
+            for (size_t i = begin; i < end; i++) d[i] = zero_cvt_f16_to_f32(s[i]);
         } else {
-            PAR_FOR_SIMD
-            for (size_t i = 0; i < n; i++) b[i] = zero_cvt_bf16_to_f32(a[i]);
+            SIMD
+            for (size_t i = begin; i < end; i++) d[i] = zero_cvt_bf16_to_f32(s[i]);
         }
     } else {
         /* f16 <-> bf16 through f32: the widening is exact, so one rounding. */
-        const uint16_t *a = src;
-        uint16_t *b = dst;
+        const uint16_t *s = a->x;
+        uint16_t *d = a->y;
         if (sdt == ZERO_F16) {
-            PAR_FOR_SIMD
-            for (size_t i = 0; i < n; i++) b[i] = zero_cvt_f32_to_bf16(zero_cvt_f16_to_f32(a[i]));
+            SIMD
+            for (size_t i = begin; i < end; i++) d[i] = zero_cvt_f32_to_bf16(zero_cvt_f16_to_f32(s[i]));
         } else {
-            PAR_FOR_SIMD
-            for (size_t i = 0; i < n; i++) b[i] = zero_cvt_f32_to_f16(zero_cvt_bf16_to_f32(a[i]));
+            SIMD
+            for (size_t i = begin; i < end; i++) d[i] = zero_cvt_f32_to_f16(zero_cvt_bf16_to_f32(s[i]));
         }
     }
-    return ZERO_OK;
 }
 
-/* Sum of squares of one chunk, in double (an f32 squared is exact in double). */
-static double chunk_sumsq(const void *x, zero_dtype dt, size_t begin, size_t end)
+/* One block's sum of squares, in double (an f32 squared is exact in double).
+ * Blocks are fixed, summed in order afterwards: the result does not depend
+ * on the number of threads. */
+CLONES static void sumsq_range(const kargs *a, size_t begin, size_t end)
 {
     double acc = 0.0;
-    if (dt == ZERO_F32) {
-        const float *p = x;
+    if (a->dt == ZERO_F32) {
+        const float *p = a->x;
         SIMD_SUM_ACC
         for (size_t i = begin; i < end; i++) acc += (double)p[i] * (double)p[i];
-    } else if (dt == ZERO_F16) {
-        const uint16_t *p = x;
+    } else if (a->dt == ZERO_F16) {
+        const uint16_t *p = a->x;
         SIMD_SUM_ACC
         for (size_t i = begin; i < end; i++) {
             double v = zero_cvt_f16_to_f32(p[i]);
             acc += v * v;
         }
     } else {
-        const uint16_t *p = x;
+        const uint16_t *p = a->x;
         SIMD_SUM_ACC
         for (size_t i = begin; i < end; i++) {
             double v = zero_cvt_bf16_to_f32(p[i]);
             acc += v * v;
         }
     }
-    return acc;
+    a->partial[begin / BLOCK] = acc;
 }
 
-static zero_status cpu_sumsq(zero_device *dev, const void *x, zero_dtype dt, size_t n, double *out,
-                             int *nonfinite, zero_stream *s)
+static zero_status cpu_fill(zero_device *dev, void *x, zero_dtype dt, size_t n, float value, zero_stream *s)
+{
+    (void)dev, (void)s;
+    kargs a = {.y = x, .dt = dt, .alpha = value};
+    run_blocks(n, fill_range, &a);
+    return ZERO_OK;
+}
+
+static zero_status cpu_scale(zero_device *dev, void *x, zero_dtype dt, size_t n, float alpha, zero_stream *s)
+{
+    (void)dev, (void)s;
+    kargs a = {.y = x, .dt = dt, .alpha = alpha};
+    run_blocks(n, scale_range, &a);
+    return ZERO_OK;
+}
+
+static zero_status cpu_axpy(zero_device *dev, float alpha, const void *x, void *y, zero_dtype dt, size_t n,
+                            zero_stream *s)
+{
+    (void)dev, (void)s;
+    kargs a = {.x = x, .y = y, .dt = dt, .alpha = alpha};
+    run_blocks(n, axpy_range, &a);
+    return ZERO_OK;
+}
+
+static zero_status cpu_cast(zero_device *dev, const void *src, zero_dtype sdt, void *dst, zero_dtype ddt, size_t n,
+                            zero_stream *s)
 {
     (void)s;
-    size_t nchunks = (n + ZERO_SUMSQ_CHUNK - 1) / ZERO_SUMSQ_CHUNK;
+    if (sdt == ddt) return cpu_memcpy(dev, dst, src, n * zero_dtype_size(sdt));
+    kargs a = {.x = src, .y = dst, .dt = sdt, .dt2 = ddt};
+    run_blocks(n, cast_range, &a);
+    return ZERO_OK;
+}
+
+static zero_status cpu_sumsq(zero_device *dev, const void *x, zero_dtype dt, size_t n, double *out, int *nonfinite,
+                             zero_stream *s)
+{
+    (void)s;
+    size_t nblocks = (n + BLOCK - 1) / BLOCK;
     double stack_part[64];
-    double *part = nchunks <= 64 ? stack_part : malloc(nchunks * sizeof *part);
+    double *part = nblocks <= 64 ? stack_part : malloc(nblocks * sizeof *part);
     if (!part)
         return zero_fail(&dev->err, ZERO_OUT_OF_MEMORY, "zero_sumsq(cpu): cannot allocate %zu partial sums",
-                         nchunks);
-    PAR_FOR
-    for (size_t c = 0; c < nchunks; c++) {
-        size_t end = (c + 1) * ZERO_SUMSQ_CHUNK;
-        part[c] = chunk_sumsq(x, dt, c * ZERO_SUMSQ_CHUNK, end < n ? end : n);
-    }
+                         nblocks);
+    kargs a = {.x = x, .dt = dt, .partial = part};
+    run_blocks(n, sumsq_range, &a);
     double total = 0.0;
-    for (size_t c = 0; c < nchunks; c++) total += part[c];
+    for (size_t b = 0; b < nblocks; b++) total += part[b];
     if (part != stack_part) free(part);
     /* Any inf or NaN element makes the sum inf or NaN (squares are never
      * negative, so infinities cannot cancel), and a finite sum of at most

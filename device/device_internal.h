@@ -90,11 +90,6 @@ extern const zero_device_ops zero_cuda_device_ops;
 int zero_cuda_device_count_(void); /* <= 0 when none usable */
 #endif
 
-/* The CPU sum of squares works in fixed chunks so its result does not depend
- * on the number of threads: each chunk is summed in order, then the chunk
- * sums are added in order. */
-#define ZERO_SUMSQ_CHUNK 4096
-
 /* Local rank / size from the launcher's environment (Open MPI, Slurm, MPICH,
  * PMI); 0 / 1 when none is set. Shared by device open (-1 ordinal) and topo. */
 void zero_local_rank_from_env(int *rank, int *size);
