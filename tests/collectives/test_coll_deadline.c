@@ -27,7 +27,7 @@ static void expect_timeout(zero_status st, double t0, zero_comm *c, const char *
     CHECK_MSG(st == ZERO_TIMEOUT || st == ZERO_PEER_FAILURE, "%s returned %s: %s", op, zero_status_name(st),
               zero_last_error());
     CHECK_MSG(dt >= TIMEOUT_S * 0.95 || st == ZERO_PEER_FAILURE, "%s failed after %.2f s, before its deadline", op, dt);
-    CHECK_MSG(dt < TIMEOUT_S + 2.0, "%s took %.2f s for a %.1f s deadline", op, dt, TIMEOUT_S);
+    CHECK_MSG(dt < TIMEOUT_S + 3.0, "%s took %.2f s for a %.1f s deadline", op, dt, TIMEOUT_S);
     CHECK_MSG(strstr(zero_comm_last_error(c), op) != NULL, "message does not name %s: %s", op,
               zero_comm_last_error(c));
     CHECK_MSG(strstr(zero_last_error(), op) != NULL, "thread message does not name %s: %s", op, zero_last_error());

@@ -1,0 +1,382 @@
+/* zero-bench-coll: nccl-tests-style bandwidth of all-reduce, reduce-scatter
+ * and all-gather through libzero, side by side with the raw blocking MPI call
+ * on the same ranks, buffers and sizes, in the same run.
+ *
+ *   tests/mpirun.sh 2 build/benchmarks/collectives/zero-bench-coll --max-bytes 64M
+ *
+ * For every op and size S (bytes of the whole array, as nccl-tests counts it:
+ * the all-reduce buffer, the reduce-scatter input, the all-gather output):
+ * warm up, time many iterations in 5 alternating rounds (ours, raw, raw,
+ * ours, ...) so drift hits both sides alike, average each round's time per op
+ * across ranks, take the median round of each side, and report
+ *   algbw = S / time,  busbw = algbw x 2(n-1)/n (all-reduce), x (n-1)/n (others)
+ * plus #wrong: elements that differ from the exact reference in a checked run
+ * of each side, and ratio = our time / raw time. */
+#include <mpi.h>
+#include <zero/comm.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct options {
+    size_t min_bytes, max_bytes;
+    int factor;
+    double target_s; /* time per side per size, roughly */
+    int warmup;
+    const char *json, *csv;
+    int ops[3];
+} options;
+
+typedef struct result {
+    const char *op;
+    size_t bytes, count;
+    double t_ours, t_raw; /* seconds per op, averaged over ranks */
+    long wrong_ours, wrong_raw;
+    int iters;
+} result;
+
+static int rank, nranks;
+
+static size_t parse_size(const char *s)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0) return 0;
+    switch (*end) {
+    case 'k': case 'K': v *= 1024; break;
+    case 'm': case 'M': v *= 1024 * 1024; break;
+    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
+    default: break;
+    }
+    return (size_t)v;
+}
+
+static void usage(void)
+{
+    if (rank == 0)
+        fprintf(stderr,
+                "usage: zero-bench-coll [--min-bytes 1K] [--max-bytes 256M] [--factor 2] [--time 0.05]\n"
+                "                       [--warmup 3] [--ops allreduce,reduce_scatter,allgather]\n"
+                "                       [--json FILE] [--csv FILE]\n"
+                "Run under mpirun with 2 or more ranks; sizes take K/M/G suffixes (powers of 1024).\n");
+}
+
+static int parse(int argc, char **argv, options *o)
+{
+    *o = (options){.min_bytes = 1024, .max_bytes = 256u << 20, .factor = 2, .target_s = 0.05, .warmup = 3,
+                   .ops = {1, 1, 1}};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
+        if (!v) return -1;
+        if (!strcmp(a, "--min-bytes")) o->min_bytes = parse_size(v);
+        else if (!strcmp(a, "--max-bytes")) o->max_bytes = parse_size(v);
+        else if (!strcmp(a, "--factor")) o->factor = atoi(v);
+        else if (!strcmp(a, "--time")) o->target_s = atof(v);
+        else if (!strcmp(a, "--warmup")) o->warmup = atoi(v);
+        else if (!strcmp(a, "--json")) o->json = v;
+        else if (!strcmp(a, "--csv")) o->csv = v;
+        else if (!strcmp(a, "--ops")) {
+            o->ops[0] = strstr(v, "allreduce") != NULL;
+            o->ops[1] = strstr(v, "reduce_scatter") != NULL;
+            o->ops[2] = strstr(v, "allgather") != NULL;
+        } else return -1;
+        i++;
+    }
+    if (!o->min_bytes || o->max_bytes < o->min_bytes || o->factor < 2 || o->target_s <= 0 || o->warmup < 0)
+        return -1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- one op */
+
+enum { OP_AR = 0, OP_RS = 1, OP_AG = 2 };
+static const char *op_names[] = {"allreduce", "reduce_scatter", "allgather"};
+
+typedef struct bufs {
+    float *send, *recv;
+    zero_comm *zc;
+    MPI_Comm mc;
+} bufs;
+
+/* count: all-reduce elements; per-rank chunk for reduce-scatter/all-gather. */
+static int run_ours(bufs *b, int op, size_t count)
+{
+    zero_status st = ZERO_OK;
+    switch (op) {
+    case OP_AR: st = zero_allreduce(b->zc, b->send, b->recv, count, ZERO_F32, ZERO_SUM); break;
+    case OP_RS: st = zero_reduce_scatter(b->zc, b->send, b->recv, count, ZERO_F32, ZERO_SUM); break;
+    case OP_AG: st = zero_allgather(b->zc, b->send, b->recv, count, ZERO_F32); break;
+    }
+    if (st != ZERO_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, zero_comm_last_error(b->zc));
+        return -1;
+    }
+    return 0;
+}
+
+static int run_raw(bufs *b, int op, size_t count)
+{
+    int c = (int)count, rc = MPI_SUCCESS;
+    switch (op) {
+    case OP_AR: rc = MPI_Allreduce(b->send, b->recv, c, MPI_FLOAT, MPI_SUM, b->mc); break;
+    case OP_RS: rc = MPI_Reduce_scatter_block(b->send, b->recv, c, MPI_FLOAT, MPI_SUM, b->mc); break;
+    case OP_AG: rc = MPI_Allgather(b->send, c, MPI_FLOAT, b->recv, c, MPI_FLOAT, b->mc); break;
+    }
+    return rc == MPI_SUCCESS ? 0 : -1;
+}
+
+/* Exact small integers: every partial sum is exact, so the check is bitwise. */
+static float value(int r, size_t i) { return (float)((int)((i * 7 + (size_t)r * 13) % 61) - 30); }
+
+static void fill(bufs *b, int op, size_t count)
+{
+    size_t in = op == OP_RS ? count * (size_t)nranks : count;
+    for (size_t i = 0; i < in; i++) b->send[i] = value(rank, i);
+    size_t out = op == OP_AG ? count * (size_t)nranks : count;
+    memset(b->recv, 0xFF, out * sizeof(float)); /* NaN: a missed element shows */
+}
+
+static long check(bufs *b, int op, size_t count)
+{
+    long wrong = 0;
+    if (op == OP_AG) {
+        for (int q = 0; q < nranks; q++)
+            for (size_t i = 0; i < count; i++) wrong += b->recv[(size_t)q * count + i] != value(q, i);
+    } else {
+        size_t base = op == OP_RS ? (size_t)rank * count : 0;
+        for (size_t i = 0; i < count; i++) {
+            float want = 0;
+            for (int q = 0; q < nranks; q++) want += value(q, base + i);
+            wrong += b->recv[i] != want;
+        }
+    }
+    return wrong;
+}
+
+static double max_over_ranks(double v)
+{
+    double m = 0;
+    MPI_Allreduce(&v, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return m;
+}
+
+static int measure(bufs *b, const options *o, int op, size_t bytes, result *res)
+{
+    size_t total = bytes / sizeof(float);
+    size_t count = op == OP_AR ? total : total / (size_t)nranks;
+    if (!count) return 1;
+    res->op = op_names[op];
+    res->bytes = (op == OP_AR ? count : count * (size_t)nranks) * sizeof(float);
+    res->count = count;
+
+    /* correctness, both sides, before timing */
+    fill(b, op, count);
+    if (run_ours(b, op, count)) return -1;
+    long w_ours = check(b, op, count);
+    fill(b, op, count);
+    if (run_raw(b, op, count)) return -1;
+    long w_raw = check(b, op, count);
+    MPI_Allreduce(&w_ours, &res->wrong_ours, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(&w_raw, &res->wrong_raw, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+
+    for (int i = 0; i < o->warmup; i++)
+        if (run_ours(b, op, count) || run_raw(b, op, count)) return -1;
+
+    /* Size the blocks from one timed op of each side (slowest rank). */
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    if (run_ours(b, op, count) || run_raw(b, op, count)) return -1;
+    double one = max_over_ranks((MPI_Wtime() - t0) / 2);
+    int iters = (int)(o->target_s / (one > 1e-7 ? one : 1e-7));
+    if (iters < 6) iters = 6;
+    if (iters > 3000) iters = 3000;
+    enum { ROUNDS = 5 };
+    int per = (iters + ROUNDS - 1) / ROUNDS;
+    iters = per * ROUNDS;
+
+    /* Per-round times (ours, raw), averaged over ranks; the reported time is
+     * the median round, which a burst of load from another process on a
+     * shared machine moves much less than the mean. */
+    double t[2][ROUNDS], avg[2][ROUNDS];
+    for (int rd = 0; rd < ROUNDS; rd++) {
+        for (int side = 0; side < 2; side++) {
+            /* Alternate which side goes first so neither always follows a
+             * barrier with cold caches. */
+            int ours = (side == 0) == (rd % 2 == 0);
+            MPI_Barrier(MPI_COMM_WORLD);
+            double s = MPI_Wtime();
+            for (int i = 0; i < per; i++)
+                if (ours ? run_ours(b, op, count) : run_raw(b, op, count)) return -1;
+            t[ours ? 0 : 1][rd] = (MPI_Wtime() - s) / per;
+        }
+    }
+    MPI_Allreduce(t, avg, 2 * ROUNDS, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    for (int side = 0; side < 2; side++) {
+        double *v = avg[side];
+        for (int i = 0; i < ROUNDS; i++) v[i] /= nranks;
+        for (int i = 1; i < ROUNDS; i++) /* insertion sort: 5 values */
+            for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+                double x = v[j];
+                v[j] = v[j - 1];
+                v[j - 1] = x;
+            }
+    }
+    res->t_ours = avg[0][ROUNDS / 2];
+    res->t_raw = avg[1][ROUNDS / 2];
+    res->iters = iters;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- output */
+
+static double busbw_factor(const char *op)
+{
+    double n = nranks;
+    return !strcmp(op, "allreduce") ? 2 * (n - 1) / n : (n - 1) / n;
+}
+
+static void print_row(const result *r)
+{
+    double algo = r->bytes / r->t_ours / 1e9, algr = r->bytes / r->t_raw / 1e9, f = busbw_factor(r->op);
+    printf("%-15s %11zu %10zu  %10.1f %7.2f %7.2f %6ld   %10.1f %7.2f %7.2f %6ld   %6.3f\n", r->op, r->bytes,
+           r->count, r->t_ours * 1e6, algo, algo * f, r->wrong_ours, r->t_raw * 1e6, algr, algr * f, r->wrong_raw,
+           r->t_ours / r->t_raw);
+    fflush(stdout);
+}
+
+static void write_files(const options *o, const result *rs, int n)
+{
+    if (o->json) {
+        FILE *f = fopen(o->json, "w");
+        if (!f) {
+            fprintf(stderr, "zero-bench-coll: cannot write %s: %s\n", o->json, strerror(errno));
+        } else {
+            fprintf(f, "{\n  \"benchmark\": \"zero-bench-coll\",\n  \"ranks\": %d,\n  \"dtype\": \"f32\",\n"
+                       "  \"peer\": \"raw blocking MPI call\",\n  \"results\": [\n", nranks);
+            for (int i = 0; i < n; i++) {
+                const result *r = &rs[i];
+                double f2 = busbw_factor(r->op);
+                fprintf(f,
+                        "    {\"op\": \"%s\", \"bytes\": %zu, \"count\": %zu, \"iters\": %d, "
+                        "\"time_us\": %.3f, \"algbw_gbs\": %.4f, \"busbw_gbs\": %.4f, \"wrong\": %ld, "
+                        "\"raw_time_us\": %.3f, \"raw_algbw_gbs\": %.4f, \"raw_busbw_gbs\": %.4f, \"raw_wrong\": %ld, "
+                        "\"time_ratio\": %.4f}%s\n",
+                        r->op, r->bytes, r->count, r->iters, r->t_ours * 1e6, r->bytes / r->t_ours / 1e9,
+                        r->bytes / r->t_ours / 1e9 * f2, r->wrong_ours, r->t_raw * 1e6, r->bytes / r->t_raw / 1e9,
+                        r->bytes / r->t_raw / 1e9 * f2, r->wrong_raw, r->t_ours / r->t_raw, i + 1 < n ? "," : "");
+            }
+            fprintf(f, "  ]\n}\n");
+            fclose(f);
+        }
+    }
+    if (o->csv) {
+        FILE *f = fopen(o->csv, "w");
+        if (!f) {
+            fprintf(stderr, "zero-bench-coll: cannot write %s: %s\n", o->csv, strerror(errno));
+            return;
+        }
+        fprintf(f, "op,ranks,bytes,count,iters,time_us,algbw_gbs,busbw_gbs,wrong,raw_time_us,raw_algbw_gbs,"
+                   "raw_busbw_gbs,raw_wrong,time_ratio\n");
+        for (int i = 0; i < n; i++) {
+            const result *r = &rs[i];
+            double f2 = busbw_factor(r->op);
+            fprintf(f, "%s,%d,%zu,%zu,%d,%.3f,%.4f,%.4f,%ld,%.3f,%.4f,%.4f,%ld,%.4f\n", r->op, nranks, r->bytes,
+                    r->count, r->iters, r->t_ours * 1e6, r->bytes / r->t_ours / 1e9, r->bytes / r->t_ours / 1e9 * f2,
+                    r->wrong_ours, r->t_raw * 1e6, r->bytes / r->t_raw / 1e9, r->bytes / r->t_raw / 1e9 * f2,
+                    r->wrong_raw, r->t_ours / r->t_raw);
+        }
+        fclose(f);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    /* MPI is ours here, so the library leaves init/finalize to us and both
+     * sides run under the same thread level. */
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    options o;
+    int pr = parse(argc, argv, &o);
+    if (pr != 0) {
+        usage();
+        MPI_Finalize();
+        return pr > 0 ? 0 : 2;
+    }
+
+    zero_comm_config cfg = ZERO_COMM_CONFIG_INIT;
+    cfg.backend = nranks > 1 ? ZERO_BACKEND_MPI : ZERO_BACKEND_LOCAL;
+    cfg.timeout_s = 120;
+    bufs b = {0};
+    if (zero_comm_init_world(&b.zc, &cfg) != ZERO_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, zero_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    MPI_Comm_dup(MPI_COMM_WORLD, &b.mc);
+    /* The largest buffers any op needs: the whole array on each side. */
+    size_t maxf = o.max_bytes / sizeof(float) + (size_t)nranks;
+    b.send = malloc(maxf * sizeof(float));
+    b.recv = malloc(maxf * sizeof(float));
+    if (!b.send || !b.recv) {
+        fprintf(stderr, "rank %d: cannot allocate 2 x %zu bytes\n", rank, maxf * sizeof(float));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    memset(b.send, 0, maxf * sizeof(float));
+    memset(b.recv, 0, maxf * sizeof(float));
+
+    if (rank == 0) {
+        char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+        int len = 0;
+        MPI_Get_library_version(lib, &len);
+        char *nl = strchr(lib, '\n');
+        if (nl) *nl = '\0';
+        printf("# zero-bench-coll: %d ranks, dtype f32, out of place, sizes %zu..%zu bytes, backend %s\n", nranks,
+               o.min_bytes, o.max_bytes, cfg.backend == ZERO_BACKEND_MPI ? "mpi" : "local");
+        printf("# peer: the raw blocking MPI call on a dup of MPI_COMM_WORLD (%.60s)\n", lib);
+        printf("# time = median of 5 rounds, each averaged over ranks; algbw = bytes/time; busbw = algbw x 2(n-1)/n (allreduce), "
+               "x (n-1)/n (others); ratio = zero time / raw time\n");
+        printf("%-15s %11s %10s  %10s %7s %7s %6s   %10s %7s %7s %6s   %6s\n", "#", "", "", "---- zero", "", "",
+               "", "---- raw MPI", "", "", "", "");
+        printf("%-15s %11s %10s  %10s %7s %7s %6s   %10s %7s %7s %6s   %6s\n", "# op", "bytes", "count",
+               "time(us)", "algbw", "busbw", "#wrong", "time(us)", "algbw", "busbw", "#wrong", "ratio");
+    }
+
+    int cap = 256, n = 0, failed = 0;
+    result *rs = calloc((size_t)cap, sizeof *rs);
+    for (int op = 0; op < 3 && !failed; op++) {
+        if (!o.ops[op]) continue;
+        for (size_t bytes = o.min_bytes; bytes <= o.max_bytes && n < cap; bytes *= (size_t)o.factor) {
+            int st = measure(&b, &o, op, bytes, &rs[n]);
+            if (st < 0) {
+                failed = 1;
+                break;
+            }
+            if (st > 0) continue;
+            if (rank == 0) print_row(&rs[n]);
+            n++;
+        }
+    }
+    long wrong = 0;
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        wrong += rs[i].wrong_ours + rs[i].wrong_raw;
+        if (rs[i].bytes >= (1u << 20) && rs[i].t_ours / rs[i].t_raw > worst) worst = rs[i].t_ours / rs[i].t_raw;
+    }
+    if (rank == 0) {
+        if (n) printf("# wrong elements: %ld; worst time ratio from 1 MiB up: %.3f (target <= 1.02)\n", wrong, worst);
+        write_files(&o, rs, n);
+    }
+    free(rs);
+    free(b.send);
+    free(b.recv);
+    zero_comm_destroy(b.zc);
+    MPI_Comm_free(&b.mc);
+    MPI_Finalize();
+    return failed || wrong ? 1 : 0;
+}
