@@ -1,0 +1,242 @@
+/* Test helpers for the engine: a synthetic "model" of awkwardly sized
+ * parameters, a deterministic per-rank gradient that is a function of the
+ * current parameter values (so a wrong parameter changes later gradients),
+ * and a driver that runs forward/backward/step the way a trainer would. */
+#ifndef ZERO_TESTS_ENG_UTIL_H
+#define ZERO_TESTS_ENG_UTIL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zero/zero.h>
+
+#include "check.h"
+
+/* ---------------------------------------------------------------- the model */
+
+typedef struct eng_pspec {
+    int module;
+    int ndim;
+    int64_t shape[3];
+} eng_pspec;
+
+static const char *const eng_module_names[] = {"embed", "block0", "block1", "block2", "block3", "norm", "head", "empty"};
+#define ENG_NMODULES 8
+
+/* Sizes: primes, ones, a 3-d tensor, two larger than the 1000-element test
+ * bucket; module block0 gets one more param at the end (not contiguous). */
+static const eng_pspec eng_model[] = {
+    {0, 2, {97, 13}}, {0, 1, {1}},
+    {1, 2, {31, 7}}, {1, 1, {31}}, {1, 1, {1}}, {1, 2, {5, 3}}, {1, 1, {101}}, {1, 1, {257}},
+    {2, 1, {2053}}, {2, 1, {3}}, {2, 2, {11, 2}}, {2, 1, {509}},
+    {3, 1, {7}}, {3, 1, {13}}, {3, 1, {1021}}, {3, 1, {2}}, {3, 1, {1}},
+    {4, 2, {127, 3}}, {4, 1, {127}}, {4, 3, {3, 3, 3}},
+    {5, 1, {61}}, {5, 1, {61}}, {5, 1, {1}},
+    {6, 2, {97, 5}}, {6, 1, {17}}, {6, 1, {1}}, {6, 2, {41, 11}}, {6, 1, {3}},
+    {1, 1, {19}},
+};
+#define ENG_NPARAMS ((int)(sizeof eng_model / sizeof eng_model[0]))
+#define ENG_BUCKET 1000
+#define ENG_PERSIST 10
+
+static inline uint64_t eng_numel(const eng_pspec *p)
+{
+    uint64_t n = 1;
+    for (int d = 0; d < p->ndim; d++) n *= (uint64_t)p->shape[d];
+    return n;
+}
+
+static inline float eng_init_value(int param, uint64_t i)
+{
+    return (float)(0.5 * sin(0.37 * (double)i + 1.3 * param));
+}
+
+/* Register the model (optionally scaled up by repeating `scale` copies of
+ * every param's leading dimension) and finalize. */
+static inline zero_status eng_register(zero_engine *e, int scale)
+{
+    zero_status st;
+    for (int m = 0; m < ENG_NMODULES; m++)
+        if ((st = zero_engine_add_module(e, eng_module_names[m], NULL)) != ZERO_OK) return st;
+    for (int p = 0; p < ENG_NPARAMS; p++) {
+        eng_pspec s = eng_model[p];
+        s.shape[0] *= scale;
+        uint64_t n = eng_numel(&s);
+        float *init = malloc(n * sizeof *init);
+        for (uint64_t i = 0; i < n; i++) init[i] = eng_init_value(p, i);
+        char name[64];
+        snprintf(name, sizeof name, "%s.p%d", eng_module_names[s.module], p);
+        st = zero_engine_add_param(e, s.module, name, s.ndim, s.shape, init, NULL);
+        free(init);
+        if (st != ZERO_OK) return st;
+    }
+    return ZERO_OK;
+}
+
+static inline float eng_load(zero_dtype d, const void *buf, uint64_t i)
+{
+    switch (d) {
+    case ZERO_BF16: return zero_bf16_to_f32(((const uint16_t *)buf)[i]);
+    case ZERO_F16: return zero_f16_to_f32(((const uint16_t *)buf)[i]);
+    default: return ((const float *)buf)[i];
+    }
+}
+
+static inline void eng_store(zero_dtype d, void *buf, uint64_t i, float v)
+{
+    switch (d) {
+    case ZERO_BF16: ((uint16_t *)buf)[i] = zero_f32_to_bf16(v); break;
+    case ZERO_F16: ((uint16_t *)buf)[i] = zero_f32_to_f16(v); break;
+    default: ((float *)buf)[i] = v; break;
+    }
+}
+
+/* The gradient rank `r` computes at micro-step (step, micro) for element i
+ * of param p whose current value is x. */
+static inline float eng_grad(float x, int r, int step, int micro, int p, uint64_t i)
+{
+    return (float)(0.2 * sin(3.0 * x + 0.7 * r + 0.3 * step + 0.13 * micro + 0.01 * (double)(i % 97) + 0.1 * p) +
+                   0.05 * (r + 1));
+}
+
+/* ---------------------------------------------------------------- the driver */
+
+typedef struct eng_run {
+    int ranks[8];  /* micro-step u uses rank ranks[u % nranks] ... */
+    int nranks;    /* ... and micro index u / nranks */
+    int inject_inf_step; /* 1-based step whose grads get an inf (0 = never) ... */
+    int inject_inf_rank; /* ... on this rank's grads only */
+} eng_run;
+
+/* One training step: gas * nranks micro-steps of forward + backward with
+ * gathers/releases, then step(). */
+static inline zero_status eng_train_step(zero_engine *e, zero_device *dev, const zero_config *cfg,
+                                         const eng_run *run, int step, zero_step_result *res)
+{
+    zero_status st;
+    const zero_dtype dt = cfg->compute_dtype;
+    const size_t es = zero_dtype_size(dt);
+    const int micro_total = cfg->gradient_accumulation_steps;
+    const int nparams = zero_engine_num_params(e);
+    float scale = (float)zero_engine_loss_scale(e);
+    for (int u = 0; u < micro_total; u++) {
+        int r = run->ranks[u % run->nranks];
+        int micro = u / run->nranks;
+        /* forward: touch every param through its pointer */
+        volatile float sink = 0;
+        for (int m = 0; m < ENG_NMODULES; m++) {
+            if ((st = zero_engine_gather(e, m)) != ZERO_OK) return st;
+            for (int p = 0; p < nparams; p++) {
+                zero_param_info pi;
+                zero_engine_param_info(e, p, &pi);
+                if (pi.module != m) continue;
+                void *x;
+                if ((st = zero_engine_param_data(e, p, &x)) != ZERO_OK) return st;
+                float last[1];
+                unsigned char raw[4];
+                if ((st = zero_memcpy(dev, raw, (char *)x + (pi.numel - 1) * es, es)) != ZERO_OK) return st;
+                last[0] = eng_load(dt, raw, 0);
+                sink += last[0];
+            }
+            if ((st = zero_engine_release(e, m)) != ZERO_OK) return st;
+        }
+        (void)sink;
+        /* backward, modules in reverse */
+        for (int m = ENG_NMODULES - 1; m >= 0; m--) {
+            if ((st = zero_engine_gather(e, m)) != ZERO_OK) return st;
+            for (int p = 0; p < nparams; p++) {
+                zero_param_info pi;
+                zero_engine_param_info(e, p, &pi);
+                if (pi.module != m) continue;
+                void *x, *g;
+                if ((st = zero_engine_param_data(e, p, &x)) != ZERO_OK) return st;
+                if ((st = zero_engine_param_grad(e, p, &g)) != ZERO_OK) return st;
+                /* Through host copies, so device memory works too. */
+                void *hx = malloc(pi.numel * es), *hg = malloc(pi.numel * es);
+                st = zero_memcpy(dev, hx, x, pi.numel * es);
+                if (st == ZERO_OK) st = zero_memcpy(dev, hg, g, pi.numel * es);
+                for (uint64_t i = 0; st == ZERO_OK && i < pi.numel; i++) {
+                    float v = eng_load(dt, hg, i) + scale * eng_grad(eng_load(dt, hx, i), r, step, micro, p, i);
+                    eng_store(dt, hg, i, v);
+                }
+                if (step == run->inject_inf_step && r == run->inject_inf_rank && p == 3)
+                    eng_store(dt, hg, 0, INFINITY);
+                if (st == ZERO_OK) st = zero_memcpy(dev, g, hg, pi.numel * es);
+                free(hx);
+                free(hg);
+                if (st != ZERO_OK) return st;
+            }
+            if ((st = zero_engine_grads_ready(e, m)) != ZERO_OK) return st;
+            if ((st = zero_engine_release(e, m)) != ZERO_OK) return st;
+        }
+    }
+    return zero_engine_step(e, res);
+}
+
+/* Full fp32 values of every param (collective), concatenated. */
+static inline float *eng_collect_master(zero_engine *e, uint64_t *total)
+{
+    uint64_t n = 0;
+    int np = zero_engine_num_params(e);
+    for (int p = 0; p < np; p++) {
+        zero_param_info pi;
+        zero_engine_param_info(e, p, &pi);
+        n += pi.numel;
+    }
+    float *all = calloc(n ? n : 1, sizeof *all);
+    uint64_t off = 0;
+    for (int p = 0; p < np; p++) {
+        zero_param_info pi;
+        zero_engine_param_info(e, p, &pi);
+        CHECK_OK(zero_engine_read_param(e, p, all + off));
+        off += pi.numel;
+    }
+    *total = n;
+    return all;
+}
+
+/* Compute-dtype values of every param as the trainer sees them (gathering
+ * at stage 3), widened to fp32, concatenated. */
+static inline float *eng_collect_params(zero_engine *e, zero_device *dev, zero_dtype dt)
+{
+    uint64_t n = 0;
+    int np = zero_engine_num_params(e);
+    for (int p = 0; p < np; p++) {
+        zero_param_info pi;
+        zero_engine_param_info(e, p, &pi);
+        n += pi.numel;
+    }
+    float *all = calloc(n ? n : 1, sizeof *all);
+    uint64_t off = 0;
+    for (int m = 0; m < zero_engine_num_modules(e); m++) {
+        CHECK_OK(zero_engine_gather(e, m));
+        off = 0;
+        for (int p = 0; p < np; p++) {
+            zero_param_info pi;
+            zero_engine_param_info(e, p, &pi);
+            if (pi.module == m) {
+                void *x = NULL;
+                CHECK_OK(zero_engine_param_data(e, p, &x));
+                void *h = malloc(pi.numel * zero_dtype_size(dt));
+                if (x) CHECK_OK(zero_memcpy(dev, h, x, pi.numel * zero_dtype_size(dt)));
+                for (uint64_t i = 0; x && i < pi.numel; i++) all[off + i] = eng_load(dt, h, i);
+                free(h);
+            }
+            off += pi.numel;
+        }
+        CHECK_OK(zero_engine_release(e, m));
+    }
+    return all;
+}
+
+static inline long eng_first_diff(const float *a, const float *b, uint64_t n)
+{
+    if (!memcmp(a, b, n * sizeof *a)) return -1;
+    for (uint64_t i = 0; i < n; i++)
+        if (memcmp(a + i, b + i, sizeof *a)) return (long)i;
+    return -1;
+}
+
+#endif

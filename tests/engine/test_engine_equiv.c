@@ -1,0 +1,171 @@
+/* Stage equivalence (DESIGN.md invariant 2).
+ *
+ * For fp32 and bf16 compute, with and without gradient accumulation,
+ * clipping and overlap_comm, AdamW and SGD: K steps at stages 1, 2 and 3 give
+ * bitwise the same fp32 master weights, compute-dtype parameters and
+ * gradient norms as stage 0 at this world size. And for fp32, stage 0 at
+ * world size N is within 1e-6 (|a-b| <= 1e-6 max(1,|b|), as CHECK_CLOSE) of one process that sees every
+ * rank's gradients as N times as many micro-steps.
+ *
+ *   test_engine_equiv [cpu | cuda nccl | cuda staged]   (cuda: skipped without a GPU) */
+#include "eng_util.h"
+
+#define STEPS 3
+
+typedef struct variant {
+    const char *name;
+    zero_dtype dtype;
+    int gas;
+    double clip;
+    int overlap;
+    zero_optimizer_kind opt;
+} variant;
+
+static const variant variants[] = {
+    {"f32 adamw", ZERO_F32, 1, 0.0, 0, ZERO_OPTIM_ADAMW},
+    {"f32 adamw gas2 clip overlap", ZERO_F32, 2, 0.05, 1, ZERO_OPTIM_ADAMW},
+    {"f32 sgd-momentum gas3 overlap", ZERO_F32, 3, 0.0, 1, ZERO_OPTIM_SGD},
+    {"bf16 adamw", ZERO_BF16, 1, 0.0, 0, ZERO_OPTIM_ADAMW},
+    {"bf16 adamw gas2 clip overlap", ZERO_BF16, 2, 0.05, 1, ZERO_OPTIM_ADAMW},
+    {"bf16 sgd clip", ZERO_BF16, 1, 0.02, 0, ZERO_OPTIM_SGD},
+};
+
+static zero_config make_config(const variant *v, int stage)
+{
+    zero_config c = ZERO_CONFIG_INIT;
+    c.stage = stage;
+    c.reduce_bucket_size = ENG_BUCKET;
+    c.stage3_param_persistence_threshold = ENG_PERSIST;
+    c.stage3_prefetch_bucket_size = 1500;
+    c.stage3_max_live_parameters = 6000;
+    c.overlap_comm = stage == 0 ? 0 : v->overlap; /* the reference runs without overlap */
+    c.compute_dtype = v->dtype;
+    c.gradient_accumulation_steps = v->gas;
+    c.gradient_clipping = v->clip;
+    c.optimizer = v->opt;
+    c.lr = 0.01;
+    c.momentum = 0.9;
+    c.weight_decay = 0.01;
+    return c;
+}
+
+typedef struct outcome {
+    float *master, *params;
+    uint64_t n;
+    double norms[STEPS], clips[STEPS];
+    int ok;
+} outcome;
+
+static outcome run(const zero_config *cfg, zero_comm *comm, zero_device *dev, const eng_run *r)
+{
+    outcome o = {0};
+    zero_engine *e = NULL;
+    CHECK_OK(zero_engine_create(&e, cfg, comm, dev));
+    if (!e) return o;
+    zero_status st = eng_register(e, 1);
+    if (st == ZERO_OK) st = zero_engine_finalize(e);
+    for (int s = 1; st == ZERO_OK && s <= STEPS; s++) {
+        zero_step_result res;
+        st = eng_train_step(e, dev, cfg, r, s, &res);
+        o.norms[s - 1] = res.grad_norm;
+        o.clips[s - 1] = res.clip_coef;
+        if (st == ZERO_OK) CHECK(res.step == s && !res.skipped);
+    }
+    if (st != ZERO_OK) {
+        CHECK_MSG(0, "stage %d run failed: %s: %s", cfg->stage, zero_status_name(st), zero_engine_last_error(e));
+        zero_engine_destroy(e);
+        return o;
+    }
+    o.master = eng_collect_master(e, &o.n);
+    o.params = eng_collect_params(e, dev, cfg->compute_dtype);
+    o.ok = 1;
+    zero_engine_destroy(e);
+    return o;
+}
+
+static void outcome_free(outcome *o)
+{
+    free(o->master);
+    free(o->params);
+}
+
+int main(int argc, char **argv)
+{
+    const int want_cuda = argc > 1 && !strcmp(argv[1], "cuda");
+    zero_device *dev = NULL;
+    if (want_cuda && !zero_cuda_available()) CHECK_SKIP("no CUDA device");
+    zero_comm_config ccfg = ZERO_COMM_CONFIG_INIT;
+    ccfg.timeout_s = 60;
+    if (want_cuda) /* one rank: NCCL itself; several ranks on one GPU: STAGED */
+        ccfg.backend = argc > 2 && !strcmp(argv[2], "nccl") ? ZERO_BACKEND_NCCL : ZERO_BACKEND_STAGED;
+    zero_comm *world = NULL;
+    if (zero_comm_init_world(&world, &ccfg) != ZERO_OK) {
+        fprintf(stderr, "init_world: %s\n", zero_last_error());
+        return want_cuda ? 77 : 1;
+    }
+    const int rank = zero_comm_rank(world), n = zero_comm_size(world);
+    check_set_rank(rank);
+    if (zero_device_open(&dev, want_cuda ? ZERO_DEVICE_CUDA : ZERO_DEVICE_CPU, -1) != ZERO_OK) {
+        fprintf(stderr, "device_open: %s\n", zero_last_error());
+        zero_comm_destroy(world);
+        return want_cuda ? 77 : 1;
+    }
+    /* A group of one: this rank alone, for the all-data reference. */
+    zero_comm *self = NULL;
+    CHECK_OK(zero_comm_split(world, rank, 0, &self));
+
+    for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
+        const variant *v = &variants[vi];
+        eng_run r = {{rank}, 1, 0, 0};
+        outcome o[4];
+        for (int stage = 0; stage < 4; stage++) {
+            zero_config cfg = make_config(v, stage);
+            o[stage] = run(&cfg, world, dev, &r);
+        }
+        for (int stage = 1; stage < 4 && o[0].ok; stage++) {
+            if (!o[stage].ok) continue;
+            long d = eng_first_diff(o[stage].master, o[0].master, o[0].n);
+            CHECK_MSG(d < 0, "%s: stage %d master differs from stage 0 at element %ld: %.9g vs %.9g", v->name, stage,
+                      d, d < 0 ? 0.0 : o[stage].master[d], d < 0 ? 0.0 : o[0].master[d]);
+            d = eng_first_diff(o[stage].params, o[0].params, o[0].n);
+            CHECK_MSG(d < 0, "%s: stage %d params differ from stage 0 at element %ld", v->name, stage, d);
+            CHECK_MSG(!memcmp(o[stage].norms, o[0].norms, sizeof o[0].norms), "%s: stage %d grad norms differ",
+                      v->name, stage);
+            CHECK_MSG(!memcmp(o[stage].clips, o[0].clips, sizeof o[0].clips), "%s: stage %d clip coefs differ",
+                      v->name, stage);
+        }
+        if (o[0].ok) {
+            /* the run moved the params, and clipping was active where asked */
+            float init0 = eng_init_value(0, 0);
+            CHECK_MSG(o[0].master[0] != init0, "%s: parameters did not change", v->name);
+            if (v->clip > 0) CHECK_MSG(o[0].clips[0] < 1.0, "%s: clipping never engaged", v->name);
+        }
+        /* World-size reference: one process sees all ranks' gradients. */
+        if (v->dtype == ZERO_F32 && o[0].ok && !want_cuda) {
+            zero_config cfg = make_config(v, 0);
+            cfg.gradient_accumulation_steps = v->gas * n;
+            eng_run all = {{0}, n, 0, 0};
+            for (int k = 0; k < n; k++) all.ranks[k] = k;
+            outcome ref = run(&cfg, self, dev, &all);
+            if (ref.ok) {
+                double worst = 0;
+                for (uint64_t i = 0; i < ref.n; i++) {
+                    double a = o[0].master[i], b = ref.master[i];
+                    double rel = fabs(a - b) / fmax(fabs(b), 1.0); /* check.h's CHECK_CLOSE convention */
+                    if (rel > worst) worst = rel;
+                }
+                CHECK_MSG(worst <= 1e-6, "%s: world %d differs from the all-data reference by %.3g relative", v->name,
+                          n, worst);
+                for (int s = 0; s < STEPS; s++) CHECK_CLOSE(o[0].norms[s], ref.norms[s], 1e-6);
+                if (rank == 0) fprintf(stderr, "%s: world %d vs one process: max relative difference %.3g\n",
+                                       v->name, n, worst);
+            }
+            outcome_free(&ref);
+        }
+        for (int stage = 0; stage < 4; stage++) outcome_free(&o[stage]);
+    }
+    zero_comm_destroy(self);
+    zero_device_close(dev);
+    zero_comm_destroy(world);
+    return check_exit();
+}
