@@ -18,13 +18,13 @@ const char train_default_config_json[] =
     "  \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003, \"betas\": [0.9, 0.95],\n"
     "                \"eps\": 1e-8, \"weight_decay\": 0.1}},\n"
     "  \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"warmup_num_steps\": 20,\n"
-    "                \"total_num_steps\": 300, \"warmup_min_ratio\": 0.0, \"cos_min_ratio\": 0.1,\n"
+    "                \"total_num_steps\": 500, \"warmup_min_ratio\": 0.0, \"cos_min_ratio\": 0.1,\n"
     "                \"warmup_type\": \"linear\"}},\n"
     "  \"gradient_clipping\": 1.0,\n"
     "  \"zero_optimization\": {\"stage\": 3},\n"
     "  \"model\": {\"n_layer\": 4, \"n_head\": 4, \"d_model\": 128, \"seq_len\": 64, \"vocab\": 256},\n"
     "  \"data\": {\"path\": \"auto\"},\n"
-    "  \"train\": {\"steps\": 300, \"seed\": 1234, \"log_every\": 10}\n"
+    "  \"train\": {\"steps\": 500, \"seed\": 1234, \"log_every\": 10}\n"
     "}\n";
 
 /* Keys the engine checks itself (zero_config_from_json). */
@@ -392,9 +392,11 @@ int train_config_parse(train_config *c, json_t *root, int dp, char *err, size_t 
         if (get_int(data, "data", "max_bytes", &mb, 0, INT64_MAX, err, n)) return -1;
         c->data_max_bytes = (uint64_t)mb;
         json_t *sfx = json_object_get(data, "suffixes");
-        if (sfx) {
+        if (sfx && json_is_string(sfx) && strcmp(json_string_value(sfx), "auto") == 0) {
+            /* as --print-config writes the default: *.py for the default corpus, every file otherwise */
+        } else if (sfx) {
             if (!json_is_array(sfx))
-                return cfail(err, n, "data.suffixes: expected an array of strings, got %s", type_name(sfx));
+                return cfail(err, n, "data.suffixes: expected \"auto\" or an array of strings, got %s", type_name(sfx));
             size_t cnt = json_array_size(sfx);
             c->data_suffixes = calloc(cnt + 1, sizeof *c->data_suffixes);
             for (size_t i = 0; i < cnt; i++) {

@@ -50,6 +50,8 @@ static void usage(FILE *f)
           "  --resume PATH|auto     train.resume: a checkpoint, or the latest in the checkpoint dir\n"
           "  --metrics FILE         train.metrics_file (JSONL, one line per step)\n"
           "  --plain                no progress bar even on a terminal\n"
+          "  --dump-logits FILE     after training, rank 0 writes the logits of one fixed batch:\n"
+          "                         i32 batch, seq, vocab; i32 tokens[batch*seq]; f32 logits[batch*seq*vocab]\n"
           "  --help\n",
           f);
 }
@@ -358,11 +360,42 @@ out:
     return rc;
 }
 
+/* The logits of the current parameters on a fixed batch (global samples
+ * 0..micro-1 of the corpus order), for checking a consolidated checkpoint
+ * against PyTorch. Every rank runs the forward (stage 3 gathers). */
+static int write_logits(run *r, const char *path)
+{
+    const train_config *c = &r->cfg;
+    size_t bt = (size_t)c->micro_batch * (size_t)c->seq_len, n = bt * (size_t)c->vocab;
+    int32_t *tok = malloc(bt * sizeof *tok), *tgt = malloc(bt * sizeof *tgt);
+    float *logits = malloc(n * sizeof *logits);
+    char err[ERRMAX];
+    int rc = 0;
+    train_data_fill(r->data, 0, c->micro_batch, tok, tgt);
+    if (train_model_logits(r->model, tok, logits, err, sizeof err) != ZERO_OK) {
+        fprintf(stderr, "zero-train: rank %d: --dump-logits: %s\n", r->rank, err);
+        rc = -1;
+    } else if (r->rank == 0) {
+        FILE *f = fopen(path, "wb");
+        int32_t h[3] = {c->micro_batch, c->seq_len, c->vocab};
+        if (!f || fwrite(h, sizeof h, 1, f) != 1 || fwrite(tok, sizeof *tok, bt, f) != bt ||
+            fwrite(logits, sizeof *logits, n, f) != n) {
+            fprintf(stderr, "zero-train: --dump-logits %s: %s\n", path, strerror(errno));
+            rc = -1;
+        }
+        if (f && fclose(f) != 0) rc = -1;
+    }
+    free(tok);
+    free(tgt);
+    free(logits);
+    return rc;
+}
+
 /* ---------------------------------------------------------------- main */
 
 int main(int argc, char **argv)
 {
-    const char *config_path = NULL;
+    const char *config_path = NULL, *dump_logits = NULL;
     int print_config = 0, plain = 0;
     char err[ERRMAX];
     json_t *sets = json_array();
@@ -417,6 +450,9 @@ int main(int argc, char **argv)
             i++;
         } else if (strcmp(a, "--print-config") == 0) {
             print_config = 1;
+        } else if (strcmp(a, "--dump-logits") == 0 && v) {
+            dump_logits = v;
+            i++;
         } else if (strcmp(a, "--plain") == 0) {
             plain = 1;
         } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -601,6 +637,7 @@ int main(int argc, char **argv)
     }
     rc = train_loop(&r) == 0 ? 0 : 1;
     train_progress_close(&r.progress);
+    if (rc == 0 && dump_logits && write_logits(&r, dump_logits) != 0) rc = 1;
 
 done:
     train_model_destroy(r.model);
