@@ -1,7 +1,7 @@
 /* Every op x dtype x in-place variant x count against a reference computed
  * on this rank, compared bitwise; byte counters checked exactly after each.
- * Runs at world sizes 1-4 (MPI, or LOCAL at size 1); `local` as argument
- * forces the LOCAL backend. */
+ * Runs at world sizes 1-4 (AUTO: MPI, or LOCAL at size 1); `local` or `mpi`
+ * as argument forces that backend. */
 #include <zero/comm.h>
 
 #include "check.h"
@@ -175,6 +175,7 @@ int main(int argc, char **argv)
     zero_comm_config cfg = ZERO_COMM_CONFIG_INIT;
     cfg.timeout_s = 30;
     if (argc > 1 && !strcmp(argv[1], "local")) cfg.backend = ZERO_BACKEND_LOCAL;
+    if (argc > 1 && !strcmp(argv[1], "mpi")) cfg.backend = ZERO_BACKEND_MPI; /* even at world size 1 */
     zero_status st = zero_comm_init_world(&comm, &cfg);
     if (st != ZERO_OK) {
         fprintf(stderr, "init_world: %s\n", zero_last_error());
@@ -185,6 +186,9 @@ int main(int argc, char **argv)
     check_set_rank(zero_comm_world_rank(comm));
     for (int r = 0; r < size; r++) all_ranks[r] = r;
     if (cfg.backend == ZERO_BACKEND_LOCAL) CHECK(zero_comm_backend(comm) == ZERO_BACKEND_LOCAL && size == 1);
+    if (cfg.backend == ZERO_BACKEND_MPI) CHECK(zero_comm_backend(comm) == ZERO_BACKEND_MPI);
+    if (cfg.backend == ZERO_BACKEND_AUTO)
+        CHECK(zero_comm_backend(comm) == (size > 1 ? ZERO_BACKEND_MPI : ZERO_BACKEND_LOCAL));
 
     const size_t counts[] = {1, 7, 1009, 65537};
     for (int di = 0; di < COLL_NDTYPES; di++) {
