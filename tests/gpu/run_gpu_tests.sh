@@ -1,28 +1,30 @@
 #!/bin/bash
-# Build libzero with CUDA and run every test that needs a GPU (meson suite
-# 'gpu'), then print "N passed, N failed, N skipped".
+# GPU checks that CI (no GPU) can only compile. On a machine with an NVIDIA
+# GPU, meson, ninja and nvcc:
 #
 #   tests/gpu/run_gpu_tests.sh [build-dir]       (default: build-gpu)
+#
+# configures a CUDA build (-Dcuda=enabled) in build-dir (reusing it if it
+# exists), builds it, runs every meson test in suite 'gpu', then the checks
+# each area appends below, and ends with "GPU checks: N passed, N failed, N
+# skipped". On a GPU machine a skip means the GPU was not seen, so the exit
+# status is 0 only when nothing failed or skipped. Without a GPU the script
+# says so and exits 77.
 #
 # Environment:
 #   ZERO_CUDA_ARCH   e.g. sm_90: compile device code for that GPU
 #                    (default: nvcc's default target, JIT-compiled from PTX)
 #   ZERO_GPU_SETUP   extra `meson setup` options, e.g. "-Dnccl=disabled"
 #
-# On a GPU machine a skipped GPU test is a failure (it means the GPU was not
-# seen), so the exit status is 0 only when every GPU test passed. Without a
-# GPU the script says so and exits 77.
-#
-# To add GPU tests from another area, give them suite 'gpu' in meson
-# (suite: ['<area>', 'gpu']); they are picked up here. Area-specific extra
-# steps go in the marked section below.
-set -uo pipefail
+# To add a check: give a meson test suite 'gpu' (suite: ['<area>', 'gpu']),
+# or append a gpu_check line in a section of your own below.
+set -u
 cd "$(dirname "$0")/../.."
 build=${1:-build-gpu}
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "run_gpu_tests: no NVIDIA GPU visible (nvidia-smi -L failed); nothing to run"
-  echo "0 passed, 0 failed, 0 skipped"
+  echo "GPU checks: 0 passed, 0 failed, 0 skipped"
   exit 77
 fi
 nvidia-smi -L
@@ -36,26 +38,51 @@ if [ -f "$build/build.ninja" ]; then
 else
   meson setup "$build" "${setup_args[@]}" >/dev/null || { echo "meson setup failed"; exit 1; }
 fi
-ninja -C "$build" -j"$(nproc)" || { echo "build failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+ninja -C "$build" -j"$(nproc)" || { echo "build failed"; echo "GPU checks: 0 passed, 1 failed, 0 skipped"; exit 1; }
 
-status=0
-meson test -C "$build" --suite gpu --print-errorlogs --num-processes 1 || status=1
+pass=0 fail=0 skip=0
+gpu_check() { # name, command...
+  local name=$1; shift
+  echo "=== $name: $*"
+  "$@"
+  local rc=$?
+  case $rc in
+    0) pass=$((pass + 1)); echo "--- $name: PASS" ;;
+    77) skip=$((skip + 1)); echo "--- $name: SKIP" ;;
+    *) fail=$((fail + 1)); echo "--- $name: FAIL (rc $rc)" ;;
+  esac
+}
+# The summary runs at exit, so sections can simply be appended below.
+trap 'echo "GPU checks: $pass passed, $fail failed, $skip skipped"; [ $fail -eq 0 ] && [ $skip -eq 0 ] || exit 1' EXIT
 
-# ---- extra GPU checks from other areas go here (append, keep each short) ----
-
-# ---- summary ----
-/usr/bin/python3 - "$build/meson-logs/testlog.json" <<'PY'
+# ---------------------------------------------------------------- meson suite 'gpu'
+# (device: kernels and API on the GPU vs the CPU reference, ...). Counted
+# test by test from meson's log.
+meson test -C "$build" --suite gpu --print-errorlogs --num-processes 1 >/dev/null 2>&1
+counts=$(/usr/bin/python3 - "$build/meson-logs/testlog.json" <<'PY'
 import json, sys
-counts = {"OK": 0, "FAIL": 0, "SKIP": 0}
+c = {"pass": 0, "fail": 0, "skip": 0}
 for line in open(sys.argv[1]):
     t = json.loads(line)
     r = t.get("result", "")
-    key = "OK" if r in ("OK", "EXPECTEDFAIL") else "SKIP" if r == "SKIP" else "FAIL"
-    counts[key] += 1
-    if key != "OK":
-        print(f"  {r}: {t['name']}")
-print(f"{counts['OK']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped")
-sys.exit(1 if counts["FAIL"] or counts["SKIP"] else 0)
+    k = "pass" if r in ("OK", "EXPECTEDFAIL") else "skip" if r == "SKIP" else "fail"
+    c[k] += 1
+    print(f"--- meson {t['name']}: {r}", file=sys.stderr)
+    if k == "fail":
+        sys.stderr.write(t.get("stdout", "")[-4000:])
+print(c["pass"], c["fail"], c["skip"])
 PY
-rc=$?
-[ $status -eq 0 ] && [ $rc -eq 0 ]
+) || counts="0 1 0"
+read -r p f s <<<"$counts"
+pass=$((pass + p)) fail=$((fail + f)) skip=$((skip + s))
+
+# ---------------------------------------------------------------- collectives
+# NCCL at world size 1 (one rank per GPU), STAGED at world size 2 (two ranks
+# sharing GPU 0 through pinned host memory over MPI).
+gpu_check coll_nccl_np1 tests/mpirun.sh 1 "$build/tests/collectives/test_coll_gpu" nccl
+gpu_check coll_staged_np2 tests/mpirun.sh 2 "$build/tests/collectives/test_coll_gpu" staged
+
+# ---------------------------------------------------------------- model (GPT CUDA path)
+# The CUDA GPT against the CPU GPT: fp32 math tightly (kernels), bf16 math and
+# bf16 params within stated bf16 tolerances (see tests/model/test_gpt_cuda.c).
+gpu_check model_gpt_cuda "$build/tests/model/test_gpt_cuda"
