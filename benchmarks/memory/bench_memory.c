@@ -1,0 +1,259 @@
+/* zero-bench memory: real steps per stage on the CPU backend; per-rank
+ * bytes by category from the engine's memory report, against the ZeRO
+ * formula plus the buffers the engine declares, and the process peak RSS.
+ *
+ * Stages run one after another in one process. Before each, the kernel's
+ * peak-RSS mark is reset (/proc/self/clear_refs) and large allocations are
+ * forced to be their own mmaps (bench_malloc_setup), so "peak RSS" is what
+ * this stage's engine made resident, not a leftover of the previous one. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_cmds.h"
+#include "bench_model.h"
+#include "bench_run.h"
+#include "bench_util.h"
+
+enum { C = ZERO_MEM_CATEGORY_COUNT };
+
+/* One rank's result for one stage, exchanged as int64 (all counts < 2^63). */
+typedef struct mem_record {
+    uint64_t measured[C];
+    uint64_t expected[C];
+    uint64_t formula[C];
+    uint64_t engine_peak_total;
+    uint64_t rss_peak_delta;
+    uint64_t padded_numel;
+    uint64_t numel;
+    uint64_t rss_ok; /* 1 if the peak mark could be reset */
+} mem_record;
+
+#define REC_WORDS (sizeof(mem_record) / sizeof(uint64_t))
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: tests/mpirun.sh W zero-bench memory --params N [--world W] [options]\n"
+            "  Runs --steps real steps per stage and reports, per rank, the engine's bytes\n"
+            "  per category against the ZeRO formula + declared buffers (exit 3 if any\n"
+            "  differs) and the process peak RSS. Defaults: --params 1e7 --dtype bf16\n"
+            "  --steps 2.\n%s",
+            bench_run_usage);
+}
+
+static uint64_t sum(const uint64_t *v)
+{
+    uint64_t s = 0;
+    for (int c = 0; c < C; c++) s += v[c];
+    return s;
+}
+
+/* Run one stage; fills *rec. Returns 0 or 1 (message printed). */
+static int run_stage(const bench_run_opts *o, bench_model *m, zero_comm *world, zero_device *dev, int stage,
+                     mem_record *rec)
+{
+    memset(rec, 0, sizeof *rec);
+    const int rank = zero_comm_rank(world);
+    zero_config cfg = bench_run_config(o, stage);
+    zero_engine *e = NULL;
+    int rc = 1;
+    char what[32];
+    snprintf(what, sizeof what, "memory stage %d", stage);
+
+    if (bench_failed(zero_barrier(world), what)) return 1;
+    rec->rss_ok = bench_rss_reset_peak() == 0;
+    const uint64_t base = bench_rss_now();
+
+    if (bench_failed(zero_engine_create(&e, &cfg, world, dev), what)) return 1;
+    zero_status st = bench_model_register(m, e);
+    for (int s = 0; s < o->steps && st == ZERO_OK; s++) st = bench_model_step(m, e, dev, rank, NULL);
+    if (st != ZERO_OK) {
+        fprintf(stderr, "zero-bench %s (rank %d): %s: %s\n", what, rank, zero_status_name(st),
+                zero_engine_last_error(e));
+        goto out;
+    }
+
+    zero_memory_report got, formula, expected;
+    zero_plan_info plan;
+    if (bench_failed(zero_engine_memory_report(e, &got), what)) goto out;
+    if (bench_failed(bench_expected_memory(e, &cfg, &formula, &expected), what)) goto out;
+    if (bench_failed(zero_engine_plan_info(e, &plan), what)) goto out;
+    const uint64_t peak = bench_rss_peak();
+    for (int c = 0; c < C; c++) {
+        rec->measured[c] = got.bytes[c];
+        rec->expected[c] = expected.bytes[c];
+        rec->formula[c] = formula.bytes[c];
+    }
+    rec->engine_peak_total = got.peak_total;
+    rec->rss_peak_delta = peak > base ? peak - base : 0;
+    rec->padded_numel = plan.padded_numel;
+    rec->numel = plan.numel;
+    rc = 0;
+out:
+    zero_engine_destroy(e);
+    return rc;
+}
+
+static json_t *category_object(const uint64_t *v)
+{
+    json_t *o = json_object();
+    for (int c = 0; c < C; c++) json_object_set_new(o, bench_category_names[c], json_integer((json_int_t)v[c]));
+    return o;
+}
+
+static int write_json(const bench_run_opts *o, const bench_model *m, int world, const int *stages, int nstages,
+                      const mem_record *all)
+{
+    json_t *root = json_object(), *cats = json_array(), *jst = json_array();
+    for (int c = 0; c < C; c++) json_array_append_new(cats, json_string(bench_category_names[c]));
+    json_object_set_new(root, "benchmark", json_string("memory"));
+    json_object_set_new(root, "params_target", json_real(o->params));
+    json_object_set_new(root, "numel", json_integer((json_int_t)m->numel));
+    json_object_set_new(root, "num_params", json_integer(m->num_params));
+    json_object_set_new(root, "num_modules", json_integer(m->num_modules));
+    json_object_set_new(root, "hidden", json_integer(m->hidden));
+    json_object_set_new(root, "world", json_integer(world));
+    json_object_set_new(root, "dtype", json_string(zero_dtype_name(o->dtype)));
+    json_object_set_new(root, "optimizer", json_string(o->optimizer == ZERO_OPTIM_ADAMW ? "adamw" : "sgd"));
+    json_object_set_new(root, "overlap_comm", json_integer(o->overlap));
+    json_object_set_new(root, "reduce_bucket_size", json_integer((json_int_t)o->bucket));
+    json_object_set_new(root, "steps", json_integer(o->steps));
+    json_object_set_new(root, "categories", cats);
+    for (int i = 0; i < nstages; i++) {
+        json_t *s = json_object(), *ranks = json_array();
+        json_object_set_new(s, "stage", json_integer(stages[i]));
+        json_object_set_new(s, "padded_numel", json_integer((json_int_t)all[(size_t)i * world].padded_numel));
+        for (int r = 0; r < world; r++) {
+            const mem_record *rec = &all[(size_t)i * world + r];
+            json_t *jr = json_object();
+            json_object_set_new(jr, "rank", json_integer(r));
+            json_object_set_new(jr, "measured", category_object(rec->measured));
+            json_object_set_new(jr, "expected", category_object(rec->expected));
+            json_object_set_new(jr, "formula", category_object(rec->formula));
+            json_object_set_new(jr, "measured_total", json_integer((json_int_t)sum(rec->measured)));
+            json_object_set_new(jr, "expected_total", json_integer((json_int_t)sum(rec->expected)));
+            json_object_set_new(jr, "formula_total", json_integer((json_int_t)sum(rec->formula)));
+            json_object_set_new(jr, "exact", json_boolean(!memcmp(rec->measured, rec->expected, sizeof rec->measured)));
+            json_object_set_new(jr, "engine_peak_total", json_integer((json_int_t)rec->engine_peak_total));
+            if (rec->rss_ok)
+                json_object_set_new(jr, "rss_peak_delta", json_integer((json_int_t)rec->rss_peak_delta));
+            else
+                json_object_set_new(jr, "rss_peak_delta", json_null());
+            json_array_append_new(ranks, jr);
+        }
+        json_object_set_new(s, "ranks", ranks);
+        json_array_append_new(jst, s);
+    }
+    json_object_set_new(root, "stages", jst);
+    int rc = json_dump_file(root, o->json_path, JSON_INDENT(2));
+    json_decref(root);
+    if (rc) fprintf(stderr, "zero-bench memory: cannot write %s\n", o->json_path);
+    return rc ? 1 : 0;
+}
+
+static int write_csv(const char *path, int world, const int *stages, int nstages, const mem_record *all)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "zero-bench memory: cannot write %s\n", path);
+        return 1;
+    }
+    fprintf(f, "stage,rank,category,measured_bytes,expected_bytes,formula_bytes\n");
+    for (int i = 0; i < nstages; i++)
+        for (int r = 0; r < world; r++) {
+            const mem_record *rec = &all[(size_t)i * world + r];
+            for (int c = 0; c < C; c++)
+                fprintf(f, "%d,%d,%s,%llu,%llu,%llu\n", stages[i], r, bench_category_names[c],
+                        (unsigned long long)rec->measured[c], (unsigned long long)rec->expected[c],
+                        (unsigned long long)rec->formula[c]);
+        }
+    return fclose(f) ? 1 : 0;
+}
+
+static void print_table(const bench_run_opts *o, const bench_model *m, int world, const int *stages,
+                        int nstages, const mem_record *all)
+{
+    printf("zero-bench memory: %llu params (%d tensors, %d modules, h=%d), world %d, %s, %s, %d step%s\n",
+           (unsigned long long)m->numel, m->num_params, m->num_modules, m->hidden, world,
+           zero_dtype_name(o->dtype), o->optimizer == ZERO_OPTIM_ADAMW ? "AdamW" : "SGD", o->steps,
+           o->steps == 1 ? "" : "s");
+    printf("MB = 1e6 bytes. expected = ZeRO formula (padded count) + declared buffers; "
+           "rss = peak RSS growth during the stage\n");
+    printf("%-5s %-4s %9s %9s %9s %9s %9s %7s %10s %10s %10s %6s %10s %10s %6s\n", "stage", "rank", "params",
+           "grads", "master", "moments", "buffers", "other", "total", "expected", "formula", "exact",
+           "eng.peak", "rss", "rss/pk");
+    for (int i = 0; i < nstages; i++)
+        for (int r = 0; r < world; r++) {
+            const mem_record *rec = &all[(size_t)i * world + r];
+            const uint64_t *v = rec->measured;
+            int exact = !memcmp(rec->measured, rec->expected, sizeof rec->measured);
+            printf("%-5d %-4d %9.3f %9.3f %9.3f %9.3f %9.3f %7.3f %10.3f %10.3f %10.3f %6s %10.3f ", stages[i], r,
+                   v[0] / 1e6, v[1] / 1e6, v[2] / 1e6, v[3] / 1e6, v[4] / 1e6, v[5] / 1e6, sum(v) / 1e6,
+                   sum(rec->expected) / 1e6, sum(rec->formula) / 1e6, exact ? "yes" : "NO",
+                   rec->engine_peak_total / 1e6);
+            if (rec->rss_ok && rec->engine_peak_total)
+                printf("%10.3f %6.3f\n", rec->rss_peak_delta / 1e6,
+                       (double)rec->rss_peak_delta / (double)rec->engine_peak_total);
+            else
+                printf("%10s %6s\n", "n/a", "n/a");
+            if (!exact)
+                for (int c = 0; c < C; c++)
+                    if (rec->measured[c] != rec->expected[c])
+                        printf("      MISMATCH %s: measured %llu, expected %llu (diff %lld bytes)\n",
+                               bench_category_names[c], (unsigned long long)rec->measured[c],
+                               (unsigned long long)rec->expected[c],
+                               (long long)(rec->measured[c] - rec->expected[c]));
+        }
+}
+
+int bench_cmd_memory(int argc, char **argv)
+{
+    bench_run_opts o = {
+        .params = 1e7, .layers = 8, .dtype = ZERO_BF16, .optimizer = ZERO_OPTIM_ADAMW, .bucket = 5e8,
+        .persistence = 1e5, .prefetch = 5e7, .overlap = 0, .stage_mask = 0xF, .steps = 2,
+    };
+    int prc = bench_run_parse(&o, argc, argv, "memory");
+    if (prc) {
+        usage();
+        return prc == 1 ? 0 : 2;
+    }
+    bench_malloc_setup();
+    bench_model m;
+    if (bench_model_init(&m, o.params, o.layers)) {
+        fprintf(stderr, "zero-bench memory: --params must be at least 1000\n");
+        return 2;
+    }
+    zero_comm *world = NULL;
+    zero_device *dev = NULL;
+    if (bench_run_setup(&o, &world, &dev, "memory")) return 1;
+    const int rank = zero_comm_rank(world), size = zero_comm_size(world);
+
+    int stages[4], nstages = 0;
+    for (int s = 0; s < 4; s++)
+        if (o.stage_mask & (1u << s)) stages[nstages++] = s;
+    mem_record *all = calloc((size_t)nstages * (size_t)size, sizeof *all);
+    int rc = all ? 0 : 1;
+    for (int i = 0; i < nstages && !rc; i++) {
+        mem_record mine;
+        rc = run_stage(&o, &m, world, dev, stages[i], &mine);
+        if (!rc)
+            rc = bench_failed(zero_allgather(world, &mine, &all[(size_t)i * size], REC_WORDS, ZERO_I64),
+                              "memory: allgather of results");
+    }
+    int mismatch = 0;
+    if (!rc && rank == 0) {
+        for (size_t k = 0; k < (size_t)nstages * size; k++)
+            mismatch |= memcmp(all[k].measured, all[k].expected, sizeof all[k].measured) != 0;
+        print_table(&o, &m, size, stages, nstages, all);
+        if (o.json_path) rc |= write_json(&o, &m, size, stages, nstages, all);
+        if (o.csv_path) rc |= write_csv(o.csv_path, size, stages, nstages, all);
+    }
+    free(all);
+    bench_model_free(&m);
+    zero_device_close(dev);
+    zero_comm_destroy(world);
+    if (rc) return 1;
+    return mismatch ? 3 : 0;
+}

@@ -1,0 +1,98 @@
+#!/usr/bin/python3
+"""Draw zero-bench memory (or estimate) JSON as a PNG chart.
+
+    benchmarks/plot_memory.py in.json out.png [--rank R]
+
+One stacked bar per ZeRO stage: bytes per category on one rank (rank 0 by
+default) as the engine's memory report gave them. For `zero-bench memory`
+output, a black tick marks the expected total (ZeRO formula + declared
+buffers) and a red diamond the process peak-RSS growth during that stage;
+`zero-bench estimate` output is drawn from the formula alone.
+"""
+import argparse
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: write files only
+import matplotlib.pyplot as plt  # noqa: E402
+
+CATEGORIES = ["params", "grads", "master", "moments", "buffers", "other"]
+COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860"]
+
+
+def bars_from(doc, rank):
+    """Per stage: (stage, {category: bytes}, expected total, engine peak, peak RSS growth);
+    the last three are None for estimates."""
+    out = []
+    for st in doc["stages"]:
+        if "ranks" in st:  # zero-bench memory
+            ranks = {r["rank"]: r for r in st["ranks"]}
+            if rank not in ranks:
+                sys.exit(f"plot_memory: no rank {rank} in stage {st['stage']}")
+            r = ranks[rank]
+            out.append((st["stage"], r["measured"], r["expected_total"], r.get("engine_peak_total"),
+                        r.get("rss_peak_delta")))
+        else:  # zero-bench estimate
+            out.append((st["stage"], st["bytes"], None, None, None))
+    return out
+
+
+def title_of(doc, rank):
+    if doc.get("benchmark") == "estimate":
+        return (f"ZeRO formula: {doc['params']:.3g} params, dp {doc['dp']}, "
+                f"{doc['dtype']} {doc['optimizer']} (per rank)")
+    return (f"zero-bench memory: {doc['numel']:,} params, world {doc['world']}, "
+            f"{doc['dtype']} {doc['optimizer']}, rank {rank}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("input", help="JSON written by zero-bench memory/estimate --json")
+    ap.add_argument("output", help="PNG file to write")
+    ap.add_argument("--rank", type=int, default=0, help="which rank's bytes to draw (memory output)")
+    args = ap.parse_args(argv)
+
+    with open(args.input) as f:
+        doc = json.load(f)
+    bars = bars_from(doc, args.rank)
+    # GB (1e9) for estimates of real models, MB (1e6) for what a CPU run holds
+    biggest = max(sum(b[1].get(c, 0) for c in CATEGORIES) for b in bars)
+    scale, unit = (1e9, "GB") if biggest >= 1e9 else (1e6, "MB")
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
+    xs = list(range(len(bars)))
+    bottoms = [0.0] * len(bars)
+    for cat, color in zip(CATEGORIES, COLORS):
+        heights = [b[1].get(cat, 0) / scale for b in bars]
+        if not any(heights):
+            continue
+        ax.bar(xs, heights, bottom=bottoms, color=color, label=cat, width=0.6)
+        bottoms = [lo + h for lo, h in zip(bottoms, heights)]
+    for x, (_, _, expected, peak, rss) in zip(xs, bars):
+        if expected is not None:
+            ax.hlines(expected / scale, x - 0.38, x + 0.38, colors="black", linewidth=2,
+                      label="formula + buffers" if x == 0 else None)
+        if peak is not None:
+            ax.hlines(peak / scale, x - 0.38, x + 0.38, colors="gray", linewidth=1.5, linestyles="dashed",
+                      label="engine peak (registration, micro-step)" if x == 0 else None)
+        if rss is not None:
+            ax.plot([x], [rss / scale], marker="D", color="red", linestyle="none",
+                    label="peak RSS growth" if x == 0 else None)
+    for x, top in zip(xs, bottoms):
+        ax.annotate(f"{top:.3g}", (x, top), ha="center", va="bottom", fontsize=8,
+                    xytext=(0, 2), textcoords="offset points")
+    ax.set_xticks(xs)
+    ax.set_xticklabels([f"stage {b[0]}" for b in bars])
+    ax.set_ylabel(f"bytes per rank ({unit} = {scale:.0e} B)")
+    ax.set_title(title_of(doc, args.rank), fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(args.output, format="png")
+    plt.close(fig)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
