@@ -1,0 +1,85 @@
+/* Communication volume per step, from the comm's byte counters, against
+ * ZeRO's analysis (paper section 7): with P = padded element count and N
+ * ranks, per rank and per step (one micro-step),
+ *   stages 0-2: 2 P (N-1)/N elements  (reduce-scatter of fp32 gradients +
+ *               all-gather of fp32 gradients (stage 0) or of compute-dtype
+ *               parameters (stages 1-2))
+ *   stage 3:    3 P (N-1)/N elements  (reduce-scatter + an all-gather of the
+ *               parameters in forward and again in backward)
+ * Elements are counted at the size each op moves: reduce-scatters carry fp32
+ * (gradients are reduced in fp32), parameter all-gathers the compute dtype.
+ * Each step adds one all-reduce of one double (the gradient norm, which also
+ * carries the overflow flag). The stage-3 step is the second one, so the
+ * prefetcher replays the recorded order (overlap_comm on) and must not add
+ * traffic. Persistence is off (threshold 0) so every param is sharded. */
+#include "eng_util.h"
+
+static void check_stage(zero_comm *comm, zero_device *dev, int stage, zero_dtype dt, int gas, int overlap)
+{
+    const int n = zero_comm_size(comm), rank = zero_comm_rank(comm);
+    zero_config c = ZERO_CONFIG_INIT;
+    c.stage = stage;
+    c.compute_dtype = dt;
+    c.gradient_accumulation_steps = gas;
+    c.overlap_comm = overlap;
+    c.reduce_bucket_size = ENG_BUCKET;
+    c.stage3_param_persistence_threshold = 0;
+    c.stage3_prefetch_bucket_size = 2500;
+    zero_engine *e = NULL;
+    CHECK_OK(zero_engine_create(&e, &c, comm, dev));
+    if (!e) return;
+    CHECK_OK(eng_register(e, 1));
+    CHECK_OK(zero_engine_finalize(e));
+    zero_plan_info pi;
+    CHECK_OK(zero_engine_plan_info(e, &pi));
+    eng_run run = {{rank}, 1, 0, 0};
+    zero_step_result res;
+    CHECK_OK(eng_train_step(e, dev, &c, &run, 1, &res)); /* records the stage-3 order */
+    zero_comm_reset_counters(comm);
+    CHECK_OK(eng_train_step(e, dev, &c, &run, 2, &res));
+    zero_comm_counters k;
+    CHECK_OK(zero_comm_get_counters(comm, &k));
+
+    const uint64_t P = pi.padded_numel, N = (uint64_t)n, d = zero_dtype_size(dt);
+    const uint64_t moved = P * (N - 1) / N; /* elements of one reduce-scatter or all-gather per rank */
+    uint64_t want_rs = (uint64_t)gas * moved * 4;
+    uint64_t want_ag = stage == 0 ? moved * 4 : stage < 3 ? moved * d : 2 * (uint64_t)gas * moved * d;
+    uint64_t rs = k.bytes_sent[ZERO_OP_REDUCE_SCATTER], ag = k.bytes_sent[ZERO_OP_ALLGATHER];
+    CHECK_MSG(rs == want_rs && k.bytes_recv[ZERO_OP_REDUCE_SCATTER] == want_rs,
+              "stage %d %s gas %d: reduce-scatter sent %llu bytes, theory %llu", stage, zero_dtype_name(dt), gas,
+              (unsigned long long)rs, (unsigned long long)want_rs);
+    CHECK_MSG(ag == want_ag && k.bytes_recv[ZERO_OP_ALLGATHER] == want_ag,
+              "stage %d %s gas %d overlap %d: all-gather sent %llu bytes, theory %llu", stage, zero_dtype_name(dt),
+              gas, overlap, (unsigned long long)ag, (unsigned long long)want_ag);
+    /* in elements: 2 P (N-1)/N or 3 P (N-1)/N for one micro-step */
+    if (gas == 1) {
+        uint64_t elems = rs / 4 + ag / (stage == 0 ? 4 : d);
+        CHECK(elems == (stage == 3 ? 3 : 2) * moved);
+    }
+    CHECK(k.calls[ZERO_OP_ALLREDUCE] == 1);
+    CHECK(k.bytes_sent[ZERO_OP_BROADCAST] == 0 && k.bytes_sent[ZERO_OP_SEND] == 0);
+    if (rank == 0 && gas == 1 && dt == ZERO_BF16)
+        fprintf(stderr, "stage %d, N=%d, P=%llu: %llu elements per rank per step (%.2f P(N-1)/N)\n", stage, n,
+                (unsigned long long)P, (unsigned long long)(rs / 4 + ag / (stage == 0 ? 4 : d)),
+                moved ? (double)(rs / 4 + ag / (stage == 0 ? 4 : d)) / (double)moved : 0.0);
+    zero_engine_destroy(e);
+}
+
+int main(void)
+{
+    zero_comm *world = NULL;
+    zero_device *dev = NULL;
+    if (zero_comm_init_world(&world, NULL) != ZERO_OK || zero_device_open(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
+        fprintf(stderr, "setup: %s\n", zero_last_error());
+        return 1;
+    }
+    check_set_rank(zero_comm_rank(world));
+    for (int stage = 0; stage < 4; stage++)
+        for (int gas = 1; gas <= 2; gas++) {
+            check_stage(world, dev, stage, ZERO_F32, gas, 0);
+            check_stage(world, dev, stage, ZERO_BF16, gas, 1);
+        }
+    zero_device_close(dev);
+    zero_comm_destroy(world);
+    return check_exit();
+}
