@@ -1,0 +1,213 @@
+/* zero-bench-device: throughput of the device layer's element-wise kernels
+ * beside a plain device-to-device copy of the same size, measured in the
+ * same run (the copy is the peer: an element-wise kernel is memory bound,
+ * so the ratio says how close it gets to what the memory system gives).
+ *
+ *   zero-bench-device [--device cpu|cuda] [--n ELEMENTS] [--iters N] [--json FILE]
+ *
+ * GB/s counts bytes read plus bytes written. Each op's output is checked
+ * against the scalar reference on a sample of 4096 elements (#wrong). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zero/device.h>
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+typedef struct result {
+    const char *name;
+    double bytes, seconds;
+    long wrong;
+} result;
+
+typedef struct bench {
+    zero_device *dev;
+    zero_stream *stream;
+    size_t n;
+    int iters;
+    void *a, *b;        /* device buffers of n * 4 bytes */
+    float *host_f32;    /* input copy for checking */
+    uint16_t *host_16;
+} bench;
+
+#define TRY(call)                                                                      \
+    do {                                                                               \
+        zero_status st_ = (call);                                                      \
+        if (st_ != ZERO_OK) {                                                          \
+            fprintf(stderr, "%s: %s: %s\n", #call, zero_status_name(st_), zero_last_error()); \
+            exit(1);                                                                   \
+        }                                                                              \
+    } while (0)
+
+enum op { OP_COPY, OP_FILL, OP_SCALE, OP_AXPY, OP_CAST, OP_SUMSQ };
+
+typedef struct spec {
+    const char *name;
+    enum op op;
+    zero_dtype dt, dt2;
+    double bytes_per_elem; /* read + written */
+} spec;
+
+static void run_once(bench *B, const spec *s, double *sink)
+{
+    switch (s->op) {
+    case OP_COPY: TRY(zero_memcpy_async(B->dev, B->b, B->a, B->n * 4, B->stream)); break;
+    case OP_FILL: TRY(zero_fill(B->dev, B->b, s->dt, B->n, 0.5f, B->stream)); break;
+    case OP_SCALE: TRY(zero_scale(B->dev, B->b, s->dt, B->n, 1.0f, B->stream)); break;
+    case OP_AXPY: TRY(zero_axpy(B->dev, 0.0f, B->a, B->b, s->dt, B->n, B->stream)); break;
+    case OP_CAST: TRY(zero_cast(B->dev, B->a, s->dt, B->b, s->dt2, B->n, B->stream)); break;
+    case OP_SUMSQ: TRY(zero_sumsq(B->dev, B->a, s->dt, B->n, sink, NULL, B->stream)); break;
+    }
+}
+
+/* Reset the inputs, run the op once, and compare a sample with the scalar
+ * reference. Ops run with identities (scale 1, axpy 0) so repeated timing
+ * runs leave the data unchanged. */
+static long check(bench *B, const spec *s)
+{
+    size_t es = zero_dtype_size(s->dt);
+    TRY(zero_memcpy(B->dev, B->a, s->dt == ZERO_F32 ? (void *)B->host_f32 : (void *)B->host_16, B->n * es));
+    TRY(zero_memcpy(B->dev, B->b, s->dt == ZERO_F32 ? (void *)B->host_f32 : (void *)B->host_16, B->n * es));
+    double sum = 0;
+    run_once(B, s, &sum);
+    TRY(zero_device_sync(B->dev));
+    long wrong = 0;
+    size_t step = B->n / 4096 ? B->n / 4096 : 1;
+    for (size_t i = 0; i < B->n; i += step) {
+        float in = s->dt == ZERO_F32 ? B->host_f32[i]
+                   : s->dt == ZERO_F16 ? zero_f16_to_f32(B->host_16[i]) : zero_bf16_to_f32(B->host_16[i]);
+        zero_dtype out_dt = s->op == OP_CAST ? s->dt2 : s->dt;
+        float want = s->op == OP_FILL ? 0.5f : in;
+        float got;
+        size_t oes = zero_dtype_size(out_dt);
+        unsigned char raw[4];
+        if (s->op == OP_SUMSQ) break;
+        TRY(zero_memcpy(B->dev, raw, (char *)B->b + i * oes, oes));
+        if (out_dt == ZERO_F32) memcpy(&got, raw, 4);
+        else {
+            uint16_t h;
+            memcpy(&h, raw, 2);
+            got = out_dt == ZERO_F16 ? zero_f16_to_f32(h) : zero_bf16_to_f32(h);
+            want = out_dt == ZERO_F16 ? zero_f16_to_f32(zero_f32_to_f16(want)) : zero_bf16_to_f32(zero_f32_to_bf16(want));
+        }
+        if (memcmp(&got, &want, 4) != 0) wrong++;
+    }
+    if (s->op == OP_SUMSQ) {
+        double ref = 0;
+        for (size_t i = 0; i < B->n; i++) {
+            double v = s->dt == ZERO_F32 ? B->host_f32[i]
+                       : s->dt == ZERO_F16 ? zero_f16_to_f32(B->host_16[i]) : zero_bf16_to_f32(B->host_16[i]);
+            ref += v * v;
+        }
+        wrong = fabs(sum - ref) > 1e-9 * ref;
+    }
+    return wrong;
+}
+
+int main(int argc, char **argv)
+{
+    const char *device = "cpu", *json = "bench_device.json";
+    size_t n = (size_t)1 << 24;
+    int iters = 20;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+        else if (!strcmp(argv[i], "--n") && i + 1 < argc) n = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        else {
+            fprintf(stderr, "usage: %s [--device cpu|cuda] [--n ELEMENTS] [--iters N] [--json FILE]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (n == 0 || iters < 1) return 2;
+    bench B = {.n = n, .iters = iters};
+    zero_status st = zero_device_open(&B.dev, strcmp(device, "cuda") ? ZERO_DEVICE_CPU : ZERO_DEVICE_CUDA, -1);
+    if (st != ZERO_OK) {
+        fprintf(stderr, "zero-bench-device: %s\n", zero_last_error());
+        return st == ZERO_UNSUPPORTED ? 77 : 1;
+    }
+    TRY(zero_stream_create(B.dev, &B.stream));
+    TRY(zero_device_alloc(B.dev, n * 4, &B.a));
+    TRY(zero_device_alloc(B.dev, n * 4, &B.b));
+    B.host_f32 = malloc(n * 4);
+    B.host_16 = malloc(n * 2);
+    uint64_t r = 88172645463325252ull;
+    for (size_t i = 0; i < n; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        B.host_f32[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 4.0 - 2.0);
+        B.host_16[i] = zero_f32_to_bf16(B.host_f32[i]);
+    }
+
+    const spec specs[] = {
+        {"copy (peer)", OP_COPY, ZERO_F32, ZERO_F32, 8},
+        {"fill f32", OP_FILL, ZERO_F32, ZERO_F32, 4},
+        {"scale f32", OP_SCALE, ZERO_F32, ZERO_F32, 8},
+        {"axpy f32", OP_AXPY, ZERO_F32, ZERO_F32, 12},
+        {"scale bf16", OP_SCALE, ZERO_BF16, ZERO_BF16, 4},
+        {"axpy bf16", OP_AXPY, ZERO_BF16, ZERO_BF16, 6},
+        {"axpy f16", OP_AXPY, ZERO_F16, ZERO_F16, 6},
+        {"cast f32->bf16", OP_CAST, ZERO_F32, ZERO_BF16, 6},
+        {"cast f32->f16", OP_CAST, ZERO_F32, ZERO_F16, 6},
+        {"cast bf16->f32", OP_CAST, ZERO_BF16, ZERO_F32, 6},
+        {"cast f16->f32", OP_CAST, ZERO_F16, ZERO_F32, 6},
+        {"sumsq f32", OP_SUMSQ, ZERO_F32, ZERO_F32, 4},
+        {"sumsq bf16", OP_SUMSQ, ZERO_BF16, ZERO_BF16, 2},
+    };
+    size_t nspec = sizeof specs / sizeof specs[0];
+    result *res = calloc(nspec, sizeof *res);
+    for (size_t k = 0; k < nspec; k++) {
+        const spec *s = &specs[k];
+        if (s->dt == ZERO_F16) { /* f16 inputs for f16 ops */
+            for (size_t i = 0; i < n; i++) B.host_16[i] = zero_f32_to_f16(B.host_f32[i]);
+        } else if (s->dt == ZERO_BF16) {
+            for (size_t i = 0; i < n; i++) B.host_16[i] = zero_f32_to_bf16(B.host_f32[i]);
+        }
+        res[k].name = s->name;
+        res[k].wrong = s->op == OP_COPY ? 0 : check(&B, s);
+        double sink;
+        run_once(&B, s, &sink); /* warm up */
+        TRY(zero_device_sync(B.dev));
+        TRY(zero_stream_sync(B.stream));
+        double t0 = now();
+        for (int it = 0; it < iters; it++) run_once(&B, s, &sink);
+        TRY(zero_stream_sync(B.stream));
+        res[k].seconds = (now() - t0) / iters;
+        res[k].bytes = s->bytes_per_elem * (double)n;
+    }
+
+    double peer = res[0].bytes / res[0].seconds / 1e9;
+    printf("zero-bench-device: %s device, n = %zu elements, %d iterations\n", device, n, iters);
+    printf("%-16s %10s %10s %8s %7s\n", "op", "time(us)", "GB/s", "vs copy", "#wrong");
+    for (size_t k = 0; k < nspec; k++) {
+        double gbs = res[k].bytes / res[k].seconds / 1e9;
+        printf("%-16s %10.1f %10.2f %8.2f %7ld\n", res[k].name, res[k].seconds * 1e6, gbs, gbs / peer, res[k].wrong);
+    }
+    FILE *f = fopen(json, "w");
+    if (f) {
+        fprintf(f, "{\"device\": \"%s\", \"n\": %zu, \"iters\": %d, \"results\": [\n", device, n, iters);
+        for (size_t k = 0; k < nspec; k++) {
+            double gbs = res[k].bytes / res[k].seconds / 1e9;
+            fprintf(f, "  {\"op\": \"%s\", \"seconds\": %.9g, \"gbps\": %.4f, \"vs_copy\": %.4f, \"wrong\": %ld}%s\n",
+                    res[k].name, res[k].seconds, gbs, gbs / peer, res[k].wrong, k + 1 < nspec ? "," : "");
+        }
+        fprintf(f, "]}\n");
+        fclose(f);
+        printf("wrote %s\n", json);
+    }
+    long wrong = 0;
+    for (size_t k = 0; k < nspec; k++) wrong += res[k].wrong;
+    zero_device_free(B.dev, B.a);
+    zero_device_free(B.dev, B.b);
+    zero_stream_destroy(B.stream);
+    zero_device_close(B.dev);
+    free(B.host_f32), free(B.host_16), free(res);
+    return wrong ? 1 : 0;
+}
