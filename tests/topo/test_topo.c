@@ -4,6 +4,9 @@
  *   test_topo bind      binding this thread takes effect (or warns once)
  *   test_topo bindfail  a binding the OS refuses: one warning, run unbound, OK
  *   test_topo env       local rank / size from launcher variables
+ *   test_topo launched  under `tests/mpirun.sh 2`: each real rank finds its
+ *                       local rank (0 or 1 of 2) in Open MPI's environment,
+ *                       and binds to its own slice (or warns once)
  *
  * Plan properties, for every local size tried: the ranks' CPU sets are
  * pairwise disjoint whenever the plan says `exclusive` (and that holds
@@ -327,6 +330,30 @@ static int test_env(void)
     return check_exit();
 }
 
+static int test_launched(void)
+{
+    int r = -1, n = -1;
+    zero_topo_local_rank(&r, &n);
+    check_set_rank(r);
+    CHECK_MSG(n == 2 && (r == 0 || r == 1), "local rank %d of %d under a 2-rank launch", r, n);
+    zero_topo *topo = NULL;
+    zero_status st = zero_topo_load(&topo);
+    if (st == ZERO_UNSUPPORTED) CHECK_SKIP("built without hwloc: %s", zero_last_error());
+    CHECK_OK(st);
+    if (!topo || n != 2) return check_exit();
+    zero_topo_binding mine, other;
+    CHECK_OK(zero_topo_bind(topo, r, n, -1, ZERO_TOPO_BIND_PROCESS, &mine));
+    CHECK_OK(zero_topo_plan_binding(topo, 1 - r, n, -1, &other));
+    puset a, b;
+    CHECK(parse_list(mine.cpuset, &a) == 0 && parse_list(other.cpuset, &b) == 0);
+    zero_topo_summary s;
+    CHECK_OK(zero_topo_get_summary(topo, &s));
+    if (s.cores >= 2) CHECK_MSG(!overlaps(&a, &b), "ranks share PUs: %s and %s", mine.cpuset, other.cpuset);
+    CHECK(mine.bound == 1 || warnings == 1);
+    zero_topo_destroy(topo);
+    return check_exit();
+}
+
 int main(int argc, char **argv)
 {
     zero_set_log_handler(on_log, ZERO_LOG_WARN, NULL);
@@ -335,6 +362,7 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "bind")) return test_bind();
     if (!strcmp(mode, "bindfail")) return test_bindfail();
     if (!strcmp(mode, "env")) return test_env();
+    if (!strcmp(mode, "launched")) return test_launched();
     fprintf(stderr, "unknown mode %s\n", mode);
     return 1;
 }
