@@ -50,7 +50,7 @@ struct gpt_workspace {
     float *dlogits;          /* N x V */
     float *ones;             /* N */
     float *partials;         /* nthreads x 2C */
-    float *att_scratch;      /* nthreads x T */
+    float *att_scratch;      /* nthreads x T x T */
 
     gpt_phase phase;
     int next_layer;          /* forward: next block to run; backward: next block, descending */
@@ -106,7 +106,7 @@ static size_t layout(gpt_workspace *ws, const gpt_config *cfg, int B, int T, int
     CARVE(ws->dlogits, N * V, float);
     CARVE(ws->ones, N, float);
     CARVE(ws->partials, (size_t)nthreads * 2 * C, float);
-    CARVE(ws->att_scratch, (size_t)nthreads * T, float);
+    CARVE(ws->att_scratch, (size_t)nthreads * T * T, float);
 #undef CARVE
     return (off + 63) & ~(size_t)63;
 }
@@ -141,6 +141,7 @@ zero_status gpt_workspace_create(gpt_workspace **out, const gpt_config *cfg, int
     ws->B = batch;
     ws->T = seq;
     ws->nthreads = max_threads();
+    gpt_blas_single_threaded();
     ws->layers = calloc((size_t)cfg->n_layer, sizeof *ws->layers);
     size_t bytes = layout(NULL, cfg, batch, seq, ws->nthreads, NULL);
     ws->mem = ws->layers ? aligned_alloc(64, bytes) : NULL;
@@ -230,7 +231,7 @@ zero_status gpt_forward_block(gpt_workspace *ws, int layer, const gpt_tensors *p
     /* attention half: res2 = x + proj(attention(ln_1(x))) */
     gpt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->t[GPT_LN1_W], p->t[GPT_LN1_B], N, C);
     gpt_matmul_forward(a->qkv, NULL, a->ln1, p->t[GPT_QKV_W], p->t[GPT_QKV_B], N, C, 3 * C);
-    gpt_attention_forward(a->atty, a->att, a->qkv, B, T, C, NH);
+    gpt_attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, ws->nthreads);
     gpt_matmul_forward(a->res2, x, a->atty, p->t[GPT_ATTPROJ_W], p->t[GPT_ATTPROJ_B], N, C, C);
 
     /* MLP half: res3 = res2 + proj(gelu(fc(ln_2(res2)))) */

@@ -8,7 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Row-major C[M,N] = alpha * op(A) op(B) + beta * C (OpenBLAS when built with it). */
+/* Row-major C[M,N] = alpha * op(A) op(B) + beta * C (OpenBLAS when built with
+ * it), split by rows over the OpenMP threads; call gpt_blas_single_threaded()
+ * once first so OpenBLAS does not start threads of its own. */
+void gpt_blas_single_threaded(void);
 void gpt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                const float *B, int ldb, float beta, float *C, int ldc);
 
@@ -37,8 +40,8 @@ void gpt_matmul_backward(float *dinp, float *dw, float *db, const float *dout, c
 
 /* Causal multi-head attention from the fused qkv (N x 3C): out (N x C) and
  * the softmax probabilities att (B, NH, T, T; zero above the diagonal). */
-void gpt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-/* dqkv = (overwritten) gradient of the fused qkv; `scratch` holds nthreads * T floats. */
+void gpt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int nthreads);
+/* dqkv = (overwritten) gradient of the fused qkv; `scratch` holds nthreads * T * T floats. */
 void gpt_attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, int B, int T,
                             int C, int NH, float *scratch, int nthreads);
 
