@@ -43,10 +43,7 @@ zero_status zero_device_open(zero_device **out, zero_device_kind kind, int ordin
         free(dev); /* the backend left its message on this thread */
         return st;
     }
-#if ZERO_HAVE_HWLOC
-    /* For NUMA-local host memory; NULL (warned once) just means unplaced. */
-    dev->hwtopo = zero_topo_shared_acquire();
-#endif
+    pthread_mutex_init(&dev->topo_mu, NULL);
     *out = dev;
     return ZERO_OK;
 }
@@ -58,6 +55,7 @@ void zero_device_close(zero_device *dev)
 #if ZERO_HAVE_HWLOC
     if (dev->hwtopo) zero_topo_shared_release();
 #endif
+    pthread_mutex_destroy(&dev->topo_mu);
     free(dev);
 }
 

@@ -8,6 +8,7 @@
 #ifndef ZERO_DEVICE_INTERNAL_H
 #define ZERO_DEVICE_INTERNAL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <zero/device.h>
 
@@ -27,7 +28,13 @@ struct zero_device {
     zero_device_kind kind;
     int ordinal;
     void *impl;    /* backend state */
-    void *hwtopo;  /* the shared hwloc topology (hwloc_topology_t), NULL without */
+    /* The shared hwloc topology (hwloc_topology_t), taken on the first NUMA
+     * allocation rather than at open, so devices that never place host
+     * memory never load it. Fixed once tried: NULL then means "unplaced",
+     * and frees follow the same choice. */
+    pthread_mutex_t topo_mu;
+    int topo_tried;
+    void *hwtopo;
     zero_errbuf err;
 };
 

@@ -27,11 +27,29 @@ static int near_cpuset(zero_device *dev, hwloc_topology_t t, hwloc_bitmap_t set)
 }
 #endif
 
+/* The device's topology, taken on first use (NULL, warned once by the
+ * loader, when hwloc cannot load it). */
+static void *device_topology(zero_device *dev)
+{
+    pthread_mutex_lock(&dev->topo_mu);
+    if (!dev->topo_tried) {
+        dev->topo_tried = 1;
+#if ZERO_HAVE_HWLOC
+        dev->hwtopo = zero_topo_shared_acquire();
+#endif
+    }
+    void *t = dev->hwtopo;
+    pthread_mutex_unlock(&dev->topo_mu);
+    return t;
+}
+
 zero_status zero_numa_alloc_(zero_device *dev, size_t bytes, void **out)
 {
     void *p = NULL;
+    void *topo = device_topology(dev);
+    (void)topo;
 #if ZERO_HAVE_HWLOC
-    hwloc_topology_t t = dev->hwtopo;
+    hwloc_topology_t t = topo;
     if (t) {
         hwloc_bitmap_t set = hwloc_bitmap_alloc();
         if (set && near_cpuset(dev, t, set) == 0) {
