@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define P2P_TAG 7100
+#define P2P_TAG 0 /* user messages; point-to-point schedules use tags 1..32000 */
 
 /* ---------------------------------------------------------------- lifetime */
 
@@ -142,6 +142,7 @@ zero_status mpi_op_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_op *
     size_t chunk = a->count * es;
     size_t total = (a->kind == ZERO_OP_REDUCE_SCATTER || a->kind == ZERO_OP_ALLGATHER) ? a->count * (size_t)n
                                                                                        : a->count;
+    if (mpi_sched_wanted(c, a)) return mpi_sched_start(c, mc, a, &op->sched);
     if (total > INT_MAX) {
         char what[96];
         coll_describe(a, what, sizeof what);
@@ -261,6 +262,14 @@ static zero_status mpi_finish(zero_comm *c, mpi_op *op, const MPI_Status *stat)
 
 zero_status mpi_op_test(zero_comm *c, mpi_op *op, int *done)
 {
+    if (op->sched) {
+        zero_status st = mpi_sched_test(c, op->sched, done);
+        if (st == ZERO_OK && *done) {
+            mpi_sched_free(op->sched);
+            op->sched = NULL;
+        }
+        return st;
+    }
     int flag = 0;
     MPI_Status stat;
     int rc = MPI_Test(&op->req, &flag, &stat);
@@ -277,6 +286,10 @@ static void free_ptr(void *p) { free(p); }
 
 void mpi_op_abandon(mpi_op *op)
 {
+    if (op->sched) {
+        mpi_sched_abandon(op->sched);
+        op->sched = NULL;
+    }
     if (op->req != MPI_REQUEST_NULL) {
         /* MPI may still read or write these; keep them until finalize. */
         coll_graveyard_add(op->tmp_send, free_ptr);

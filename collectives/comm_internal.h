@@ -30,6 +30,7 @@ typedef struct coll_args {
     zero_redop op;
     int root; /* broadcast */
     int peer; /* send / recv */
+    uint32_t seq; /* collectives issued on the comm before this one (same on every rank) */
 } coll_args;
 
 struct zero_request {
@@ -69,6 +70,7 @@ struct zero_comm {
     char name[COLL_NAME_MAX];
     zero_status failed;     /* ZERO_OK, or the error that left the comm unusable */
     int outstanding;        /* issued requests not yet waited on */
+    uint32_t coll_seq;      /* collectives issued so far: tags point-to-point schedules */
     int owns_mpi;           /* holds a reference on MPI's lifetime (mpi_env_release) */
     zero_errbuf err;
     zero_comm_counters counters;
@@ -137,8 +139,11 @@ zero_status mpi_env_acquire(zero_errbuf *err);
 void mpi_env_release(void);
 zero_status mpi_status_from(zero_comm *c, int mpi_err, const char *what);
 
+typedef struct mpi_sched mpi_sched; /* mpi_sched.c */
+
 typedef struct mpi_op {
     MPI_Request req;
+    mpi_sched *sched;  /* or a point-to-point schedule instead of req */
     float *tmp_send;   /* fp32 copies for 16-bit reductions */
     float *tmp_recv;
     void *copy_dst;    /* at completion: copy tmp (converted or not) here */
@@ -152,6 +157,15 @@ typedef struct mpi_op {
 zero_status mpi_op_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_op *op);
 zero_status mpi_op_test(zero_comm *c, mpi_op *op, int *done);
 void mpi_op_abandon(mpi_op *op);
+
+/* Point-to-point schedules (mpi_sched.c) for reduce-scatter, all-gather and
+ * large all-reduces; mpi_sched_wanted says whether `a` runs as one
+ * (ZERO_COLL_MPI_ALGO=p2p|nbc overrides the choice). */
+int mpi_sched_wanted(const zero_comm *c, const coll_args *a);
+zero_status mpi_sched_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_sched **out);
+zero_status mpi_sched_test(zero_comm *c, mpi_sched *s, int *done);
+void mpi_sched_free(mpi_sched *s);
+void mpi_sched_abandon(mpi_sched *s);
 
 /* Dup a communicator with a deadline (MPI_Comm_idup, polled). */
 zero_status mpi_comm_dup_deadline(zero_comm *c, MPI_Comm parent, MPI_Comm *out, const char *what);

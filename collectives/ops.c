@@ -151,6 +151,7 @@ static zero_status issue(zero_comm *c, coll_args *a, const char *fn, zero_reques
     ZERO_TRY(validate(c, a, fn));
     memset(req, 0, sizeof *req);
     req->comm = c;
+    if (a->kind != ZERO_OP_SEND && a->kind != ZERO_OP_RECV) a->seq = c->coll_seq++;
     req->args = *a;
     req->status = ZERO_OK;
     count_op(c, a);

@@ -1,7 +1,8 @@
 /* Every op x dtype x in-place variant x count against a reference computed
  * on this rank, compared bitwise; byte counters checked exactly after each.
  * Runs at world sizes 1-4 (AUTO: MPI, or LOCAL at size 1); `local` or `mpi`
- * as argument forces that backend. */
+ * as argument forces that backend, `algo=p2p|nbc` the MPI algorithm and
+ * `seg=BYTES` the reduce-scatter segment budget. */
 #include <zero/comm.h>
 
 #include "check.h"
@@ -174,8 +175,14 @@ int main(int argc, char **argv)
 {
     zero_comm_config cfg = ZERO_COMM_CONFIG_INIT;
     cfg.timeout_s = 30;
-    if (argc > 1 && !strcmp(argv[1], "local")) cfg.backend = ZERO_BACKEND_LOCAL;
-    if (argc > 1 && !strcmp(argv[1], "mpi")) cfg.backend = ZERO_BACKEND_MPI; /* even at world size 1 */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "local")) cfg.backend = ZERO_BACKEND_LOCAL;
+        if (!strcmp(argv[i], "mpi")) cfg.backend = ZERO_BACKEND_MPI; /* even at world size 1 */
+        /* algo=p2p|nbc: force the MPI backend's algorithm; seg=BYTES: cut
+         * reduce-scatters into small segments (both read at first use) */
+        if (!strncmp(argv[i], "algo=", 5)) setenv("ZERO_COLL_MPI_ALGO", argv[i] + 5, 1);
+        if (!strncmp(argv[i], "seg=", 4)) setenv("ZERO_COLL_SEG_BYTES", argv[i] + 4, 1);
+    }
     zero_status st = zero_comm_init_world(&comm, &cfg);
     if (st != ZERO_OK) {
         fprintf(stderr, "init_world: %s\n", zero_last_error());
