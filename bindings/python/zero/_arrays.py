@@ -64,3 +64,12 @@ def as_c_buffer(arr, what, dtype=None, writable=False, count=None):
 def bf16_to_f32(bits):
     """uint16 bf16 bit patterns (a bf16 view) -> float32 values."""
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16(values):
+    """float32 values -> bf16 bit patterns (uint16), rounded to nearest even
+    like libzero's casts (NaN stays a quiet NaN)."""
+    f = np.ascontiguousarray(values, dtype=np.float32)
+    bits = f.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(f), ((bits >> 16) | 0x40).astype(np.uint16), rounded)

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ._arrays import ZERO_TO_NUMPY, as_c_buffer
+from ._arrays import ZERO_TO_NUMPY, as_c_buffer, bf16_to_f32, f32_to_bf16
 from ._ffi import ffi, lib, string
 from ._resource import _Resource
 from .comm import Device
@@ -353,9 +353,13 @@ class Engine(_Resource):
         return self._view(p, out[0], "gradient", scope, writable=True)
 
     def add_grad(self, param, grad):
-        """param_grad(param) += grad, without keeping a view."""
+        """param_grad(param) += grad, without keeping a view. For bf16
+        compute the sum is formed in fp32 and rounded to nearest even."""
         g = self.param_grad(param)
-        g += grad
+        if self.config._c.compute_dtype == lib.ZERO_BF16:
+            g[...] = f32_to_bf16(bf16_to_f32(g) + np.asarray(grad, dtype=np.float32))
+        else:
+            g += grad
         del g
 
     # ================================================================ training

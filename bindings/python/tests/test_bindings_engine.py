@@ -1,0 +1,372 @@
+"""Single-rank behaviour of `import zero`: config, engine, views and their
+lifetime, exceptions carrying libzero's messages, the memory report against
+the C formula, checkpoints."""
+import json
+
+import numpy as np
+import pytest
+
+import zero_testlib  # noqa: F401  (puts the build tree's package on sys.path)
+
+
+def small_engine(zero, world, stage=3, **kw):
+    cfg = {"zero_optimization": {"stage": stage, "reduce_bucket_size": 64,
+                                 "stage3_param_persistence_threshold": kw.pop("threshold", 0)}}
+    eng = zero.Engine(world, cfg, **kw)
+    rng = np.random.default_rng(0)
+    fc1 = eng.add_module("fc1", {"weight": rng.standard_normal((6, 10)).astype(np.float32), "bias": (10,)})
+    fc2 = eng.add_module("fc2", {"weight": rng.standard_normal((10, 3)).astype(np.float32), "bias": (3,)})
+    return eng, fc1, fc2
+
+
+def test_comm_local(zero_mod, world):
+    assert (world.rank, world.size, world.backend, world.name) == (0, 1, "local", "world")
+    a = np.arange(5, dtype=np.float32)
+    assert np.array_equal(world.allreduce(a), a)
+    b = a.copy()
+    assert world.allreduce(b, b, op="max") is b
+    assert np.array_equal(world.allgather(a), a) and np.array_equal(world.reduce_scatter(a), a)
+    world.barrier()
+    c = world.counters()
+    assert set(c) >= {"allreduce", "reduce_scatter", "allgather", "broadcast", "barrier"}
+    assert c["allreduce"] == {"sent": 0, "recv": 0, "calls": 2}  # n = 1 moves no bytes, counts calls
+    world.reset_counters()
+    assert world.counters()["allreduce"]["calls"] == 0
+    world.timeout = 5.0
+    assert world.timeout == 5.0
+    with world.split(color=0, key=0) as sub:
+        assert sub.size == 1 and sub.name.startswith("world/split")
+    with world.grid(tp=1, pp=1) as g:
+        assert (g.tp_size, g.dp_size, g.pp_size) == (1, 1, 1) and g.dp.size == 1
+
+
+def test_comm_argument_checks(zero_mod, world):
+    with pytest.raises(zero_mod.ZeroInvalidArgumentError, match="C-contiguous"):
+        world.allreduce(np.zeros((4, 4), np.float32)[:, 1])
+    with pytest.raises(zero_mod.ZeroInvalidArgumentError, match="dtype"):
+        world.allreduce(np.zeros(4, np.float32), np.zeros(4, np.float64))
+    with pytest.raises(zero_mod.ZeroInvalidArgumentError, match="timeout"):
+        world.timeout = -1.0  # libzero's message names the parameter
+    with pytest.raises(zero_mod.ZeroInvalidArgumentError, match="unknown backend"):
+        zero_mod.Comm.world(backend="carrier-pigeon")
+
+
+def test_config_sources(zero_mod, tmp_path):
+    doc = {"zero_optimization": {"stage": 2, "reduce_bucket_size": 5e3},
+           "optimizer": {"type": "SGD", "params": {"lr": 0.5, "momentum": 0.9}},
+           "gradient_accumulation_steps": 4, "bf16": {"enabled": True}, "train_batch_size": 8}
+    c = zero_mod.Config(doc)
+    assert (c.stage, c.reduce_bucket_size, c.optimizer, c.lr, c.momentum, c.gradient_accumulation_steps,
+            c.compute_dtype) == (2, 5000, "sgd", 0.5, 0.9, 4, "bf16")
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(doc))
+    assert zero_mod.Config(str(path)).to_dict() == c.to_dict()
+    assert zero_mod.Config.from_json_file(path, lr=0.25).lr == 0.25
+    assert zero_mod.Config(json.dumps(doc), stage=3).stage == 3
+
+
+def test_config_errors_name_the_key(zero_mod, tmp_path):
+    with pytest.raises(zero_mod.ZeroConfigError, match=r"zero_optimization\.stagee") as ei:
+        zero_mod.Config({"zero_optimization": {"stagee": 3}})
+    assert ei.value.status_name == "ZERO_CONFIG" and isinstance(ei.value, ValueError)
+    with pytest.raises(zero_mod.ZeroConfigError, match=r'zero_optimization\.stage: expected an integer 0\.\.3, got "three"'):
+        zero_mod.Config({"zero_optimization": {"stage": "three"}})
+    with pytest.raises(zero_mod.ZeroConfigError, match="unknown field 'stages'"):
+        zero_mod.Config(stages=3)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(zero_mod.ZeroConfigError):
+        zero_mod.Config(str(bad))
+
+
+def test_misuse_raises_with_libzero_message(zero_mod, world):
+    eng, fc1, fc2 = small_engine(zero_mod, world)
+    with pytest.raises(zero_mod.ZeroInvalidStateError, match="step") as ei:
+        eng.step()  # before finalize
+    assert "finalize" in str(ei.value) and ei.value.status == zero_mod.lib.ZERO_INVALID_STATE
+    eng.finalize()
+    with pytest.raises(zero_mod.ZeroNotFoundError, match=r"engine gather: unknown module 7 \(2 modules\)"):
+        eng.gather(7)
+    with pytest.raises(zero_mod.ZeroNotFoundError, match="unknown module -1"):
+        eng.grads_ready(-1)
+    with pytest.raises(zero_mod.ZeroNotFoundError, match="99"):
+        eng.param_data(99)
+    with pytest.raises(zero_mod.ZeroNotFoundError, match="no module 'fc9'"):
+        eng.gathered("fc9").__enter__()
+    with pytest.raises(zero_mod.ZeroInvalidStateError, match="not gathered"):
+        eng.release(fc1)
+    with pytest.raises(zero_mod.ZeroInvalidStateError):
+        eng.add_module("late")  # after finalize
+    assert "late" in eng.last_error or "finalize" in eng.last_error
+    eng.close()
+    with pytest.raises(zero_mod.ZeroInvalidStateError, match="engine is closed"):
+        eng.step()
+
+
+def test_registration_checks(zero_mod, world):
+    eng = zero_mod.Engine(world, stage=1)
+    m = eng.add_module("m")
+    with pytest.raises(zero_mod.ZeroInvalidArgumentError, match="expected dtype float32, got float64"):
+        eng.add_param(m, "w", init=np.zeros(3))
+    with pytest.raises(zero_mod.ZeroInvalidArgumentError, match="C-contiguous"):
+        eng.add_param(m, "w", init=np.zeros((4, 4), np.float32).T)
+    eng.add_param(m, "w", shape=(2, 3))
+    with pytest.raises(zero_mod.ZeroError, match="'w'"):
+        eng.add_param(m, "w", shape=(2,))  # duplicate name: libzero names it
+    with pytest.raises(zero_mod.ZeroInvalidArgumentError, match="dimensions"):
+        eng.add_param(m, "big", shape=(1,) * 9)
+    eng.close()
+
+
+def test_init_is_zero_copy_in_and_views_are_zero_copy_out(zero_mod, world):
+    eng = zero_mod.Engine(world, stage=0)
+    w0 = np.arange(12, dtype=np.float32).reshape(3, 4)
+    p = eng.add_param(eng.add_module("m"), "w", init=w0)
+    eng.finalize()
+    v1, v2 = eng.param_data(p), eng.param_data("w")
+    assert np.array_equal(v1, w0) and v1.shape == (3, 4) and v1.dtype == np.float32
+    assert np.shares_memory(v1, v2)            # both look at the engine's buffer
+    assert not v1.flags.writeable              # params change only in step()
+    with pytest.raises(ValueError):
+        v1[0, 0] = 1.0
+    g = eng.param_grad(p)
+    assert g.flags.writeable and np.all(g == 0)
+    assert zero_mod.ffi.cast("uintptr_t", zero_mod.ffi.from_buffer(v1)) != zero_mod.ffi.cast(
+        "uintptr_t", zero_mod.ffi.from_buffer(w0))  # the init was copied by libzero
+    del v1, v2, g
+    eng.close()
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_sgd_step_through_grad_views(zero_mod, world, stage):
+    """w1 = w0 - lr * g exactly (SGD, no momentum, no decay, fp32)."""
+    eng = zero_mod.Engine(world, {"zero_optimization": {"stage": stage, "reduce_bucket_size": 16,
+                                                        "stage3_param_persistence_threshold": 0},
+                                  "optimizer": {"type": "SGD", "params": {"lr": 0.5, "weight_decay": 0.0}}})
+    rng = np.random.default_rng(stage)
+    w0 = rng.standard_normal((5, 7)).astype(np.float32)
+    m = eng.add_module("m", {"w": w0})
+    eng.finalize()
+    g = rng.standard_normal((5, 7)).astype(np.float32)
+    with eng.gathered(m) as P, eng.grads(m) as G:
+        assert np.array_equal(P["w"], w0) and np.array_equal(P["m.w"], w0)
+        with pytest.raises(zero_mod.ZeroInvalidArgumentError, match="write through the view"):
+            G["w"] = g  # would not reach the engine's buffer
+        G["w"] += g
+    r = eng.step()
+    assert isinstance(r, zero_mod.StepResult) and r.step == 1 and not r.skipped and r.clip_coef == 1.0
+    assert r.grad_norm == pytest.approx(float(np.linalg.norm(g.astype(np.float64))), rel=1e-6)
+    expect = w0 - np.float32(0.5) * g
+    assert np.array_equal(eng.read_param("m.w"), expect)
+    with eng.gathered(m) as P:
+        assert np.array_equal(P["w"], expect)
+    eng.close()
+
+
+def test_close_with_a_live_view_defers_the_destroy(zero_mod, world):
+    eng = zero_mod.Engine(world, stage=1)
+    p = eng.add_param(eng.add_module("m"), "w", init=np.full(4, 3.0, np.float32))
+    eng.finalize()
+    view = eng.param_data(p)[1:]          # a derived view holds the lease too
+    assert eng.live_views == 1
+    eng.close()
+    assert eng.closed and eng.native_alive  # the view keeps the memory valid ...
+    assert np.array_equal(view, [3.0, 3.0, 3.0])
+    with pytest.raises(zero_mod.ZeroInvalidStateError, match="closed"):
+        eng.param_data(p)                   # ... but the engine is closed for use
+    with pytest.raises(zero_mod.ZeroInvalidStateError, match="closed"):
+        eng.step()
+    del view                                # the last view goes: destroyed now
+    assert not eng.native_alive
+
+
+def test_stage3_release_refuses_while_a_view_escapes(zero_mod, world):
+    eng, fc1, fc2 = small_engine(zero_mod, world, stage=3)
+    eng.finalize()
+    with pytest.raises(zero_mod.ZeroInvalidStateError, match=r"release of module 'fc1'.*'fc1.weight'"):
+        with eng.gathered(fc1) as P:
+            w = P["weight"]                 # escapes the gather scope
+    # the module stayed gathered: the escaped view is still valid memory
+    assert w.shape == (6, 10) and np.isfinite(w).all()
+    del w
+    eng.release(fc1)
+    with eng.gathered(fc1) as P:
+        total = float(P["weight"].sum())    # a temporary: fine
+    with pytest.raises(zero_mod.ZeroInvalidStateError, match="ended"):
+        P["weight"]
+    assert np.isfinite(total) and eng.live_views == 0
+    eng.close()
+
+
+def test_stage3_persistent_views_live_until_the_engine_goes(zero_mod, world):
+    eng, fc1, fc2 = small_engine(zero_mod, world, stage=3, threshold=5)  # fc2.bias (3) is persistent
+    eng.finalize()
+    assert eng.param_info("fc2.bias")["persistent"] == 1
+    with eng.gathered(fc2) as P:
+        b = P["bias"]
+    assert b.shape == (3,)                  # allowed: persistent memory lives until destroy
+    eng.close()
+    assert eng.native_alive
+    del b
+    assert not eng.native_alive
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_grad_views_cannot_outlive_grads_ready(zero_mod, world, stage):
+    eng, fc1, fc2 = small_engine(zero_mod, world, stage=stage)
+    eng.finalize()
+    g = eng.param_grad("fc2.weight")
+    g += 1.0
+    with pytest.raises(zero_mod.ZeroInvalidStateError, match="grads_ready of module 'fc2'.*gradient of 'fc2.weight'"):
+        eng.grads_ready(fc2)
+    with pytest.raises(zero_mod.ZeroInvalidStateError, match="engine step"):
+        eng.step()
+    with pytest.raises(zero_mod.ZeroInvalidStateError, match="zero_grad"):
+        eng.zero_grad()
+    del g
+    eng.grads_ready(fc2)
+    eng.add_grad("fc1.bias", np.ones(10, np.float32))
+    eng.grads_ready(fc1)
+    r = eng.step()
+    assert r.grad_norm == pytest.approx(np.sqrt(30 + 10), rel=1e-6)
+    eng.close()
+
+
+def _declared_formula(zero_mod, eng, world_size):
+    """engine.h: zero_memory_estimate(P, N, stage, ...) + the declared buffers."""
+    plan = eng.plan_info()
+    cfg = eng.config
+    P, N, B, stage = plan["padded_numel"], world_size, plan["max_bucket_numel"], plan["stage"]
+    d = {"f32": 4, "bf16": 2, "f16": 2}[plan["compute_dtype"]]
+    est = zero_mod.memory_estimate(P, N, stage, plan["compute_dtype"], cfg.optimizer,
+                                   sgd_momentum=cfg.momentum != 0)
+    want = {k: est[k] for k in ("params", "grads", "master", "moments")}
+    want["grads"] += P * 4 // N if stage < 2 else P * (4 - d) // N
+    if stage == 3:  # persistent buckets in full
+        buckets = {}
+        for p in eng.params:
+            i = eng.param_info(p)
+            if i["persistent"]:
+                buckets[i["bucket"]] = buckets.get(i["bucket"], 0) + i["numel"]
+        want["params"] += sum(-(-n // N) * N for n in buckets.values()) * d
+    slots = 2 if cfg.overlap_comm else 1
+    want["buffers"] = slots * (B * 4 + B * 4 // N)
+    want["other"] = 0
+    want["total"] = sum(want.values())
+    return want
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+@pytest.mark.parametrize("variant", [dict(), dict(compute_dtype="bf16", overlap_comm=1),
+                                     dict(optimizer="sgd", momentum=0.9, threshold=40)])
+def test_memory_report_equals_the_c_formula(zero_mod, world, stage, variant):
+    variant = dict(variant)
+    eng, fc1, fc2 = small_engine(zero_mod, world, stage=stage, **variant)
+    eng.finalize()
+    got = eng.memory_report()
+    want = _declared_formula(zero_mod, eng, 1)
+    assert {k: got[k] for k in want} == want
+    assert got["peak"]["total"] >= got["total"] and set(got["peak"]) == set(want)
+    # after a full step, steady state again
+    for m in (fc2, fc1):
+        with eng.gathered(m):
+            for p in m.params.values():
+                eng.add_grad(p, np.full(p.shape, 0.125, np.float32))
+            eng.grads_ready(m)
+    eng.step()
+    got = eng.memory_report()
+    assert {k: got[k] for k in want} == want
+    eng.close()
+
+
+def test_memory_estimate_reproduces_the_paper(zero_mod):
+    # ZeRO paper: 7.5B params, N = 64, fp16 + Adam: 120, 31.4, 16.6, 1.9 GB
+    totals = [zero_mod.memory_estimate(7.5e9, 64, s, "f16", "adamw")["total"] / 1e9 for s in range(4)]
+    assert [round(t, 1) for t in totals] == [120.0, 31.4, 16.6, 1.9]
+
+
+def test_bf16_helpers_round_like_libzero(zero_mod):
+    x = np.array([1.0, -2.5, 3.14159, 1e-3, 65504.0, np.inf, 1.00390625, 1.01171875], np.float32)
+    ours = zero_mod.f32_to_bf16(x)
+    ref = np.array([zero_mod.lib.zero_f32_to_bf16(float(v)) for v in x], np.uint16)
+    assert np.array_equal(ours, ref)
+    assert np.array_equal(zero_mod.bf16_to_f32(ref), [zero_mod.lib.zero_bf16_to_f32(int(b)) for b in ref])
+
+
+def test_state_and_scalars(zero_mod, world):
+    eng, fc1, fc2 = small_engine(zero_mod, world, stage=2)
+    eng.finalize()
+    master = eng.state_get("master", "fc1.weight")
+    assert master.shape == (60,) and np.array_equal(master, eng.read_param("fc1.weight").ravel())
+    eng.state_set("master", "fc1.weight", np.zeros(60, np.float32))
+    eng.params_changed()
+    assert not eng.param_data("fc1.weight").any()
+    with pytest.raises(zero_mod.ZeroInvalidArgumentError, match="expected 60 elements"):
+        eng.state_set("moment1", "fc1.weight", np.zeros(59, np.float32))
+    eng.lr = 0.25
+    assert eng.lr == 0.25 and eng.scalars()["lr"] == 0.25 and eng.loss_scale == 1.0
+    eng.set_scalars(step=7)
+    assert eng.scalars()["step"] == 7
+    eng.close()
+
+
+def _train(zero, eng, mods, steps, seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        for m in reversed(mods):
+            with eng.gathered(m), eng.grads(m) as G:
+                for k in G:
+                    G[k] += rng.standard_normal(G[k].shape).astype(np.float32)
+        eng.step()
+
+
+@pytest.mark.skipif("not __import__('zero').checkpoint.AVAILABLE")
+def test_checkpoint_round_trip(zero_mod, world, tmp_path):
+    eng, fc1, fc2 = small_engine(zero_mod, world, stage=3)
+    eng.finalize()
+    _train(zero_mod, eng, [fc1, fc2], 2, seed=1)
+    path = eng.save_checkpoint(tmp_path / "ckpt", user={"epoch": 3}, durable=False)
+    assert path.endswith("step-00000002")
+    _train(zero_mod, eng, [fc1, fc2], 1, seed=2)
+    want = [eng.read_param(p) for p in eng.params]
+    eng.close()
+
+    meta = zero_mod.checkpoint.inspect(tmp_path / "ckpt")
+    assert meta["step"] == 2 and meta["world_size"] == 1
+    zero_mod.checkpoint.verify(tmp_path / "ckpt")
+
+    # resume at another stage: same parameters after the same step, bitwise
+    eng2, f1, f2 = small_engine(zero_mod, world, stage=1)
+    eng2.finalize()
+    info = eng2.load_checkpoint(tmp_path / "ckpt")
+    assert (info.step, info.world_size, info.stage, info.user) == (2, 1, 3, {"epoch": 3})
+    _train(zero_mod, eng2, [f1, f2], 1, seed=2)
+    for p, w in zip(eng2.params, want):
+        assert np.array_equal(eng2.read_param(p), w), p.name
+    eng2.close()
+
+    shard = next((tmp_path / "ckpt" / "step-00000002").glob("rank-*.bin"))
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(zero_mod.ZeroCorruptError, match="rank-00000.bin"):
+        zero_mod.checkpoint.verify(tmp_path / "ckpt")
+
+
+def test_log_handler_receives_libzero_warnings(zero_mod, world):
+    seen = []
+    zero_mod.set_log_handler(lambda level, msg: seen.append((level, msg)), "warn")
+    try:
+        eng, fc1, fc2 = small_engine(zero_mod, world, stage=3, overlap_comm=1)
+        eng.finalize()
+        for order in ([fc1, fc2], [fc2, fc1]):  # the second step changes the gather order
+            for m in order:
+                with eng.gathered(m):
+                    pass
+            for m in (fc2, fc1):
+                eng.grads_ready(m)
+            eng.step()
+        eng.close()
+    finally:
+        zero_mod.set_log_handler(None)
+    assert any(level == "warn" and "gather order changed" in msg for level, msg in seen), seen
