@@ -12,25 +12,27 @@
 #include "common/error.h"
 #include <zero/version.h>
 
-/* All ranks learn whether any rank failed, and which; the ranks that did not
- * fail get a message naming the one that did. Returns the common status. */
+/* All ranks learn whether any rank failed; if one did, its message is
+ * broadcast so that every rank (rank 0 above all, which usually prints)
+ * reports the real cause: "<op>: rank 1: <its message>". Returns the common
+ * status. Always the same collectives on every rank. */
 zero_status ckpt_agree(zero_comm *dp, zero_status local, const char *op)
 {
     int32_t v[2] = {(int32_t)local, local != ZERO_OK ? zero_comm_rank(dp) : -1};
-    char saved[ZERO_ERRMSG_MAX];
-    snprintf(saved, sizeof saved, "%s", zero_last_error());
+    char msg[ZERO_ERRMSG_MAX];
+    snprintf(msg, sizeof msg, "%s", local != ZERO_OK ? zero_last_error() : "");
     int32_t r[2];
     zero_status s = zero_allreduce(dp, v, r, 2, ZERO_I32, ZERO_MAX);
     if (s != ZERO_OK)
         return zero_fail(NULL, s, "%s: agreeing on the outcome across ranks: %s", op, zero_comm_last_error(dp));
-    if (local != ZERO_OK) {
-        zero_fail(NULL, local, "%s", saved); /* keep this rank's own message */
-        return local;
-    }
-    if (r[0] != ZERO_OK)
-        return zero_fail(NULL, (zero_status)r[0], "%s: rank %d failed (%s); see that rank's message", op, r[1],
-                         zero_status_name((zero_status)r[0]));
-    return ZERO_OK;
+    if (r[0] == ZERO_OK) return ZERO_OK;
+    /* r[1] is the highest failing rank; v[0] MAX picks the largest status code */
+    s = zero_broadcast(dp, msg, msg, sizeof msg, ZERO_U8, r[1]);
+    msg[sizeof msg - 1] = 0;
+    if (s != ZERO_OK) snprintf(msg, sizeof msg, "(its message was lost: %s)", zero_comm_last_error(dp));
+    if (local != ZERO_OK) return zero_fail(NULL, local, "%s", msg); /* keep this rank's own message */
+    if (zero_comm_size(dp) == 1) return zero_fail(NULL, (zero_status)r[0], "%s", msg);
+    return zero_fail(NULL, (zero_status)r[0], "%s: rank %d: %s", op, r[1], msg);
 }
 
 /* Which optimizer state kinds this engine has: a kind whose state_get says

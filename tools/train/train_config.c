@@ -14,7 +14,6 @@
 const char train_default_config_json[] =
     "{\n"
     "  \"train_micro_batch_size_per_gpu\": 8,\n"
-    "  \"gradient_accumulation_steps\": 1,\n"
     "  \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003, \"betas\": [0.9, 0.95],\n"
     "                \"eps\": 1e-8, \"weight_decay\": 0.1}},\n"
     "  \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"warmup_num_steps\": 20,\n"
