@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -48,16 +49,20 @@ def world(zero_mod):
 
 
 def run_ranks(n, script, *args, timeout=180):
-    """Run `script` on n real ranks (tests/mpirun.sh); returns {rank: RESULT dict}."""
+    """Run `script` on n real ranks (tests/mpirun.sh); returns {rank: result dict}.
+    Each rank writes its result to $ZERO_RESULT_DIR/rank-<r>.json (mpirun may
+    interleave long stdout lines of two ranks)."""
     if SKIP_REASON:
         pytest.skip(SKIP_REASON)
-    env = dict(os.environ, PYTHONPATH=PYTHONPATH + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [os.path.join(REPO, "tests", "mpirun.sh"), str(n), sys.executable, script, *map(str, args)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
-    results = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            r = json.loads(line[len("RESULT "):])
+    with tempfile.TemporaryDirectory(prefix="zero_ranks_") as rdir:
+        env = dict(os.environ, PYTHONPATH=PYTHONPATH + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                   ZERO_RESULT_DIR=rdir)
+        cmd = [os.path.join(REPO, "tests", "mpirun.sh"), str(n), sys.executable, script, *map(str, args)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+        results = {}
+        for f in glob.glob(os.path.join(rdir, "rank-*.json")):
+            with open(f) as fh:
+                r = json.load(fh)
             results[r["rank"]] = r
     assert proc.returncode == 0 and len(results) == n, (
         f"{' '.join(cmd)} -> rc {proc.returncode}, {len(results)}/{n} results\n"
