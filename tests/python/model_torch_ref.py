@@ -115,3 +115,29 @@ def read_driver_output(path, cfg, B, T, model):
         off += k
     assert off == data.size, f"driver output has {data.size} floats, expected {off}"
     return loss, logits, grads
+
+
+def write_adamw_input(path, cfg, B, T, model, batches, lr, betas, eps, weight_decay):
+    params = dict(model.named_parameters())
+    with open(path, "wb") as f:
+        f.write(b"GPTA" + struct.pack("<I8i", 1, cfg["n_layer"], cfg["n_head"], cfg["d_model"], cfg["seq_len"],
+                                      cfg["vocab"], B, T, len(batches)))
+        f.write(struct.pack("<5d", lr, betas[0], betas[1], eps, weight_decay))
+        for name in param_names(cfg["n_layer"]):
+            f.write(params[name].detach().numpy().astype("<f4").tobytes())
+        for tokens, targets in batches:
+            f.write(tokens.numpy().astype("<i4").tobytes())
+            f.write(targets.numpy().astype("<i4").tobytes())
+
+
+def read_adamw_output(path, cfg, steps, model):
+    data = np.fromfile(path, dtype="<f4")
+    losses = data[:steps].astype(np.float64)
+    params, off = {}, steps
+    shapes = dict(model.named_parameters())
+    for name in param_names(cfg["n_layer"]):
+        k = shapes[name].numel()
+        params[name] = data[off:off + k].reshape(shapes[name].shape)
+        off += k
+    assert off == data.size, f"driver output has {data.size} floats, expected {off}"
+    return losses, params
