@@ -14,16 +14,29 @@
  * In-place rules (NCCL's): all-reduce and broadcast are in place when
  * recv == send; reduce-scatter is in place when recv == send + rank*count
  * (elements); all-gather is in place when send == recv + rank*count.
- * Any other overlap of send and recv is ZERO_INVALID_ARGUMENT.
+ * Any other overlap of send and recv is ZERO_INVALID_ARGUMENT. An in-place
+ * reduce-scatter leaves the other chunks of send untouched (MPI, STAGED,
+ * LOCAL). For broadcast, send is only read on the root (others may pass NULL).
+ * count == 0 is valid everywhere and moves nothing.
  *
- * f16 and bf16 sums accumulate in fp32 and round once (to nearest even).
+ * Reductions: f16 and bf16 sums accumulate in fp32 and round once (to nearest
+ * even) on the MPI, STAGED and LOCAL backends; NCCL uses its native 16-bit
+ * reductions, which round between steps once the group has more than 2 ranks.
+ * Integer sums wrap (two's complement; u8 modulo 256). On the MPI backend
+ * every rank's all-reduce result is bitwise identical.
  *
- * Deadlines: every op that blocks (including zero_wait) gives up after the
- * comm's timeout and returns ZERO_TIMEOUT with a message naming the op, the
- * group and the ranks involved; a peer that has left returns ZERO_PEER_FAILURE.
- * After such an error the comm may only be destroyed.
+ * Deadlines: every op that blocks (including zero_wait, whose deadline runs
+ * from the call) gives up after the comm's timeout and returns ZERO_TIMEOUT
+ * with a message naming the op, the group and the ranks involved; a peer that
+ * has left returns ZERO_PEER_FAILURE. After such an error the comm refuses
+ * every op with ZERO_INVALID_STATE and may only be destroyed, which never
+ * waits for peers. The buffers of an op that timed out may still be written
+ * by the transport until MPI is finalized: do not reuse them for anything the
+ * program still relies on.
  *
- * Thread safety: a comm may be used by one thread at a time. */
+ * Thread safety: a comm may be used by one thread at a time; different comms
+ * from different threads when MPI provides MPI_THREAD_MULTIPLE (libzero asks
+ * for it when it initialises MPI). */
 #ifndef ZERO_COMM_H
 #define ZERO_COMM_H
 
@@ -78,16 +91,25 @@ typedef struct zero_comm_config {
     { sizeof(zero_comm_config), ZERO_COMM_CONFIG_VERSION, ZERO_BACKEND_AUTO, -1, 60.0 }
 
 /* The world group. Calls MPI_Init_thread only if MPI is not yet initialized,
- * and in that case the destroy of the last world comm calls MPI_Finalize.
- * `config` may be NULL for the defaults. */
+ * and in that case MPI_Finalize runs when the last comm descending from such
+ * a world (the worlds and their splits) is destroyed; MPI cannot be
+ * initialised twice, so init_world after that is ZERO_INVALID_STATE. With
+ * ZERO_BACKEND_AUTO and a single rank the comm is LOCAL (MPI still
+ * initialised, so mpirun sees a proper MPI process). Creating the world is
+ * collective and has the config's deadline. `config` may be NULL for the
+ * defaults. */
 ZERO_API zero_status zero_comm_init_world(zero_comm **out, const zero_comm_config *config);
 
-/* Like MPI_Comm_split: ranks with the same color form a group, ordered by key
- * (ties by parent rank). Collective over `parent`. The child inherits the
- * parent's backend, device and timeout. */
+/* Like MPI_Comm_split: ranks with the same color (>= 0) form a group, ordered
+ * by key (ties by parent rank). Collective over `parent`, with its deadline;
+ * no request may be outstanding on `parent`. The child inherits the parent's
+ * backend, device and timeout, is named "<parent>/split(<color>)", and may
+ * outlive the parent. */
 ZERO_API zero_status zero_comm_split(zero_comm *parent, int color, int key, zero_comm **out);
 
-/* NULL is accepted. Pending requests must be waited on before. */
+/* NULL is accepted. Pending requests must be waited on before (a comm
+ * destroyed with requests outstanding is treated like a failed one). Local:
+ * never waits for other ranks. */
 ZERO_API void zero_comm_destroy(zero_comm *comm);
 
 ZERO_API int zero_comm_rank(const zero_comm *comm);
@@ -168,16 +190,18 @@ ZERO_API zero_status zero_wait(zero_request *req);
 ZERO_API zero_status zero_test(zero_request *req, int *done);
 
 /* -------------------------------------------------------------- counters
- * Bytes this rank sent and received, per op kind, since creation or the last
- * reset. Counted as the bandwidth-optimal (ring) volume of each op, which is
- * what ZeRO's communication analysis uses, independent of the algorithm MPI
- * or NCCL picks: for S = bytes of the whole array and n ranks,
- *   all-reduce      sent = recv = 2 S (n-1)/n
+ * Calls, and bytes this rank sent and received, per op kind, since creation
+ * or the last reset; an op counts when it is issued. Bytes are the
+ * bandwidth-optimal (ring) volume of each op, which is what ZeRO's
+ * communication analysis uses, independent of the algorithm MPI or NCCL
+ * picks, in the op's dtype (f16/bf16: 2 bytes an element): for S = bytes of
+ * the whole array and n ranks,
+ *   all-reduce      sent = recv = floor(2 S (n-1) / n)
  *   reduce-scatter  sent = recv = S (n-1)/n      (S = count*n elements)
  *   all-gather      sent = recv = S (n-1)/n      (S = count*n elements)
  *   broadcast       the root sent S; every other rank received S
  *   send / recv     the message size.
- * n = 1 counts nothing. */
+ * n = 1 counts calls but no bytes; barrier counts calls only. */
 typedef struct zero_comm_counters {
     uint64_t bytes_sent[ZERO_OP_KIND_COUNT];
     uint64_t bytes_recv[ZERO_OP_KIND_COUNT];

@@ -197,7 +197,7 @@ int main(int argc, char **argv)
     if (cfg.backend == ZERO_BACKEND_AUTO)
         CHECK(zero_comm_backend(comm) == (size > 1 ? ZERO_BACKEND_MPI : ZERO_BACKEND_LOCAL));
 
-    const size_t counts[] = {1, 7, 1009, 65537};
+    const size_t counts[] = {1, 7, 1009, 16411}; /* 16411: several segments at seg=256K */
     for (int di = 0; di < COLL_NDTYPES; di++) {
         zero_dtype d = coll_all_dtypes[di];
         for (size_t ci = 0; ci < sizeof counts / sizeof *counts; ci++) {
