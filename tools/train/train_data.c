@@ -125,7 +125,7 @@ static int read_append(train_data *d, const char *path, uint64_t *cap, uint64_t 
         d->bytes = p;
         *cap = nc;
     }
-    size_t got = fread(d->bytes + d->n_bytes, 1, want, f);
+    size_t got = want ? fread(d->bytes + d->n_bytes, 1, want, f) : 0;
     fclose(f);
     d->n_bytes += got; /* a file that shrank while read just contributes less */
     return 0;
@@ -172,7 +172,7 @@ int train_data_open(train_data **out, const train_data_config *cfg, char *err, s
             list_free(&files);
             return -1;
         }
-        qsort(files.items, (size_t)files.n, sizeof *files.items, cmp_str);
+        if (files.n > 1) qsort(files.items, (size_t)files.n, sizeof *files.items, cmp_str);
     } else if (list_push(&files, cfg->path) != 0) {
         return data_fail(err, en, "data: out of memory");
     }
