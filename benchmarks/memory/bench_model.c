@@ -5,10 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "zero_build_config.h"
-#if ZERO_HAVE_OPENBLAS
-#include <cblas.h>
-#endif
 
 const char *const bench_category_names[ZERO_MEM_CATEGORY_COUNT] = {
     "params", "grads", "master", "moments", "buffers", "other",
@@ -79,10 +75,6 @@ int bench_model_set_compute(bench_model *m, int gemm_n, int gemm_reps)
     m->scratch = malloc(3 * n2 * sizeof(float));
     if (!m->scratch) return -1;
     for (size_t i = 0; i < 3 * n2; i++) m->scratch[i] = (float)((i * 7919u) % 1000u) * 1e-3f - 0.5f;
-#if ZERO_HAVE_OPENBLAS
-    /* One thread per rank: the ranks themselves fill the cores. */
-    openblas_set_num_threads(1);
-#endif
     return 0;
 }
 
@@ -125,23 +117,28 @@ zero_status bench_model_register(const bench_model *m, zero_engine *e)
 
 /* ------------------------------------------------------------------ one step */
 
+/* C = A B on n x n matrices, i-k-j order so the inner loop streams rows and
+ * vectorizes. Our own loop rather than a BLAS: the work is synthetic, must be
+ * single-threaded (the ranks fill the cores) and the same on every build. */
+static void sgemm_nn(int n, const float *restrict a, const float *restrict b, float *restrict c)
+{
+    for (int i = 0; i < n; i++) {
+        float *ci = c + (size_t)i * n;
+        for (int j = 0; j < n; j++) ci[j] = 0.0f;
+        for (int k = 0; k < n; k++) {
+            const float aik = a[(size_t)i * n + k];
+            const float *bk = b + (size_t)k * n;
+            for (int j = 0; j < n; j++) ci[j] += aik * bk[j];
+        }
+    }
+}
+
 static void module_compute(bench_model *m, int reps)
 {
     if (!m->gemm_n) return;
     int n = m->gemm_n;
     float *a = m->scratch, *b = a + (size_t)n * n, *c = b + (size_t)n * n;
-    for (int r = 0; r < reps; r++) {
-#if ZERO_HAVE_OPENBLAS
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-#else
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j < n; j++) {
-                float s = 0;
-                for (int k = 0; k < n; k++) s += a[(size_t)i * n + k] * b[(size_t)k * n + j];
-                c[(size_t)i * n + j] = s;
-            }
-#endif
-    }
+    for (int r = 0; r < reps; r++) sgemm_nn(n, a, b, c);
 }
 
 void bench_model_compute_step(bench_model *m)

@@ -24,8 +24,8 @@ static void usage(void)
             "usage: tests/mpirun.sh 2 zero-bench steptime --params N [options]\n"
             "  Median step time of stages 0-3 on one model in one run; prints each stage's\n"
             "  ratio to stage 0 (targets: <= 1.05 for stages 1-2, <= 1.15 for stage 3).\n"
-            "  Defaults: --params 4e6 --dtype fp32 --overlap 1 --steps 15 --warmup 3\n"
-            "  --gemm 192 --gemm-reps 2 (sgemm of n x n per module: forward reps, backward 2x).\n%s"
+            "  Defaults: --params 2e6 --dtype fp32 --overlap 1 --steps 15 --warmup 3\n"
+            "  --gemm 96 --gemm-reps 2 (sgemm of n x n per module: forward reps, backward 2x).\n%s"
             "  --warmup N          unmeasured repetitions first\n"
             "  --gemm N, --gemm-reps N   synthetic compute per module (0 = none)\n",
             bench_run_usage);
@@ -34,9 +34,9 @@ static void usage(void)
 int bench_cmd_steptime(int argc, char **argv)
 {
     bench_run_opts o = {
-        .params = 4e6, .layers = 8, .dtype = ZERO_F32, .optimizer = ZERO_OPTIM_ADAMW, .bucket = 5e8,
+        .params = 2e6, .layers = 8, .dtype = ZERO_F32, .optimizer = ZERO_OPTIM_ADAMW, .bucket = 5e8,
         .persistence = 1e5, .prefetch = 5e7, .overlap = 1, .stage_mask = 0xF, .steps = 15, .warmup = 3,
-        .gemm_n = 192, .gemm_reps = 2,
+        .gemm_n = 96, .gemm_reps = 2,
     };
     int prc = bench_run_parse(&o, argc, argv, "steptime");
     if (prc) {
