@@ -86,3 +86,10 @@ gpu_check coll_staged_np2 tests/mpirun.sh 2 "$build/tests/collectives/test_coll_
 # The CUDA GPT against the CPU GPT: fp32 math tightly (kernels), bf16 math and
 # bf16 params within stated bf16 tolerances (see tests/model/test_gpt_cuda.c).
 gpu_check model_gpt_cuda "$build/tests/model/test_gpt_cuda"
+
+# ---------------------------------------------------------------- engine (ZeRO stages on CUDA)
+# Stages 1-3 bitwise equal to stage 0 on the GPU (f32/bf16, AdamW/SGD,
+# accumulation, clipping, overlap): CUDA optimizer kernels, device casts and
+# device-buffer collectives. NCCL at world size 1, STAGED at world size 2.
+gpu_check engine_equiv_nccl_np1 tests/mpirun.sh 1 "$build/tests/engine/test_engine_equiv" cuda nccl
+gpu_check engine_equiv_staged_np2 tests/mpirun.sh 2 "$build/tests/engine/test_engine_equiv" cuda staged
