@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""zero-train against PyTorch: training tokens/s of the same GPT and global batch
+on the CPU, with the same number of threads, measured in one run.
+
+  /usr/bin/python3 benchmarks/train/bench_train.py [--build build] [--steps 40] [--json FILE]
+
+Cases (threads in total are equal on both sides):
+  1 rank x 1 thread      vs  torch, 1 thread,  batch = micro
+  2 ranks x 1 thread     vs  torch, 2 threads, batch = 2 x micro   (zero-train: ZeRO stage 3)
+zero-train: its built-in model (4 layers, 4 heads, d_model 128, seq 64, vocab 256)
+and AdamW + clipping, step time from its metrics file (each step includes the
+gradient reduction, clipping, AdamW, the stage-3 gathers and the loss/memory
+all-reduces). PyTorch 1.13 (Debian): the independent reference model of
+tests/python/model_torch_ref.py, torch.optim.AdamW, clip_grad_norm_; one step =
+zero_grad + forward + backward + clip + step. Both: median over the steps after
+a warm-up. Each side runs --repeats times, alternating, and keeps its best run, so a
+burst of load from elsewhere on a shared machine does not decide the ratio.
+Ratio = zero-train tokens/s / PyTorch tokens/s (target >= 1.5)."""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(SRC, "tests", "python"))
+
+MODEL = dict(n_layer=4, n_head=4, d_model=128, seq_len=64, vocab=256)
+MICRO = 8
+
+
+def zero_train(build, ranks, steps, warmup, stage):
+    exe = os.path.join(build, "tools", "train", "zero-train")
+    with tempfile.TemporaryDirectory() as d:
+        m = os.path.join(d, "m.jsonl")
+        cmd = ([os.path.join(SRC, "tests", "mpirun.sh"), str(ranks)] if ranks > 1 else []) + \
+              [exe, "--plain", "--steps", str(steps), "--stage", str(stage), "--micro-batch", str(MICRO),
+               "--metrics", m, "--log-every", str(steps)]
+        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+        subprocess.run(cmd, check=True, env=env, capture_output=True, text=True)
+        rows = [json.loads(line) for line in open(m)]
+    times = [r["step_s"] for r in rows[warmup:]]
+    med = statistics.median(times)
+    return MICRO * ranks * MODEL["seq_len"] / med, med, rows[-1]["loss"]
+
+
+def torch_train(threads, batch, steps, warmup):
+    import torch
+    import model_torch_ref as ref
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = ref.GPT(**MODEL)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    tok = torch.randint(0, 256, (batch, MODEL["seq_len"]))
+    tgt = torch.randint(0, 256, (batch, MODEL["seq_len"]))
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=False)
+        _, loss = model(tok, tgt)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    med = statistics.median(times[warmup:])
+    return batch * MODEL["seq_len"] / med, med, torch.__version__
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.path.join(SRC, "build"))
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=2,
+                    help="alternate the two sides this many times and keep each side's best (a shared machine)")
+    ap.add_argument("--json", default=None, help="default: BUILD/bench_train.json")
+    a = ap.parse_args()
+    out = a.json or os.path.join(a.build, "bench_train.json")
+    cases = []
+    for ranks, stage in ((1, 3), (2, 3)):
+        z, t = [], []
+        for _ in range(a.repeats):
+            z.append(zero_train(a.build, ranks, a.steps, a.warmup, stage))
+            t.append(torch_train(ranks, MICRO * ranks, a.steps, a.warmup))
+        z_tps, z_step, _ = max(z)
+        t_tps, t_step, tv = max(t)
+        cases.append(dict(ranks=ranks, threads_total=ranks, stage=stage, batch=MICRO * ranks,
+                          seq=MODEL["seq_len"], zero_tokens_per_s=z_tps, zero_step_s=z_step,
+                          torch_tokens_per_s=t_tps, torch_step_s=t_step, ratio=z_tps / t_tps, torch=tv))
+    print(f"GPT {MODEL}, AdamW + clipping, CPU; medians over {a.steps - a.warmup} steps after {a.warmup} warm-up")
+    print(f"{'case':<34} {'zero-train tok/s':>16} {'PyTorch tok/s':>14} {'ratio':>7}")
+    for c in cases:
+        name = f"{c['ranks']} rank(s) stage {c['stage']}, {c['threads_total']} thread(s), batch {c['batch']}"
+        print(f"{name:<34} {c['zero_tokens_per_s']:>16.0f} {c['torch_tokens_per_s']:>14.0f} {c['ratio']:>6.2f}x")
+    with open(out, "w") as f:
+        json.dump(dict(model=MODEL, micro_batch=MICRO, steps=a.steps, warmup=a.warmup, repeats=a.repeats, target_ratio=1.5,
+                       cases=cases), f, indent=2)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
