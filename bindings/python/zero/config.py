@@ -3,7 +3,7 @@ DeepSpeed-style JSON document (text or file) and/or keyword overrides."""
 import json
 import os
 
-from ._arrays import ZERO_TO_NUMPY, zero_dtype  # noqa: F401
+from ._arrays import zero_dtype
 from ._ffi import ffi, lib, string
 from .errors import ZeroConfigError, check
 

@@ -26,7 +26,8 @@ from ._ffi import ffi, lib, string
 from ._resource import _Resource
 from .comm import Device
 from .config import Config, as_config
-from .errors import ZeroError, ZeroInvalidArgumentError, ZeroInvalidStateError, ZeroNotFoundError, check
+from .errors import (ZeroError, ZeroInvalidArgumentError, ZeroInvalidStateError, ZeroNotFoundError,
+                     ZeroUnsupportedError, check)
 
 STATE_KINDS = {"master": lib.ZERO_STATE_MASTER, "moment1": lib.ZERO_STATE_MOMENT1,
                "moment2": lib.ZERO_STATE_MOMENT2}
@@ -305,6 +306,9 @@ class Engine(_Resource):
 
     # ================================================================ views
     def _view(self, p, ptr, kind, scope, writable):
+        if self.device.kind != "cpu":
+            raise ZeroUnsupportedError(f"{kind} view of '{p.name}': the engine's memory is on the {self.device.kind} "
+                                       "device, numpy views need host memory; use read_param / state_get")
         dt = ZERO_TO_NUMPY[self.config._c.compute_dtype]
         lease = _Lease(self, kind, p.id, scope)
         # The view's buffer holds a cdata whose destructor ends the lease:

@@ -6,7 +6,7 @@ handle's last error, else zero_last_error()). Classes also derive from the
 closest built-in exception, so `except TimeoutError` catches
 ZeroTimeoutError and `except ValueError` catches ZeroConfigError.
 """
-from ._ffi import ffi, lib, string
+from ._ffi import lib, string
 
 
 class ZeroError(Exception):
