@@ -5,7 +5,9 @@
  * comm (so its byte counters are its own), and every repetition runs one
  * step of each stage, starting with a different stage each time: machine
  * noise and drift hit every stage alike. A step's time is the slowest
- * rank's; we report the median over repetitions after a warm-up. */
+ * rank's; we report the median over repetitions after a warm-up, the ratio
+ * of medians ("ratio", the figure held to the targets) and, as a check on
+ * load noise, the median of the per-repetition ratios ("paired"). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,7 +117,8 @@ int bench_cmd_steptime(int argc, char **argv)
                           "steptime: allreduce of times");
 
     if (!rc && rank == 0) {
-        double med[4] = {0}, mn[4] = {0};
+        double med[4] = {0}, mn[4] = {0}, paired[4] = {0};
+        double *ratios = malloc((size_t)o.steps * sizeof *ratios);
         for (int s = 0; s < 4; s++) {
             if (!eng[s]) continue;
             const double *t = &times[(size_t)s * o.steps];
@@ -123,22 +126,30 @@ int bench_cmd_steptime(int argc, char **argv)
             mn[s] = t[0];
             for (int k = 1; k < o.steps; k++)
                 if (t[k] < mn[s]) mn[s] = t[k];
+            /* The same repetition's stage-0 step ran next to this one, under
+             * the same machine load: the median of these ratios resists load
+             * that drifts over the run better than the ratio of medians. */
+            if (ratios) {
+                for (int k = 0; k < o.steps; k++) ratios[k] = t[k] / times[k];
+                paired[s] = bench_median(ratios, o.steps);
+            }
         }
+        free(ratios);
         printf("zero-bench steptime: %llu params (%d tensors, %d modules, h=%d), world %d, %s, overlap_comm %d,\n"
                "  sgemm %dx%d x%d per module forward (x2 backward): compute alone %.2f ms per step;\n"
                "  %d measured steps per stage after %d warm-up, interleaved; time = slowest rank\n",
                (unsigned long long)m.numel, m.num_params, m.num_modules, m.hidden, size,
                zero_dtype_name(o.dtype), o.overlap, o.gemm_n, o.gemm_n, o.gemm_reps, compute_s * 1e3, o.steps,
                o.warmup);
-        printf("%-6s %12s %10s %10s %8s %8s %14s\n", "stage", "median ms", "min ms", "ratio", "target", "met",
-               "sent B/step");
+        printf("%-6s %12s %10s %10s %10s %8s %8s %14s\n", "stage", "median ms", "min ms", "ratio", "paired",
+               "target", "met", "sent B/step");
         json_t *root = json_object(), *jst = json_array();
         for (int s = 0; s < 4; s++) {
             if (!eng[s]) continue;
             double ratio = med[s] / med[0];
             int met = ratio <= stage_target[s];
-            printf("%-6d %12.3f %10.3f %10.3f %8.2f %8s %14llu\n", s, med[s] * 1e3, mn[s] * 1e3, ratio,
-                   stage_target[s], s == 0 ? "-" : (met ? "yes" : "NO"),
+            printf("%-6d %12.3f %10.3f %10.3f %10.3f %8.2f %8s %14llu\n", s, med[s] * 1e3, mn[s] * 1e3, ratio,
+                   paired[s], stage_target[s], s == 0 ? "-" : (met ? "yes" : "NO"),
                    (unsigned long long)(sent[s] / (uint64_t)o.steps));
             json_t *js = json_object(), *jt = json_array();
             for (int k = 0; k < o.steps; k++) json_array_append_new(jt, json_real(times[(size_t)s * o.steps + k]));
@@ -146,6 +157,7 @@ int bench_cmd_steptime(int argc, char **argv)
             json_object_set_new(js, "median_s", json_real(med[s]));
             json_object_set_new(js, "min_s", json_real(mn[s]));
             json_object_set_new(js, "ratio_to_stage0", json_real(ratio));
+            json_object_set_new(js, "paired_ratio_median", json_real(paired[s]));
             json_object_set_new(js, "target", json_real(stage_target[s]));
             json_object_set_new(js, "bytes_sent_per_step", json_integer((json_int_t)(sent[s] / (uint64_t)o.steps)));
             json_object_set_new(js, "times_s", jt);
