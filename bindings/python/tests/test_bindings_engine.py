@@ -103,6 +103,33 @@ def test_misuse_raises_with_libzero_message(zero_mod, world):
         eng.step()
 
 
+def test_failed_create_raises_with_the_thread_message(zero_mod, world):
+    with pytest.raises(zero_mod.ZeroConfigError, match="stage must be 0..3, got 7"):
+        zero_mod.Engine(world, stage=7)  # no handle yet: the message comes from zero_last_error()
+    with pytest.raises(zero_mod.ZeroConfigError, match="gradient_accumulation_steps must be >= 1"):
+        zero_mod.Engine(world, gradient_accumulation_steps=0)
+
+
+def test_an_exception_inside_gathered_propagates_unchanged(zero_mod, world):
+    eng, fc1, fc2 = small_engine(zero_mod, world, stage=3)
+    eng.finalize()
+    with pytest.raises(KeyError, match="boom"):
+        with eng.gathered(fc1) as P:
+            float(P["weight"].sum())
+            raise KeyError("boom")
+    eng.gather(fc1)            # it was released: gather/release balance again
+    eng.release(fc1)
+    with pytest.raises(KeyError, match="boom2"):
+        with eng.gathered(fc1) as P:
+            w = P["weight"]    # escapes: the release is skipped, the KeyError still wins
+            raise KeyError("boom2")
+    del w
+    eng.release(fc1)           # the module stayed gathered until now
+    with pytest.raises(zero_mod.ZeroInvalidStateError, match="not gathered"):
+        eng.release(fc1)
+    eng.close()
+
+
 def test_registration_checks(zero_mod, world):
     eng = zero_mod.Engine(world, stage=1)
     m = eng.add_module("m")
