@@ -17,6 +17,7 @@ View lifetime (docs/python.md explains the choice):
 import contextlib
 import dataclasses
 import gc
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -80,7 +81,7 @@ class Param:
 
     @property
     def numel(self):
-        return int(np.prod(self.shape))
+        return math.prod(self.shape)
 
 
 class Module:
