@@ -123,6 +123,7 @@ static zero_status be_start(zero_comm *c, zero_request *req)
     const coll_args *a = &req->args;
     ncclDataType_t t = nccl_type(a->dtype);
     ncclRedOp_t op = a->op == ZERO_MAX ? ncclMax : ncclSum;
+    ZERO_TRY(coll_cuda_check_buffers(c, a));
     ncclResult_t r = ncclSuccess;
     cudaSetDevice(c->device);
     switch (a->kind) {

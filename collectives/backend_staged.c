@@ -58,6 +58,28 @@ static zero_status pick_device(zero_comm *c, int requested)
     return ZERO_OK;
 }
 
+zero_status coll_cuda_check_buffers(zero_comm *c, const coll_args *a)
+{
+    const void *ptrs[2] = {a->send, a->recv};
+    const char *names[2] = {"send", "recv"};
+    for (int i = 0; i < 2; i++) {
+        if (!ptrs[i] || a->count == 0) continue;
+        struct cudaPointerAttributes attr;
+        cudaError_t e = cudaPointerGetAttributes(&attr, ptrs[i]);
+        if (e != cudaSuccess) {
+            cudaGetLastError(); /* clear the sticky-free error state */
+            continue;          /* unknown to CUDA: let the copy report it */
+        }
+        if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
+            return zero_fail(&c->err, ZERO_INVALID_ARGUMENT,
+                             "%s on group %s(size %d) rank %d: %s buffer %p is host memory; the %s backend "
+                             "takes device memory",
+                             coll_op_name(a->kind), c->name, c->size, c->rank, names[i], ptrs[i],
+                             c->backend == ZERO_BACKEND_NCCL ? "nccl" : "staged");
+    }
+    return ZERO_OK;
+}
+
 static zero_status be_init_world(zero_comm *c, const zero_comm_config *cfg)
 {
     staged_impl *m = calloc(1, sizeof *m);
@@ -115,6 +137,7 @@ static zero_status be_start(zero_comm *c, zero_request *req)
     case ZERO_OP_RECV: recv_b = chunk; break;
     default: break;
     }
+    ZERO_TRY(coll_cuda_check_buffers(c, a));
     staged_req *r = calloc(1, sizeof *r);
     if (!r) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "%s: out of memory", coll_op_name(a->kind));
     r->host_bytes = send_b + recv_b;

@@ -87,6 +87,8 @@ extern const coll_backend coll_backend_staged;
 /* Set c->device: `requested`, or the local rank modulo the device count;
  * ZERO_UNSUPPORTED when no GPU is present. Also makes it current. */
 zero_status coll_cuda_pick_device(zero_comm *c, int requested);
+/* ZERO_INVALID_ARGUMENT when a buffer of `a` is plain host memory. */
+zero_status coll_cuda_check_buffers(zero_comm *c, const coll_args *a);
 #endif
 #if ZERO_HAVE_NCCL
 extern const coll_backend coll_backend_nccl;

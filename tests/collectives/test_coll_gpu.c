@@ -117,6 +117,11 @@ int main(int argc, char **argv)
     const size_t counts[] = {1, 1009, (1u << 20) + 3};
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 3; j++) run(dts[i], counts[j]);
+    /* host memory is refused with a message, and the comm still works */
+    float host[4] = {0};
+    zero_status hs = zero_allreduce(comm, host, host, 4, ZERO_F32, ZERO_SUM);
+    CHECK_MSG(hs == ZERO_INVALID_ARGUMENT && strstr(zero_last_error(), "host memory"), "host buffer: %s: %s",
+              zero_status_name(hs), zero_last_error());
     /* a split of a device comm works too */
     zero_comm *half = NULL;
     CHECK_OK(zero_comm_split(comm, rank % 2, rank, &half));
