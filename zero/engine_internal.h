@@ -117,6 +117,8 @@ struct zero_engine {
     int have_trace, replay_ok;
     uint64_t inflight_numel, live_numel;
 
+    zero_engine_stats stats;
+
     /* scalars */
     int64_t step;
     int64_t skipped;

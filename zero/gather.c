@@ -33,6 +33,8 @@ static zero_status issue_gather(zero_engine *e, zero_module *m, int async, const
     ZERO_TRY(engine_sync_device(e, what));
     e->live_numel += m->gather_numel;
     if (async) e->inflight_numel += m->gather_numel;
+    e->stats.gathers++;
+    if (async) e->stats.prefetches++;
     m->state = async ? MODULE_INFLIGHT : MODULE_GATHERED;
     for (int i = 0; i < m->num_buckets; i++) {
         const zero_bucket *b = &e->buckets[m->bucket_ids[i]];
@@ -109,11 +111,16 @@ zero_status zero_engine_gather(zero_engine *e, int module)
                  e->cur_len - 1, e->cur_len <= e->trace_len ? e->modules[e->trace[e->cur_len - 1]].name : "(end)",
                  m->name);
         e->replay_ok = 0;
+        e->stats.order_changes++;
     }
 
     if (m->gather_count == 0 && m->gather_numel > 0) {
-        if (m->state == MODULE_INFLIGHT) ZERO_TRY(wait_gather(e, m, what));
-        else ZERO_TRY(issue_gather(e, m, 0, what));
+        if (m->state == MODULE_INFLIGHT) {
+            e->stats.prefetch_hits++;
+            ZERO_TRY(wait_gather(e, m, what));
+        } else {
+            ZERO_TRY(issue_gather(e, m, 0, what));
+        }
     }
     m->gather_count++;
     if (e->cfg.overlap_comm && e->replay_ok) ZERO_TRY(prefetch_ahead(e, what));
@@ -143,6 +150,7 @@ zero_status gather_drop_prefetches(zero_engine *e, const char *what)
         zero_status st = wait_gather(e, m, what);
         if (st != ZERO_OK && first == ZERO_OK) first = st;
         free_gathered(e, m);
+        e->stats.prefetch_dropped++;
     }
     return first;
 }
@@ -153,9 +161,11 @@ void gather_end_step(zero_engine *e)
     int same = e->have_trace && e->cur_len == e->trace_len;
     for (int i = 0; same && i < e->cur_len; i++) same = e->cur[i] == e->trace[i];
     if (!same) {
-        if (e->have_trace && e->replay_ok)
+        if (e->have_trace && e->replay_ok) {
             zero_log(ZERO_LOG_WARN, "engine: stage-3 gather order changed (%d gathers, %d recorded); recorded again",
                      e->cur_len, e->trace_len);
+            e->stats.order_changes++;
+        }
         int *t = e->trace;
         int cap = e->trace_cap;
         e->trace = e->cur;

@@ -49,7 +49,9 @@ static zero_status reduce_bucket(zero_engine *e, const zero_bucket *b, const voi
     if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine grads_ready: staging a bucket: ");
     ZERO_TRY(engine_sync_device(e, what));
     slot->bucket = (int)(b - e->buckets);
+    e->stats.reduce_scatters++;
     if (e->cfg.overlap_comm) {
+        e->stats.async_reduce_scatters++;
         st = zero_reduce_scatter_async(e->dp, slot->send, slot->recv, b->chunk, ZERO_F32, ZERO_SUM, &slot->req);
         if (st != ZERO_OK) {
             slot->req = NULL;

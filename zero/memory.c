@@ -46,3 +46,10 @@ zero_status zero_memory_estimate(uint64_t numel, int dp, int stage, zero_dtype d
     out->peak_total = out->total;
     return ZERO_OK;
 }
+
+zero_status zero_engine_get_stats(const zero_engine *e, zero_engine_stats *out)
+{
+    if (!e || !out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine get_stats: NULL argument");
+    *out = e->stats;
+    return ZERO_OK;
+}

@@ -127,6 +127,7 @@ zero_status zero_engine_step(zero_engine *e, zero_step_result *out)
         res.skipped = 1;
         res.step = e->step;
         res.next_loss_scale = e->loss_scale;
+        e->stats.steps++;
         if (out) *out = res;
         return ZERO_OK;
     }
@@ -158,6 +159,7 @@ zero_status zero_engine_step(zero_engine *e, zero_step_result *out)
     gather_end_step(e);
     res.step = e->step;
     res.next_loss_scale = e->loss_scale;
+    e->stats.steps++;
     if (out) *out = res;
     return ZERO_OK;
 }

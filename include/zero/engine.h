@@ -354,6 +354,20 @@ ZERO_API const char *zero_engine_module_name(const zero_engine *e, int module);
 /* -1 (and ZERO_NOT_FOUND from the status form) for an unknown name. */
 ZERO_API zero_status zero_engine_find_param(const zero_engine *e, const char *name, int *param);
 
+/* Counters of what the engine did since finalize (for tests and tuning). */
+typedef struct zero_engine_stats {
+    uint64_t steps;                 /* step() calls that returned OK (skipped ones included) */
+    uint64_t reduce_scatters;       /* bucket reduce-scatters issued */
+    uint64_t async_reduce_scatters; /* ... of them asynchronously (overlap_comm) */
+    uint64_t gathers;               /* stage 3: module all-gathers (explicit or prefetched) */
+    uint64_t prefetches;            /* ... of them issued ahead by the prefetcher */
+    uint64_t prefetch_hits;         /* gather() calls served by a prefetch */
+    uint64_t prefetch_dropped;      /* prefetches never used (waited for and freed at step) */
+    uint64_t order_changes;         /* times the recorded stage-3 gather order changed */
+} zero_engine_stats;
+
+ZERO_API zero_status zero_engine_get_stats(const zero_engine *e, zero_engine_stats *out);
+
 /* ================================================================= state (checkpoints) */
 
 typedef enum zero_state_kind {

@@ -108,6 +108,7 @@ typedef struct eng_run {
     int nranks;    /* ... and micro index u / nranks */
     int inject_inf_step; /* 1-based step whose grads get an inf (0 = never) ... */
     int inject_inf_rank; /* ... on this rank's grads only */
+    int forward_reversed; /* forward visits the modules last to first (changes the stage-3 order) */
 } eng_run;
 
 /* One training step: gas * nranks micro-steps of forward + backward with
@@ -126,7 +127,8 @@ static inline zero_status eng_train_step(zero_engine *e, zero_device *dev, const
         int micro = u / run->nranks;
         /* forward: touch every param through its pointer */
         volatile float sink = 0;
-        for (int m = 0; m < ENG_NMODULES; m++) {
+        for (int mi = 0; mi < ENG_NMODULES; mi++) {
+            int m = run->forward_reversed ? ENG_NMODULES - 1 - mi : mi;
             if ((st = zero_engine_gather(e, m)) != ZERO_OK) return st;
             for (int p = 0; p < nparams; p++) {
                 zero_param_info pi;

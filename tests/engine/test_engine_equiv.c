@@ -116,7 +116,7 @@ int main(int argc, char **argv)
 
     for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
         const variant *v = &variants[vi];
-        eng_run r = {{rank}, 1, 0, 0};
+        eng_run r = {{rank}, 1, 0, 0, 0};
         outcome o[4];
         for (int stage = 0; stage < 4; stage++) {
             zero_config cfg = make_config(v, stage);
@@ -144,7 +144,7 @@ int main(int argc, char **argv)
         if (v->dtype == ZERO_F32 && o[0].ok && !want_cuda) {
             zero_config cfg = make_config(v, 0);
             cfg.gradient_accumulation_steps = v->gas * n;
-            eng_run all = {{0}, n, 0, 0};
+            eng_run all = {{0}, n, 0, 0, 0};
             for (int k = 0; k < n; k++) all.ranks[k] = k;
             outcome ref = run(&cfg, self, dev, &all);
             if (ref.ok) {

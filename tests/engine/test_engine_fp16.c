@@ -71,7 +71,7 @@ static void check_stage(zero_comm *comm, zero_device *dev, int stage)
             total += pi.numel;
         }
         zero_step_result res;
-        eng_run run = {{rank}, 1, 0, n - 1};
+        eng_run run = {{rank}, 1, 0, n - 1, 0};
         CHECK_OK(eng_train_step(e, dev, &c, &run, 1, &res));
         CHECK(!res.skipped && res.step == 1 && res.loss_scale == 256.0);
 

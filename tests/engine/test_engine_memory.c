@@ -139,7 +139,7 @@ static void check_config(const zero_config *c, zero_comm *comm, zero_device *dev
     CHECK_OK(zero_engine_release(e, m));
 
     /* after a full step: back to the steady state */
-    eng_run run = {{rank}, 1, 0, 0};
+    eng_run run = {{rank}, 1, 0, 0, 0};
     CHECK_OK(zero_engine_zero_grad(e));
     zero_step_result res;
     CHECK_OK(eng_train_step(e, dev, c, &run, 1, &res));

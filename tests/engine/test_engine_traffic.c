@@ -32,7 +32,7 @@ static void check_stage(zero_comm *comm, zero_device *dev, int stage, zero_dtype
     CHECK_OK(zero_engine_finalize(e));
     zero_plan_info pi;
     CHECK_OK(zero_engine_plan_info(e, &pi));
-    eng_run run = {{rank}, 1, 0, 0};
+    eng_run run = {{rank}, 1, 0, 0, 0};
     zero_step_result res;
     CHECK_OK(eng_train_step(e, dev, &c, &run, 1, &res)); /* records the stage-3 order */
     zero_comm_reset_counters(comm);
@@ -57,11 +57,66 @@ static void check_stage(zero_comm *comm, zero_device *dev, int stage, zero_dtype
         CHECK(elems == (stage == 3 ? 3 : 2) * moved);
     }
     CHECK(k.calls[ZERO_OP_ALLREDUCE] == 1);
+    /* the prefetcher served gathers from the recorded order and wasted none */
+    zero_engine_stats es;
+    CHECK_OK(zero_engine_get_stats(e, &es));
+    CHECK(es.steps == 2 && es.order_changes == 0 && es.prefetch_dropped == 0);
+    CHECK(es.async_reduce_scatters == (overlap ? es.reduce_scatters : 0));
+    if (stage == 3 && overlap)
+        CHECK_MSG(es.prefetch_hits > 0 && es.prefetch_hits == es.prefetches,
+                  "stage 3: %llu prefetches, %llu hits", (unsigned long long)es.prefetches,
+                  (unsigned long long)es.prefetch_hits);
+    else
+        CHECK(es.prefetches == 0);
     CHECK(k.bytes_sent[ZERO_OP_BROADCAST] == 0 && k.bytes_sent[ZERO_OP_SEND] == 0);
     if (rank == 0 && gas == 1 && dt == ZERO_BF16)
         fprintf(stderr, "stage %d, N=%d, P=%llu: %llu elements per rank per step (%.2f P(N-1)/N)\n", stage, n,
                 (unsigned long long)P, (unsigned long long)(rs / 4 + ag / (stage == 0 ? 4 : d)),
                 moved ? (double)(rs / 4 + ag / (stage == 0 ? 4 : d)) / (double)moved : 0.0);
+    zero_engine_destroy(e);
+}
+
+static int warnings;
+static void count_warnings(zero_log_level level, const char *msg, void *user)
+{
+    (void)user;
+    if (level == ZERO_LOG_WARN && strstr(msg, "gather order changed")) warnings++;
+}
+
+/* A changed module order: one warning, prefetching stops for the step, the
+ * new order is recorded and replayed from the next step; results stay right. */
+static void check_order_change(zero_comm *comm, zero_device *dev)
+{
+    zero_config c = ZERO_CONFIG_INIT;
+    c.stage = 3;
+    c.overlap_comm = 1;
+    c.reduce_bucket_size = ENG_BUCKET;
+    c.stage3_param_persistence_threshold = ENG_PERSIST;
+    c.stage3_prefetch_bucket_size = 2500;
+    zero_engine *e = NULL;
+    CHECK_OK(zero_engine_create(&e, &c, comm, dev));
+    if (!e) return;
+    CHECK_OK(eng_register(e, 1));
+    CHECK_OK(zero_engine_finalize(e));
+    zero_set_log_handler(count_warnings, ZERO_LOG_WARN, NULL);
+    eng_run run = {{zero_comm_rank(comm)}, 1, 0, 0, 0};
+    zero_step_result res;
+    CHECK_OK(eng_train_step(e, dev, &c, &run, 1, &res));
+    CHECK_OK(eng_train_step(e, dev, &c, &run, 2, &res));
+    zero_engine_stats a;
+    CHECK_OK(zero_engine_get_stats(e, &a));
+    CHECK(warnings == 0 && a.order_changes == 0);
+    run.forward_reversed = 1;
+    CHECK_OK(eng_train_step(e, dev, &c, &run, 3, &res));
+    zero_engine_stats b;
+    CHECK_OK(zero_engine_get_stats(e, &b));
+    CHECK_MSG(warnings == 1 && b.order_changes == 1, "%d warnings, %llu order changes", warnings,
+              (unsigned long long)b.order_changes);
+    CHECK_OK(eng_train_step(e, dev, &c, &run, 4, &res)); /* replays the new order */
+    zero_engine_stats d;
+    CHECK_OK(zero_engine_get_stats(e, &d));
+    CHECK(warnings == 1 && d.order_changes == 1 && d.prefetch_hits > b.prefetch_hits);
+    zero_set_log_handler(NULL, ZERO_LOG_WARN, NULL);
     zero_engine_destroy(e);
 }
 
@@ -79,6 +134,7 @@ int main(void)
             check_stage(world, dev, stage, ZERO_F32, gas, 0);
             check_stage(world, dev, stage, ZERO_BF16, gas, 1);
         }
+    check_order_change(world, dev);
     zero_device_close(dev);
     zero_comm_destroy(world);
     return check_exit();
