@@ -318,6 +318,7 @@ int train_config_parse(train_config *c, json_t *root, int dp, char *err, size_t 
     c->log_every = 10;
     c->lr = 1e-3;
     c->device = strdup("cpu");
+    c->comm_backend = strdup("auto");
     c->data_path = strdup("auto");
     c->data_suffixes_auto = 1;
 
@@ -411,7 +412,7 @@ int train_config_parse(train_config *c, json_t *root, int dp, char *err, size_t 
     /* ------------------------------------------------ train */
     if (train) {
         static const char *const keys[] = {"steps", "seed", "log_every", "checkpoint", "resume",
-                                           "metrics_file", "device", NULL};
+                                           "metrics_file", "device", "comm_backend", NULL};
         int64_t seed = (int64_t)c->seed;
         if (check_keys(train, "train", keys, err, n) ||
             get_int(train, "train", "steps", &c->steps, 0, INT64_MAX / 4, err, n) ||
@@ -419,8 +420,14 @@ int train_config_parse(train_config *c, json_t *root, int dp, char *err, size_t 
             get_int32(train, "train", "log_every", &c->log_every, 1, INT32_MAX, err, n) ||
             get_str(train, "train", "resume", &c->resume, err, n) ||
             get_str(train, "train", "metrics_file", &c->metrics_file, err, n) ||
-            get_str(train, "train", "device", &c->device, err, n))
+            get_str(train, "train", "device", &c->device, err, n) ||
+            get_str(train, "train", "comm_backend", &c->comm_backend, err, n))
             return -1;
+        if (!c->comm_backend) c->comm_backend = strdup("auto");
+        if (strcmp(c->comm_backend, "auto") != 0 && strcmp(c->comm_backend, "nccl") != 0 &&
+            strcmp(c->comm_backend, "staged") != 0)
+            return cfail(err, n, "train.comm_backend: \"%s\" is not \"auto\", \"nccl\" or \"staged\"",
+                         c->comm_backend);
         c->seed = (uint64_t)seed;
         if (!c->device) c->device = strdup("cpu");
         if (strcmp(c->device, "cpu") != 0 && strcmp(c->device, "cuda") != 0)
@@ -478,11 +485,11 @@ int train_config_parse(train_config *c, json_t *root, int dp, char *err, size_t 
     json_t *ck = json_pack("{s:o,s:I,s:i}", "dir", c->ckpt_dir ? json_string(c->ckpt_dir) : json_null(), "every",
                            (json_int_t)c->ckpt_every, "keep_last", c->ckpt_keep);
     json_object_set_new(e, "train",
-                        json_pack("{s:I,s:I,s:i,s:o,s:o,s:o,s:s}", "steps", (json_int_t)c->steps, "seed",
+                        json_pack("{s:I,s:I,s:i,s:o,s:o,s:o,s:s,s:s}", "steps", (json_int_t)c->steps, "seed",
                                   (json_int_t)c->seed, "log_every", c->log_every, "checkpoint", ck, "resume",
                                   c->resume ? json_string(c->resume) : json_null(), "metrics_file",
                                   c->metrics_file ? json_string(c->metrics_file) : json_null(), "device",
-                                  c->device));
+                                  c->device, "comm_backend", c->comm_backend));
     if (!sched) {
         json_object_set_new(e, "scheduler", json_null());
     }
@@ -500,6 +507,7 @@ void train_config_free(train_config *c)
     free(c->resume);
     free(c->metrics_file);
     free(c->device);
+    free(c->comm_backend);
     json_decref(c->engine_json);
     json_decref(c->effective);
     memset(c, 0, sizeof *c);

@@ -53,6 +53,7 @@ typedef struct train_config {
     char *resume;             /* NULL, "auto" (latest in ckpt_dir if any) or a checkpoint path */
     char *metrics_file;
     char *device;             /* "cpu" or "cuda" */
+    char *comm_backend;       /* CUDA only: "auto" (NCCL if built, else staged), "nccl" or "staged" */
     /* optimizer lr (read from optimizer.params.lr for the scheduler) */
     double lr;
     train_sched sched;

@@ -548,7 +548,11 @@ int main(int argc, char **argv)
     }
     if (cuda) {
         zero_comm_config dc = cc;
-        dc.backend = ZERO_HAVE_NCCL_BUILD ? ZERO_BACKEND_NCCL : ZERO_BACKEND_STAGED;
+        const char *cb = r.cfg.comm_backend;
+        dc.backend = strcmp(cb, "staged") == 0 ? ZERO_BACKEND_STAGED
+                     : strcmp(cb, "nccl") == 0 ? ZERO_BACKEND_NCCL
+                     : ZERO_HAVE_NCCL_BUILD    ? ZERO_BACKEND_NCCL
+                                               : ZERO_BACKEND_STAGED;
         if (zero_comm_init_world(&r.comm, &dc) != ZERO_OK) {
             r0printf(&r, stderr, "zero-train: device comm: %s\n", zero_last_error());
             goto done;
