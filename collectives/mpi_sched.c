@@ -216,11 +216,9 @@ static int post_allgather(mpi_sched *s, const char *mine, char *base, int tag)
 void mpi_sched_free(mpi_sched *s)
 {
     if (!s) return;
-    free(s->off);
-    free(s->len);
+    /* off, len and reqs live in the same block as s */
     free(s->tmp);
     free(s->acc);
-    free(s->reqs);
     free(s);
 }
 
@@ -235,8 +233,14 @@ zero_status mpi_sched_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_s
 {
     *out = NULL;
     int n = c->size;
-    mpi_sched *s = calloc(1, sizeof *s);
+    /* One allocation for the schedule and its per-rank arrays: small ops
+     * are latency-bound and every malloc shows. */
+    size_t arrays = 2 * (size_t)n * sizeof(size_t) + 2 * (size_t)n * sizeof(MPI_Request);
+    mpi_sched *s = calloc(1, sizeof *s + arrays);
     if (!s) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "%s: out of memory", coll_op_name(a->kind));
+    s->reqs = (MPI_Request *)(s + 1);
+    s->off = (size_t *)(s->reqs + 2 * n);
+    s->len = s->off + n;
     s->kind = a->kind;
     s->dtype = a->dtype;
     s->op = a->op;
@@ -248,10 +252,6 @@ zero_status mpi_sched_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_s
     s->es = zero_dtype_size(a->dtype);
     s->count = a->count;
     s->tag = 1 + (int)(a->seq % TAG_SPACE) * 4;
-    s->off = calloc((size_t)n, sizeof *s->off);
-    s->len = calloc((size_t)n, sizeof *s->len);
-    s->reqs = calloc(2 * (size_t)n, sizeof *s->reqs);
-    if (!s->off || !s->len || !s->reqs) goto oom;
     for (int j = 0; j < n; j++) {
         if (a->kind == ZERO_OP_ALLREDUCE) {
             size_t base = a->count / (size_t)n, extra = a->count % (size_t)n;
@@ -273,11 +273,12 @@ zero_status mpi_sched_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_s
 
     int rc;
     if (a->kind == ZERO_OP_ALLGATHER) {
-        const char *mine = a->send;
+        /* Send straight from the caller's buffer and copy our own chunk into
+         * place while the messages are in flight. */
         char *slot = s->recv + s->off[s->rank] * s->es;
-        if (mine != slot) memcpy(slot, mine, s->len[s->rank] * s->es);
         s->gathering = 1;
-        rc = post_allgather(s, slot, s->recv, s->tag + 2);
+        rc = post_allgather(s, a->send, s->recv, s->tag + 2);
+        if (rc == MPI_SUCCESS && a->send != slot) memcpy(slot, a->send, s->len[s->rank] * s->es);
     } else {
         const char *own = s->send + s->off[s->rank] * s->es;
         const char *out_at = a->kind == ZERO_OP_REDUCE_SCATTER ? s->recv : s->recv + s->off[s->rank] * s->es;
