@@ -100,7 +100,7 @@ def main():
                 digest.update(eng.read_param(prm).tobytes())
             report = eng.memory_report()
             out = {"rank": rank, "size": world.size, "losses": losses, "params_sha256": digest.hexdigest(),
-                   "memory": report, "plan": {k: v for k, v in eng.plan_info().items() if k != "hash"}}
+                   "memory": report, "stats": eng.stats(), "plan": {k: v for k, v in eng.plan_info().items() if k != "hash"}}
             if os.environ.get("ZERO_RESULT_DIR"):  # the test's channel (stdout lines may interleave)
                 with open(os.path.join(os.environ["ZERO_RESULT_DIR"], f"rank-{rank}.json"), "w") as f:
                     json.dump(out, f)

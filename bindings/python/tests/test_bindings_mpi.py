@@ -103,3 +103,6 @@ def test_mlp_example_trains_with_zero3_on_two_ranks():
     assert res[0]["params_sha256"] == res[1]["params_sha256"]
     assert res[0]["plan"]["stage"] == 3 and res[0]["plan"]["dp_size"] == N
     assert res[0]["plan"]["shard_numel"] * N == res[0]["plan"]["padded_numel"]
+    st = res[0]["stats"]
+    # overlap_comm: after the first step the prefetcher replays the gather order
+    assert st["steps"] == 30 and st["prefetch_hits"] > 0 and st["order_changes"] == 0, st

@@ -463,6 +463,13 @@ class Engine(_Resource):
         out["compute_dtype"] = string(lib.zero_dtype_name(i.compute_dtype))
         return out
 
+    def stats(self):
+        """What the engine did since finalize (zero_engine_stats) as a dict:
+        steps, reduce_scatters, gathers, prefetches, prefetch_hits, ..."""
+        st = ffi.new("zero_engine_stats *")
+        self._check(lib.zero_engine_get_stats(self._live_handle(), st))
+        return {name: int(getattr(st, name)) for name, _ in ffi.typeof("zero_engine_stats").fields}
+
     def param_info(self, param):
         pid = self.param(param).id
         i = ffi.new("zero_param_info *")
