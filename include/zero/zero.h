@@ -11,5 +11,6 @@
 #include <zero/device.h>
 #include <zero/comm.h>
 #include <zero/engine.h>
+#include <zero/checkpoint.h>
 
 #endif

@@ -93,3 +93,9 @@ gpu_check model_gpt_cuda "$build/tests/model/test_gpt_cuda"
 # device-buffer collectives. NCCL at world size 1, STAGED at world size 2.
 gpu_check engine_equiv_nccl_np1 tests/mpirun.sh 1 "$build/tests/engine/test_engine_equiv" cuda nccl
 gpu_check engine_equiv_staged_np2 tests/mpirun.sh 2 "$build/tests/engine/test_engine_equiv" cuda staged
+
+# ---------------------------------------------------------------- zero-train (CUDA)
+# world 1 (NCCL) fp32/bf16: the loss falls, fp32 first loss == CPU's within
+# 2e-3; world 2 on one GPU (STAGED) stage 3 bf16: checkpoint, resume, verify,
+# consolidate (see tests/train/train_cuda_check.sh).
+gpu_check train_cuda tests/train/train_cuda_check.sh "$build"
