@@ -344,7 +344,11 @@ static int train_loop(run *r)
         printf("\nsummary: %lld steps (%lld this run) in %.1f s, %.0f tokens/s over %d rank%s\n", (long long)r->step,
                (long long)(r->step - start_step), wall, (double)(r->tokens - start_tokens) / (wall > 0 ? wall : 1),
                r->world, r->world > 1 ? "s" : "");
-        printf("summary: loss %.4f (first step of this run) -> %.4f (last step)\n", first_loss, last_loss);
+        if (r->step > start_step)
+            printf("summary: loss %.4f (first step of this run) -> %.4f (last step)\n", first_loss, last_loss);
+        else
+            printf("summary: nothing to train: already at step %lld of train.steps %lld\n", (long long)r->step,
+                   (long long)c->steps);
         printf("summary: rank 0 engine memory: params %.2f, grads %.2f, master %.2f, moments %.2f, buffers %.2f MiB "
                "(peak total %.2f MiB); activations %.2f MiB\n",
                mem.bytes[ZERO_MEM_PARAMS] / 1048576.0, mem.bytes[ZERO_MEM_GRADS] / 1048576.0,
