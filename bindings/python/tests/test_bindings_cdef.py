@@ -95,3 +95,16 @@ def test_generator_follows_a_header_change(tmp_path):
     # cffi accepts it (parsing is enough; compiling is what meson does)
     import cffi
     cffi.FFI().cdef(cdef)
+
+
+def test_pip_build_locates_libzero(monkeypatch, tmp_path):
+    """zero_build.locate(): explicit dirs, then a build tree, then pkg-config."""
+    monkeypatch.setenv("ZERO_CFFI_NO_DEFAULT", "1")
+    import zero_build
+    monkeypatch.setenv("ZERO_INCLUDE_DIRS", os.pathsep.join(["/a/include", "/b/include"]))
+    monkeypatch.setenv("ZERO_LIBRARY_DIRS", "/b")
+    assert zero_build.locate() == (["/a/include", "/b/include"], ["/b"])
+    monkeypatch.delenv("ZERO_INCLUDE_DIRS")
+    monkeypatch.setenv("ZERO_BUILD_ROOT", str(tmp_path))
+    assert zero_build.locate() == ([os.path.join(REPO, "include"), os.path.join(str(tmp_path), "include")],
+                                   [str(tmp_path)])
