@@ -1,5 +1,6 @@
-/* libzero: the umbrella header. Includes every public header; CUDA-only
- * types, where they exist, live in their own header and are not included. */
+/* libzero: the umbrella header. Includes every public header except
+ * zero/zero_cuda.h: CUDA-only types live there, so CPU-only users never see
+ * them (include it yourself with a CUDA build). */
 #ifndef ZERO_ZERO_H
 #define ZERO_ZERO_H
 
@@ -10,6 +11,7 @@
 #include <zero/dtype.h>
 #include <zero/device.h>
 #include <zero/comm.h>
+#include <zero/topo.h>
 #include <zero/engine.h>
 #include <zero/checkpoint.h>
 
