@@ -107,6 +107,8 @@ zero_status mpi_status_from(zero_comm *c, int mpi_err, const char *what)
                           c->size, c->rank, c->world_ranks ? c->world_ranks[c->rank] : -1, mpi_err, text);
 }
 
+static void free_ptr(void *p) { free(p); }
+
 /* ---------------------------------------------------------------- ops */
 
 static MPI_Datatype mpi_type(zero_dtype d, int reducing)
@@ -282,8 +284,6 @@ zero_status mpi_op_test(zero_comm *c, mpi_op *op, int *done)
     return flag ? mpi_finish(c, op, &stat) : ZERO_OK;
 }
 
-static void free_ptr(void *p) { free(p); }
-
 void mpi_op_abandon(mpi_op *op)
 {
     if (op->sched) {
@@ -333,10 +333,23 @@ zero_status mpi_wait_raw(zero_comm *c, zero_comm *msg_comm, MPI_Request *req, co
 
 zero_status mpi_comm_dup_deadline(zero_comm *c, MPI_Comm parent, MPI_Comm *out, const char *what)
 {
+    /* MPI writes the new handle when the dup completes, which after a
+     * timeout may be never or later: into memory that outlives us. */
+    MPI_Comm *handle = malloc(sizeof *handle);
+    if (!handle) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "%s: out of memory", what);
     MPI_Request req = MPI_REQUEST_NULL;
-    int rc = MPI_Comm_idup(parent, out, &req);
-    if (rc != MPI_SUCCESS) return mpi_status_from(c, rc, what);
-    ZERO_TRY(mpi_wait_raw(c, c, &req, what));
+    int rc = MPI_Comm_idup(parent, handle, &req);
+    if (rc != MPI_SUCCESS) {
+        free(handle);
+        return mpi_status_from(c, rc, what);
+    }
+    zero_status st = mpi_wait_raw(c, c, &req, what);
+    if (st != ZERO_OK) {
+        coll_graveyard_add(handle, free_ptr);
+        return st;
+    }
+    *out = *handle;
+    free(handle);
     MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN);
     return ZERO_OK;
 }
@@ -358,18 +371,23 @@ zero_status mpi_split_common(zero_comm *parent, MPI_Comm pmc, int color, int key
      * member's (color, key) with a polled all-gather: once it completes every
      * rank is known to be in this split, and we also get the members' world
      * ranks for error messages without asking MPI. */
-    int n = parent->size, mine[2] = {color, key};
-    int *all = malloc(sizeof(int) * 2 * (size_t)n);
-    if (!all) return zero_fail(&parent->err, ZERO_OUT_OF_MEMORY, "split of group %s: out of memory", parent->name);
+    int n = parent->size;
+    /* mine[0..1] is what we send, all = mine + 2 what we receive: heap memory
+     * the graveyard keeps if the exchange times out. */
+    int *mine = malloc(sizeof(int) * 2 * ((size_t)n + 1));
+    if (!mine) return zero_fail(&parent->err, ZERO_OUT_OF_MEMORY, "split of group %s: out of memory", parent->name);
+    int *all = mine + 2;
+    mine[0] = color;
+    mine[1] = key;
     MPI_Request req = MPI_REQUEST_NULL;
     int rc = MPI_Iallgather(mine, 2, MPI_INT, all, 2, MPI_INT, pmc, &req);
     if (rc != MPI_SUCCESS) {
-        free(all);
+        free(mine);
         return mpi_status_from(parent, rc, "split");
     }
     zero_status st = mpi_wait_raw(parent, parent, &req, "split (exchange of color and key)");
     if (st != ZERO_OK) {
-        coll_graveyard_add(all, free_ptr);
+        coll_graveyard_add(mine, free_ptr);
         return st;
     }
     int size = 0, rank = 0;
@@ -381,7 +399,7 @@ zero_status mpi_split_common(zero_comm *parent, MPI_Comm pmc, int color, int key
     }
     st = coll_comm_set_members(child, rank, size);
     if (st != ZERO_OK) {
-        free(all);
+        free(mine);
         return st;
     }
     for (int j = 0; j < n; j++) {
@@ -393,7 +411,7 @@ zero_status mpi_split_common(zero_comm *parent, MPI_Comm pmc, int color, int key
                 pos++;
         child->world_ranks[pos] = parent->world_ranks[j];
     }
-    free(all);
+    free(mine);
 
     rc = MPI_Comm_split(pmc, color, key, out);
     if (rc != MPI_SUCCESS) return mpi_status_from(parent, rc, "split");

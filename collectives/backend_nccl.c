@@ -65,18 +65,30 @@ static void impl_free(zero_comm *c, nccl_impl *m, int abort_nccl)
 /* NCCL communicator for c over m->comm (c's rank and size are set). */
 static zero_status bootstrap(zero_comm *c, zero_comm *msg_comm, nccl_impl *m)
 {
-    ncclUniqueId id;
-    memset(&id, 0, sizeof id);
+    /* On the heap: after a timeout MPI may still write it. */
+    ncclUniqueId *id = calloc(1, sizeof *id);
+    if (!id) return zero_fail(&msg_comm->err, ZERO_OUT_OF_MEMORY, "nccl bootstrap: out of memory");
     if (c->rank == 0) {
-        ncclResult_t r = ncclGetUniqueId(&id);
-        if (r != ncclSuccess) return nccl_fail(msg_comm, r, "ncclGetUniqueId");
+        ncclResult_t r = ncclGetUniqueId(id);
+        if (r != ncclSuccess) {
+            free(id);
+            return nccl_fail(msg_comm, r, "ncclGetUniqueId");
+        }
     }
     MPI_Request req = MPI_REQUEST_NULL;
-    int rc = MPI_Ibcast(&id, (int)sizeof id, MPI_BYTE, 0, m->comm, &req);
-    if (rc != MPI_SUCCESS) return mpi_status_from(msg_comm, rc, "nccl bootstrap");
-    ZERO_TRY(mpi_wait_raw(msg_comm, msg_comm, &req, "nccl bootstrap (broadcast of the unique id)"));
+    int rc = MPI_Ibcast(id, (int)sizeof *id, MPI_BYTE, 0, m->comm, &req);
+    if (rc != MPI_SUCCESS) {
+        free(id);
+        return mpi_status_from(msg_comm, rc, "nccl bootstrap");
+    }
+    zero_status st = mpi_wait_raw(msg_comm, msg_comm, &req, "nccl bootstrap (broadcast of the unique id)");
+    if (st != ZERO_OK) {
+        coll_graveyard_add(id, free);
+        return st;
+    }
     cudaSetDevice(c->device);
-    ncclResult_t r = ncclCommInitRank(&m->nccl, c->size, id, c->rank);
+    ncclResult_t r = ncclCommInitRank(&m->nccl, c->size, *id, c->rank);
+    free(id);
     if (r != ncclSuccess) {
         m->nccl = NULL;
         return nccl_fail(msg_comm, r, "ncclCommInitRank");

@@ -2,7 +2,7 @@
  * other rank fail within the comm's timeout with a message naming the op and
  * the group; the failed comm then refuses ops, and every rank (the absent one
  * too) shuts down cleanly with exit 0.
- *   test_coll_deadline skip   rank 0 skips an allreduce and a send
+ *   test_coll_deadline skip   rank 0 skips an allreduce, a split and a send
  *   test_coll_deadline leave  rank 0 destroys its world (MPI_Finalize) first */
 #include <zero/comm.h>
 
@@ -51,7 +51,7 @@ static void expect_failed_state(zero_comm *c)
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "skip";
-    zero_comm *world = NULL, *p2p = NULL;
+    zero_comm *world = NULL, *p2p = NULL, *third = NULL;
     zero_comm_config cfg = ZERO_COMM_CONFIG_INIT;
     cfg.timeout_s = 30;
     if (zero_comm_init_world(&world, &cfg) != ZERO_OK) {
@@ -65,6 +65,10 @@ int main(int argc, char **argv)
         CHECK_SKIP("needs at least 2 ranks");
     }
     CHECK_OK(zero_comm_split(world, 0, r, &p2p));
+    CHECK_OK(zero_comm_split(world, 0, r, &third));
+    CHECK_OK(zero_comm_set_timeout(third, TIMEOUT_S));
+    CHECK_OK(zero_comm_set_name(p2p, "p2p"));
+    CHECK_OK(zero_comm_set_name(third, "third"));
     CHECK_OK(zero_comm_set_timeout(world, TIMEOUT_S));
     CHECK_OK(zero_comm_set_timeout(p2p, TIMEOUT_S));
     CHECK(zero_comm_timeout(world) == TIMEOUT_S);
@@ -81,6 +85,13 @@ int main(int argc, char **argv)
             expect_timeout(st, t0, world, "allreduce");
             CHECK(strstr(zero_comm_last_error(world), "timed out after 1.0 s") != NULL);
             expect_failed_state(world);
+            /* rank 0 never joins this split either */
+            zero_comm *child = NULL;
+            t0 = now();
+            st = zero_comm_split(third, 1, 0, &child);
+            CHECK(child == NULL);
+            expect_timeout(st, t0, third, "split");
+            expect_failed_state(third);
             if (r == 1) {
                 /* rank 0 never sends */
                 t0 = now();
@@ -96,6 +107,7 @@ int main(int argc, char **argv)
         /* rank 0 leaves: destroys everything (MPI_Finalize) and exits 0
          * while the others wait for it in a barrier. */
         if (r == 0) {
+            zero_comm_destroy(third);
             zero_comm_destroy(p2p);
             zero_comm_destroy(world);
             free(buf);
@@ -108,6 +120,7 @@ int main(int argc, char **argv)
     /* destroy must not hang on a failed comm, and MPI_Finalize must not
      * either (the test's own timeout catches a hang). */
     double t0 = now();
+    zero_comm_destroy(third);
     zero_comm_destroy(p2p);
     zero_comm_destroy(world);
     CHECK_MSG(now() - t0 < 10.0, "destroy took %.2f s", now() - t0);
