@@ -121,5 +121,10 @@ with zero.Comm.world() as world:
             out["timeout"] = "late peer completed"
     world.barrier()
 
+# MPI stays initialised after the world comm above is closed (the bindings keep
+# the first MPI world until exit), so a new world works.
+with zero.Comm.world() as again:
+    out["world_again"] = [again.size, int(again.allreduce(np.array([rank + 1], np.int64))[0])]
+
 with open(os.path.join(os.environ["ZERO_RESULT_DIR"], f"rank-{rank}.json"), "w") as f:
     json.dump(out, f)

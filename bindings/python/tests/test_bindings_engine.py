@@ -207,6 +207,21 @@ def test_close_with_a_live_view_defers_the_destroy(zero_mod, world):
     assert not eng.native_alive
 
 
+def test_a_comm_outlives_its_engines(zero_mod):
+    world = zero_mod.Comm.world(backend="local")
+    eng, fc1, fc2 = small_engine(zero_mod, world, stage=2)
+    eng.finalize()
+    world.close()                           # closed for Python use ...
+    assert world.closed and world.native_alive
+    with pytest.raises(zero_mod.ZeroInvalidStateError, match="comm is closed"):
+        world.barrier()
+    for m in (fc2, fc1):                    # ... while the engine keeps using it
+        eng.grads_ready(m)
+    assert eng.step().step == 1
+    eng.close()                             # the last dependent: now both are gone
+    assert not eng.native_alive and not world.native_alive
+
+
 def test_stage3_release_refuses_while_a_view_escapes(zero_mod, world):
     eng, fc1, fc2 = small_engine(zero_mod, world, stage=3)
     eng.finalize()

@@ -35,6 +35,7 @@ def test_collectives_and_counters(ranks):
         assert (c["broadcast"]["sent"], c["broadcast"]["recv"]) == ((24, 0) if r == N - 1 else (0, 24))
         assert out["split"] == [0, 1, f"world/split({r % 2})"]
         assert out["grid"] == [N, 1, 1, r, N, 1]
+        assert out["world_again"] == [N, N * (N + 1) // 2]
 
 
 def test_stages_give_bitwise_identical_params_on_every_rank(ranks):
