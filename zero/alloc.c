@@ -24,6 +24,11 @@ static void books_sub(zero_books *b, zero_mem_category cat, size_t bytes)
 
 zero_status engine_alloc(zero_engine *e, zero_mem_category cat, size_t bytes, void **out)
 {
+    return engine_alloc_ex(e, cat, bytes, 1, out);
+}
+
+zero_status engine_alloc_ex(zero_engine *e, zero_mem_category cat, size_t bytes, int zeroed, void **out)
+{
     *out = NULL;
     if (bytes == 0) return ZERO_OK;
     zero_status st = zero_device_alloc(e->dev, bytes, out);
@@ -33,7 +38,12 @@ zero_status engine_alloc(zero_engine *e, zero_mem_category cat, size_t bytes, vo
                          zero_device_last_error(e->dev));
     }
     /* Zeroed memory: padding must read as zeros, and touching every page now
-     * makes resident memory agree with the books. */
+     * makes resident memory agree with the books. Buffers that are about to
+     * be overwritten whole (stage-3 gathers) skip it. */
+    if (!zeroed) {
+        books_add(&e->books, cat, bytes);
+        return ZERO_OK;
+    }
     st = zero_fill(e->dev, *out, ZERO_F32, bytes / 4, 0.0f, NULL);
     if (st == ZERO_OK && bytes % 4) st = zero_memcpy(e->dev, (char *)*out + bytes - bytes % 4,
                                                      "\0\0\0", bytes % 4);

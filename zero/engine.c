@@ -97,7 +97,7 @@ zero_status zero_engine_create(zero_engine **out, const zero_config *config, zer
     zero_backend be = zero_comm_backend(dp);
     int comm_on_device = be == ZERO_BACKEND_NCCL || be == ZERO_BACKEND_STAGED;
     int comm_on_host = be == ZERO_BACKEND_MPI || be == ZERO_BACKEND_LOCAL;
-    if (is_cuda && !comm_on_device && !(be == ZERO_BACKEND_LOCAL && zero_comm_size(dp) == 1))
+    if (is_cuda && !comm_on_device)
         return zero_fail(NULL, ZERO_INVALID_ARGUMENT,
                          "engine create: a CUDA device needs an NCCL or STAGED dp comm (got backend %d)", (int)be);
     if (!is_cuda && !comm_on_host)

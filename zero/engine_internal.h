@@ -129,6 +129,8 @@ struct zero_engine {
 
 /* ---------------------------------------------------------------- alloc.c */
 zero_status engine_alloc(zero_engine *e, zero_mem_category cat, size_t bytes, void **out);
+/* zeroed = 0: for a buffer the caller overwrites whole before any read. */
+zero_status engine_alloc_ex(zero_engine *e, zero_mem_category cat, size_t bytes, int zeroed, void **out);
 void engine_free(zero_engine *e, zero_mem_category cat, size_t bytes, void *ptr);
 /* Host memory, counted (init values before finalize). */
 zero_status engine_host_alloc(zero_engine *e, zero_mem_category cat, size_t bytes, void **out);

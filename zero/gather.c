@@ -25,7 +25,8 @@ static zero_status trace_push(zero_engine *e, int **arr, int *len, int *cap, int
 /* Issue the all-gathers of module m's sharded buckets into a new buffer. */
 static zero_status issue_gather(zero_engine *e, zero_module *m, int async, const char *what)
 {
-    ZERO_TRY(engine_alloc(e, ZERO_MEM_PARAMS, m->gather_numel * e->dsize, &m->gathered));
+    /* every element, padding included, arrives by the all-gather */
+    ZERO_TRY(engine_alloc_ex(e, ZERO_MEM_PARAMS, m->gather_numel * e->dsize, 0, &m->gathered));
     if (!m->reqs) {
         m->reqs = calloc((size_t)m->num_buckets, sizeof *m->reqs);
         if (!m->reqs) return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "%s: out of memory", what);
