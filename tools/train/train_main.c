@@ -190,6 +190,29 @@ static int r0printf(const run *r, FILE *f, const char *fmt, ...)
     return n;
 }
 
+/* Every rank learns whether all ranks got this far; a rank that failed has
+ * printed why. Keeps the others from waiting in the next collective until
+ * its deadline. */
+static int all_ok(run *r, int ok)
+{
+    int32_t bad = !ok, any = bad;
+    if (r->world > 1 && zero_allreduce(r->host_comm, &bad, &any, 1, ZERO_I32, ZERO_MAX) != ZERO_OK) return 0;
+    return !any;
+}
+
+/* A failure on this rank: every rank may print (rank 0 without a prefix). */
+static void rank_error(const run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void rank_error(const run *r, const char *fmt, ...)
+{
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (r->world > 1 && r->rank != 0) fprintf(stderr, "zero-train: rank %d: %s\n", r->rank, line);
+    else fprintf(stderr, "zero-train: %s\n", line);
+}
+
 static char *user_state_json(const run *r)
 {
     json_t *model = json_object_get(r->cfg.effective, "model");
@@ -546,9 +569,10 @@ int main(int argc, char **argv)
             goto done;
         }
     }
-    if (zero_device_open(&r.dev, cuda ? ZERO_DEVICE_CUDA : ZERO_DEVICE_CPU, -1) != ZERO_OK) {
-        r0printf(&r, stderr, "zero-train: opening the %s device: %s\n", dev_name, zero_last_error());
-        goto done;
+    {
+        int ok = zero_device_open(&r.dev, cuda ? ZERO_DEVICE_CUDA : ZERO_DEVICE_CPU, -1) == ZERO_OK;
+        if (!ok) rank_error(&r, "opening the %s device: %s", dev_name, zero_last_error());
+        if (!all_ok(&r, ok)) goto done;
     }
     if (cuda) {
         zero_comm_config dc = cc;
@@ -585,10 +609,9 @@ int main(int argc, char **argv)
             while (r.cfg.data_suffixes[nsfx]) nsfx++;
         train_data_config dc = {r.corpus, auto_py ? py : (const char *const *)r.cfg.data_suffixes, auto_py ? 1 : nsfx,
                                 r.cfg.data_max_bytes, r.cfg.seq_len, r.cfg.seed};
-        if (train_data_open(&r.data, &dc, err, sizeof err) != 0) {
-            r0printf(&r, stderr, "zero-train: %s\n", err);
-            goto done;
-        }
+        int ok = train_data_open(&r.data, &dc, err, sizeof err) == 0;
+        if (!ok) rank_error(&r, "%s", err);
+        if (!all_ok(&r, ok)) goto done;
         r.fingerprint = train_data_fingerprint(r.data);
         if (note[0]) r0printf(&r, stdout, "%s\n", note);
         r0printf(&r, stdout, "data: %d files, %.2f MB, %llu samples of %d+1 bytes per epoch (files sorted by path, "
@@ -598,9 +621,10 @@ int main(int argc, char **argv)
     }
 
     /* engine and model */
-    if (zero_engine_create(&r.engine, &r.zcfg, r.comm, r.dev) != ZERO_OK) {
-        r0printf(&r, stderr, "zero-train: engine: %s\n", zero_last_error());
-        goto done;
+    {
+        int ok = zero_engine_create(&r.engine, &r.zcfg, r.comm, r.dev) == ZERO_OK;
+        if (!ok) rank_error(&r, "engine: %s", zero_last_error());
+        if (!all_ok(&r, ok)) goto done;
     }
     gpt_config g = {r.cfg.n_layer, r.cfg.n_head, r.cfg.d_model, r.cfg.seq_len, r.cfg.vocab};
     if (train_model_create(&r.model, &g, r.cfg.micro_batch, r.cfg.seed, r.engine, r.dev, cuda, err, sizeof err) !=
