@@ -2,12 +2,13 @@
  *
  * Every transport we use can be asked "done yet?" without blocking
  * (MPI_Test, cudaEventQuery), so a deadline is a polling loop. For the first
- * 10 ms it polls back to back, exactly as MPI_Wait would (Open MPI's progress
+ * 100 ms it polls back to back, exactly as MPI_Wait would (Open MPI's progress
  * engine yields the core by itself under mpi_yield_when_idle, so a peer rank
  * sharing the core still runs; a second sched_yield of ours measured +15 us
- * per small op), so ops up to tens of MB finish at full speed; then it sleeps
- * for 1/64 of the time
- * waited so far, at most 1 ms: a long op finishes at most ~1.5% late, and a
+ * per small op), so every op of normal length runs at the blocking call's
+ * speed, also on a loaded machine where sleeping would cost a time slice per
+ * protocol step. Then it sleeps for 1/64 of the time waited so far, at most
+ * 1 ms: a long op finishes at most ~1.5% late, and a
  * rank waiting 30 s for a straggler costs almost no CPU. Measurements and the
  * alternative (a helper thread in the blocking MPI call) are in
  * docs/collectives.md. */
@@ -18,7 +19,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#define SPIN_PHASE_S 10e-3
+#define SPIN_PHASE_S 100e-3
 #define MAX_SLEEP_S 1e-3
 
 double coll_now(void)
