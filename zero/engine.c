@@ -12,8 +12,15 @@ zero_status engine_comm_failed(zero_engine *e, zero_status st, const char *what)
 {
     char prefix[160];
     snprintf(prefix, sizeof prefix, "%s: ", what);
+    zero_status r = zero_fail_forward(&e->err, st, prefix);
+    engine_mark_broken(e);
+    return r;
+}
+
+void engine_mark_broken(zero_engine *e)
+{
+    if (!e->broken) memcpy(e->fatal, e->err.msg, sizeof e->fatal);
     e->broken = 1;
-    return zero_fail_forward(&e->err, st, prefix);
 }
 
 zero_status engine_check_usable(zero_engine *e, const char *what, int need_finalized)
@@ -21,8 +28,8 @@ zero_status engine_check_usable(zero_engine *e, const char *what, int need_final
     if (!e) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "%s: engine is NULL", what);
     if (e->broken)
         return zero_fail(&e->err, ZERO_INVALID_STATE,
-                         "%s: the engine is unusable after an earlier collective failure (destroy it); "
-                         "that failure: %.300s", what, e->err.msg);
+                         "%s: the engine is unusable after an earlier failure of a collective or of "
+                         "finalize (destroy it); that failure: %.300s", what, e->fatal);
     if (need_finalized && !e->finalized)
         return zero_fail(&e->err, ZERO_INVALID_STATE, "%s: call zero_engine_finalize first", what);
     if (!need_finalized && e->finalized)
@@ -345,7 +352,10 @@ zero_status zero_engine_finalize(zero_engine *e)
     ZERO_TRY(plan_check_ranks(e));
     zero_status st = alloc_buffers(e);
     if (st == ZERO_OK) st = load_init(e);
-    if (st != ZERO_OK) return st;
+    if (st != ZERO_OK) {
+        engine_mark_broken(e); /* partly allocated: only destroy makes sense now */
+        return st;
+    }
     e->finalized = 1;
     return ZERO_OK;
 }

@@ -85,6 +85,7 @@ struct zero_engine {
     int rank, world;
     int finalized;
     int broken;           /* a collective failed: only destroy is accepted */
+    char fatal[ZERO_ERRMSG_MAX]; /* the failure that broke it */
 
     zero_param *params;
     int num_params, cap_params;
@@ -146,6 +147,8 @@ zero_status config_validate(const zero_config *c, zero_errbuf *err);
 /* ---------------------------------------------------------------- helpers (engine.c) */
 /* Fail as "<what>: <comm message>" and mark the engine broken. */
 zero_status engine_comm_failed(zero_engine *e, zero_status st, const char *what);
+/* From now on only destroy is accepted; keeps the current message. */
+void engine_mark_broken(zero_engine *e);
 zero_status engine_check_usable(zero_engine *e, const char *what, int need_finalized);
 zero_status engine_sync_device(zero_engine *e, const char *what);
 /* In-place all-reduce of `count` host values over the dp group, whatever

@@ -42,6 +42,16 @@ zero_status plan_build(zero_engine *e)
     const uint64_t cap = e->cfg.reduce_bucket_size;
     const uint64_t thr = e->cfg.stage3_param_persistence_threshold;
 
+    /* A finalize that failed its cross-rank check may be retried after the
+     * caller fixed nothing or more registrations: start from scratch. */
+    free(e->buckets);
+    for (int i = 0; i < e->num_modules; i++) {
+        zero_module *m = &e->modules[i];
+        free(m->bucket_ids);
+        m->bucket_ids = NULL;
+        m->num_buckets = 0;
+        m->grad_numel = m->gather_numel = 0;
+    }
     e->buckets = calloc((size_t)e->num_params, sizeof *e->buckets);
     if (!e->buckets) return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "engine finalize: plan allocation failed");
 

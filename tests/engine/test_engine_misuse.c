@@ -167,8 +167,11 @@ static int rank_dies(zero_comm *world, zero_device *dev)
     fprintf(stderr, "[rank %d] expected failure after %.2f s: %s\n", rank, dt, zero_engine_last_error(e));
     /* afterwards the engine refuses everything but destroy, at once */
     t0 = now();
-    EXPECT(zero_engine_step(e, NULL), ZERO_INVALID_STATE, "unusable after an earlier collective failure");
+    EXPECT(zero_engine_step(e, NULL), ZERO_INVALID_STATE, "unusable after an earlier failure");
     EXPECT(zero_engine_gather(e, 0), ZERO_INVALID_STATE, "engine step: ");
+    EXPECT(zero_engine_gather(e, 0), ZERO_INVALID_STATE, "that failure: engine step: ");
+    CHECK_MSG(strstr(strstr(zero_engine_last_error(e), "that failure:") + 1, "that failure:") == NULL,
+              "the message nests: %s", zero_engine_last_error(e));
     CHECK(now() - t0 < 0.5);
     t0 = now();
     zero_engine_destroy(e);
