@@ -1,0 +1,133 @@
+/* Checkpoint accessors: the owned ranges are the same at every stage, so the
+ * fp32 state (master, moments) and scalars exported from a stage-0 run after
+ * two steps, loaded into a fresh engine of ANY stage (state_set,
+ * set_scalars, params_changed), continue training bitwise like the
+ * uninterrupted run. Also: the owned ranges of all ranks tile every param
+ * exactly once, and read_param assembles them. */
+#include "eng_util.h"
+
+#define K1 2
+#define K2 2
+
+typedef struct saved {
+    float *state[3][ENG_NPARAMS];
+    zero_engine_scalars sc;
+} saved;
+
+static zero_config cfg_for(int stage, zero_dtype dt)
+{
+    zero_config c = ZERO_CONFIG_INIT;
+    c.stage = stage;
+    c.compute_dtype = dt;
+    c.reduce_bucket_size = ENG_BUCKET;
+    c.stage3_param_persistence_threshold = ENG_PERSIST;
+    c.lr = 0.01;
+    c.gradient_accumulation_steps = 2;
+    c.overlap_comm = stage == 2;
+    return c;
+}
+
+static void save(zero_engine *e, saved *s)
+{
+    for (int k = 0; k < 3; k++)
+        for (int p = 0; p < ENG_NPARAMS; p++) {
+            zero_param_info pi;
+            CHECK_OK(zero_engine_param_info(e, p, &pi));
+            s->state[k][p] = calloc(pi.owned_end - pi.owned_begin + 1, sizeof(float));
+            CHECK_OK(zero_engine_state_get(e, (zero_state_kind)k, p, s->state[k][p]));
+        }
+    CHECK_OK(zero_engine_get_scalars(e, &s->sc));
+}
+
+static void load(zero_engine *e, const saved *s)
+{
+    for (int k = 0; k < 3; k++)
+        for (int p = 0; p < ENG_NPARAMS; p++) CHECK_OK(zero_engine_state_set(e, (zero_state_kind)k, p, s->state[k][p]));
+    CHECK_OK(zero_engine_set_scalars(e, &s->sc));
+    CHECK_OK(zero_engine_params_changed(e));
+}
+
+static void run_dtype(zero_comm *comm, zero_device *dev, zero_dtype dt)
+{
+    const int rank = zero_comm_rank(comm), n = zero_comm_size(comm);
+    eng_run run = {{rank}, 1, 0, 0, 0};
+    zero_step_result res;
+
+    /* uninterrupted reference, stage 0, saving after K1 steps */
+    zero_config c0 = cfg_for(0, dt);
+    zero_engine *a = NULL;
+    CHECK_OK(zero_engine_create(&a, &c0, comm, dev));
+    if (!a) return;
+    CHECK_OK(eng_register(a, 1));
+    CHECK_OK(zero_engine_finalize(a));
+    for (int s = 1; s <= K1; s++) CHECK_OK(eng_train_step(a, dev, &c0, &run, s, &res));
+    saved sv;
+    save(a, &sv);
+    CHECK(sv.sc.step == K1);
+
+    /* owned ranges tile each param exactly once across ranks */
+    for (int p = 0; p < ENG_NPARAMS; p++) {
+        zero_param_info pi;
+        CHECK_OK(zero_engine_param_info(a, p, &pi));
+        int64_t mine = (int64_t)(pi.owned_end - pi.owned_begin), total = mine;
+        CHECK_OK(zero_allreduce(comm, &mine, &total, 1, ZERO_I64, ZERO_SUM));
+        CHECK_MSG(total == (int64_t)pi.numel, "param %d: owned parts sum to %lld of %llu", p, (long long)total,
+                  (unsigned long long)pi.numel);
+        /* read_param assembles the owners' master parts */
+        float *whole = malloc(pi.numel * sizeof *whole);
+        CHECK_OK(zero_engine_read_param(a, p, whole));
+        if (pi.owned_end > pi.owned_begin)
+            CHECK(!memcmp(whole + pi.owned_begin, sv.state[0][p], (pi.owned_end - pi.owned_begin) * sizeof(float)));
+        free(whole);
+    }
+
+    for (int s = K1 + 1; s <= K1 + K2; s++) CHECK_OK(eng_train_step(a, dev, &c0, &run, s, &res));
+    uint64_t total = 0;
+    float *want = eng_collect_master(a, &total);
+    zero_engine_destroy(a);
+
+    for (int stage = 0; stage < 4; stage++) {
+        zero_config c = cfg_for(stage, dt);
+        zero_engine *b = NULL;
+        CHECK_OK(zero_engine_create(&b, &c, comm, dev));
+        if (!b) continue;
+        /* registered without init values: everything comes from the checkpoint */
+        for (int m = 0; m < ENG_NMODULES; m++) CHECK_OK(zero_engine_add_module(b, eng_module_names[m], NULL));
+        for (int p = 0; p < ENG_NPARAMS; p++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s.p%d", eng_module_names[eng_model[p].module], p);
+            CHECK_OK(zero_engine_add_param(b, eng_model[p].module, name, eng_model[p].ndim, eng_model[p].shape, NULL,
+                                           NULL));
+        }
+        CHECK_OK(zero_engine_finalize(b));
+        load(b, &sv);
+        for (int s = K1 + 1; s <= K1 + K2; s++) CHECK_OK(eng_train_step(b, dev, &c, &run, s, &res));
+        CHECK(res.step == K1 + K2);
+        uint64_t tb = 0;
+        float *got = eng_collect_master(b, &tb);
+        long d = tb == total ? eng_first_diff(got, want, total) : 0;
+        CHECK_MSG(d < 0, "%s: resumed at stage %d (world %d) differs from the uninterrupted run at element %ld",
+                  zero_dtype_name(dt), stage, n, d);
+        free(got);
+        zero_engine_destroy(b);
+    }
+    free(want);
+    for (int k = 0; k < 3; k++)
+        for (int p = 0; p < ENG_NPARAMS; p++) free(sv.state[k][p]);
+}
+
+int main(void)
+{
+    zero_comm *world = NULL;
+    zero_device *dev = NULL;
+    if (zero_comm_init_world(&world, NULL) != ZERO_OK || zero_device_open(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
+        fprintf(stderr, "setup: %s\n", zero_last_error());
+        return 1;
+    }
+    check_set_rank(zero_comm_rank(world));
+    run_dtype(world, dev, ZERO_F32);
+    run_dtype(world, dev, ZERO_BF16);
+    zero_device_close(dev);
+    zero_comm_destroy(world);
+    return check_exit();
+}
