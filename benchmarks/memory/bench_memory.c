@@ -120,6 +120,7 @@ static int write_json(const bench_run_opts *o, const bench_model *m, int world, 
     json_object_set_new(root, "overlap_comm", json_integer(o->overlap));
     json_object_set_new(root, "reduce_bucket_size", json_integer((json_int_t)o->bucket));
     json_object_set_new(root, "steps", json_integer(o->steps));
+    json_object_set_new(root, "threads_per_rank", json_integer(bench_run_threads()));
     json_object_set_new(root, "categories", cats);
     for (int i = 0; i < nstages; i++) {
         json_t *s = json_object(), *ranks = json_array();

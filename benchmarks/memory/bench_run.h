@@ -20,6 +20,7 @@ typedef struct bench_run_opts {
     int steps;               /* measured steps (steptime: repetitions) */
     int warmup;              /* steptime: unmeasured steps first */
     int gemm_n, gemm_reps;   /* steptime: synthetic compute per module */
+    int threads;             /* OpenMP threads per rank; 0 = online cores / ranks on this node */
     const char *json_path, *csv_path;
 } bench_run_opts;
 
@@ -32,6 +33,9 @@ extern const char bench_run_usage[];
 /* World comm (MPI under mpirun, LOCAL alone) and the CPU device; checks
  * --world against the real size. Returns 0 or prints and returns 1. */
 int bench_run_setup(const bench_run_opts *o, zero_comm **world, zero_device **dev, const char *cmd);
+
+/* The OpenMP threads each rank's engine uses (set by bench_run_setup). */
+int bench_run_threads(void);
 
 /* An engine config for stage `stage` from the options. */
 zero_config bench_run_config(const bench_run_opts *o, int stage);

@@ -26,7 +26,7 @@ static void usage(void)
             "usage: tests/mpirun.sh 2 zero-bench steptime --params N [options]\n"
             "  Median step time of stages 0-3 on one model in one run; prints each stage's\n"
             "  ratio to stage 0 (targets: <= 1.05 for stages 1-2, <= 1.15 for stage 3).\n"
-            "  Defaults: --params 2e6 --dtype fp32 --overlap 1 --steps 15 --warmup 3\n"
+            "  Defaults: --params 2e6 --dtype fp32 --overlap 1 --steps 21 --warmup 3\n"
             "  --gemm 96 --gemm-reps 2 (sgemm of n x n per module: forward reps, backward 2x).\n%s"
             "  --warmup N          unmeasured repetitions first\n"
             "  --gemm N, --gemm-reps N   synthetic compute per module (0 = none)\n",
@@ -37,7 +37,7 @@ int bench_cmd_steptime(int argc, char **argv)
 {
     bench_run_opts o = {
         .params = 2e6, .layers = 8, .dtype = ZERO_F32, .optimizer = ZERO_OPTIM_ADAMW, .bucket = 5e8,
-        .persistence = 1e5, .prefetch = 5e7, .overlap = 1, .stage_mask = 0xF, .steps = 15, .warmup = 3,
+        .persistence = 1e5, .prefetch = 5e7, .overlap = 1, .stage_mask = 0xF, .steps = 21, .warmup = 3,
         .gemm_n = 96, .gemm_reps = 2,
     };
     int prc = bench_run_parse(&o, argc, argv, "steptime");
@@ -136,10 +136,10 @@ int bench_cmd_steptime(int argc, char **argv)
         }
         free(ratios);
         printf("zero-bench steptime: %llu params (%d tensors, %d modules, h=%d), world %d, %s, overlap_comm %d,\n"
-               "  sgemm %dx%d x%d per module forward (x2 backward): compute alone %.2f ms per step;\n"
+               "  %d OpenMP thread%s per rank, sgemm %dx%d x%d per module forward (x2 backward): compute alone %.2f ms per step;\n"
                "  %d measured steps per stage after %d warm-up, interleaved; time = slowest rank\n",
                (unsigned long long)m.numel, m.num_params, m.num_modules, m.hidden, size,
-               zero_dtype_name(o.dtype), o.overlap, o.gemm_n, o.gemm_n, o.gemm_reps, compute_s * 1e3, o.steps,
+               zero_dtype_name(o.dtype), o.overlap, bench_run_threads(), bench_run_threads() == 1 ? "" : "s", o.gemm_n, o.gemm_n, o.gemm_reps, compute_s * 1e3, o.steps,
                o.warmup);
         printf("%-6s %12s %10s %10s %10s %8s %8s %14s\n", "stage", "median ms", "min ms", "ratio", "paired",
                "target", "met", "sent B/step");
@@ -169,6 +169,7 @@ int bench_cmd_steptime(int argc, char **argv)
             json_object_set_new(root, "world", json_integer(size));
             json_object_set_new(root, "dtype", json_string(zero_dtype_name(o.dtype)));
             json_object_set_new(root, "overlap_comm", json_integer(o.overlap));
+            json_object_set_new(root, "threads_per_rank", json_integer(bench_run_threads()));
             json_object_set_new(root, "gemm_n", json_integer(o.gemm_n));
             json_object_set_new(root, "gemm_reps", json_integer(o.gemm_reps));
             json_object_set_new(root, "compute_only_s", json_real(compute_s));
