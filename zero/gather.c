@@ -36,6 +36,8 @@ static zero_status issue_gather(zero_engine *e, zero_module *m, int async, const
     if (async) e->inflight_numel += m->gather_numel;
     e->stats.gathers++;
     if (async) e->stats.prefetches++;
+    if (e->inflight_numel > e->stats.peak_inflight_numel) e->stats.peak_inflight_numel = e->inflight_numel;
+    if (e->live_numel > e->stats.peak_live_numel) e->stats.peak_live_numel = e->live_numel;
     m->state = async ? MODULE_INFLIGHT : MODULE_GATHERED;
     for (int i = 0; i < m->num_buckets; i++) {
         const zero_bucket *b = &e->buckets[m->bucket_ids[i]];

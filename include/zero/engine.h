@@ -364,6 +364,8 @@ typedef struct zero_engine_stats {
     uint64_t prefetch_hits;         /* gather() calls served by a prefetch */
     uint64_t prefetch_dropped;      /* prefetches never used (waited for and freed at step) */
     uint64_t order_changes;         /* times the recorded stage-3 gather order changed */
+    uint64_t peak_inflight_numel;   /* most elements of prefetches in flight at once */
+    uint64_t peak_live_numel;       /* most elements gathered + in flight at once */
 } zero_engine_stats;
 
 ZERO_API zero_status zero_engine_get_stats(const zero_engine *e, zero_engine_stats *out);

@@ -14,6 +14,26 @@
  * traffic. Persistence is off (threshold 0) so every param is sharded. */
 #include "eng_util.h"
 
+/* The largest module's padded element count (persistence off: every bucket
+ * is gathered), computed from the model and the bucket rules. */
+static uint64_t largest_module(int n)
+{
+    uint64_t per[ENG_NMODULES] = {0}, raw = 0, best = 0;
+    int cur = -1;
+    for (int p = 0; p <= ENG_NPARAMS; p++) {
+        uint64_t k = p < ENG_NPARAMS ? eng_numel(&eng_model[p]) : 0;
+        int m = p < ENG_NPARAMS ? eng_model[p].module : -1;
+        if (p == ENG_NPARAMS || m != cur || raw + k > ENG_BUCKET) {
+            if (cur >= 0) per[cur] += (raw + (uint64_t)n - 1) / (uint64_t)n * (uint64_t)n;
+            cur = m;
+            raw = 0;
+        }
+        raw += k;
+    }
+    for (int m = 0; m < ENG_NMODULES; m++) best = per[m] > best ? per[m] : best;
+    return best;
+}
+
 static void check_stage(zero_comm *comm, zero_device *dev, int stage, zero_dtype dt, int gas, int overlap)
 {
     const int n = zero_comm_size(comm), rank = zero_comm_rank(comm);
@@ -24,7 +44,8 @@ static void check_stage(zero_comm *comm, zero_device *dev, int stage, zero_dtype
     c.overlap_comm = overlap;
     c.reduce_bucket_size = ENG_BUCKET;
     c.stage3_param_persistence_threshold = 0;
-    c.stage3_prefetch_bucket_size = 2500;
+    c.stage3_prefetch_bucket_size = 1500;
+    c.stage3_max_live_parameters = 3000;
     zero_engine *e = NULL;
     CHECK_OK(zero_engine_create(&e, &c, comm, dev));
     if (!e) return;
@@ -62,6 +83,17 @@ static void check_stage(zero_comm *comm, zero_device *dev, int stage, zero_dtype
     CHECK_OK(zero_engine_get_stats(e, &es));
     CHECK(es.steps == 2 && es.order_changes == 0 && es.prefetch_dropped == 0);
     CHECK(es.async_reduce_scatters == (overlap ? es.reduce_scatters : 0));
+    if (stage == 3 && overlap) {
+        /* the budgets hold: in flight <= stage3_prefetch_bucket_size; gathered
+         * + in flight <= stage3_max_live_parameters, plus the one module the
+         * trainer gathers itself (explicit gathers always proceed) */
+        CHECK_MSG(es.peak_inflight_numel <= c.stage3_prefetch_bucket_size, "in flight %llu > %llu",
+                  (unsigned long long)es.peak_inflight_numel, (unsigned long long)c.stage3_prefetch_bucket_size);
+        CHECK_MSG(es.peak_live_numel <= c.stage3_max_live_parameters + largest_module(pi.dp_size),
+                  "live %llu > %llu + one module", (unsigned long long)es.peak_live_numel,
+                  (unsigned long long)c.stage3_max_live_parameters);
+        CHECK(es.peak_inflight_numel > 0);
+    }
     if (stage == 3 && overlap)
         CHECK_MSG(es.prefetch_hits > 0 && es.prefetch_hits == es.prefetches,
                   "stage 3: %llu prefetches, %llu hits", (unsigned long long)es.prefetches,
