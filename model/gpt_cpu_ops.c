@@ -25,6 +25,18 @@ static inline int thread_id(void)
 #endif
 }
 
+/* The row loops (LayerNorm, softmax, cross-entropy, GELU) get AVX-512 and
+ * AVX2 clones picked at load time (GCC function multiversioning; the build
+ * targets baseline x86-64). Element-wise results are the same in every
+ * clone (no FMA contraction under -std=c11); sums reduced with `omp simd`
+ * may differ in the last bit between CPU generations, never between ranks
+ * of one machine. Sanitizer builds use the baseline only. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define GPT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define GPT_CLONES
+#endif
+
 /* ------------------------------------------------------------ exp, tanh */
 /* exp(x) to about 2 ulp for x in [-87.3, 88.3] (clamped outside, so a very
  * negative x gives ~1e-38 rather than 0). Range reduction x = n ln2 + r with
@@ -150,23 +162,48 @@ void gpt_encoder_backward(float *dwte, float *dwpe, const float *dout, const int
 }
 
 /* ------------------------------------------------------------ layernorm */
+GPT_CLONES static void layernorm_row(float *restrict o, float *mean, float *rstd, const float *restrict x,
+                                     const float *restrict w, const float *restrict b, int C)
+{
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++) s += x[c];
+    float m = s / C, v = 0.0f;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+    float r = 1.0f / sqrtf(v / C + 1e-5f);
+    for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
+    *mean = m;
+    *rstd = r;
+}
+
 void gpt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                            const float *b, int N, int C)
 {
 #pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C;
-        float *o = out + (size_t)i * C;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int c = 0; c < C; c++) s += x[c];
-        float m = s / C, v = 0.0f;
-#pragma omp simd reduction(+ : v)
-        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
-        float r = 1.0f / sqrtf(v / C + 1e-5f);
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
-        mean[i] = m;
-        rstd[i] = r;
+    for (int i = 0; i < N; i++)
+        layernorm_row(out + (size_t)i * C, &mean[i], &rstd[i], inp + (size_t)i * C, w, b, C);
+}
+
+/* dx += ...; pdw += dout * xhat; pdb += dout (one row) */
+GPT_CLONES static void layernorm_backward_row(float *restrict dx, float *restrict pdw, float *restrict pdb,
+                                              const float *restrict d, const float *restrict x,
+                                              const float *restrict w, float m, float r, int C)
+{
+    float sum_g = 0.0f, sum_gx = 0.0f;
+#pragma omp simd reduction(+ : sum_g, sum_gx)
+    for (int c = 0; c < C; c++) {
+        float g = d[c] * w[c], xhat = (x[c] - m) * r;
+        sum_g += g;
+        sum_gx += g * xhat;
+    }
+    sum_g /= C;
+    sum_gx /= C;
+    for (int c = 0; c < C; c++) {
+        float xhat = (x[c] - m) * r;
+        dx[c] += (d[c] * w[c] - sum_g - xhat * sum_gx) * r;
+        pdw[c] += d[c] * xhat;
+        pdb[c] += d[c];
     }
 }
 
@@ -181,25 +218,9 @@ void gpt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
         float *pdw = partials + (size_t)thread_id() * 2 * C, *pdb = pdw + C;
         memset(pdw, 0, sizeof(float) * 2 * C);
 #pragma omp for schedule(static)
-        for (int i = 0; i < N; i++) {
-            const float *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
-            float *dx = dinp + (size_t)i * C;
-            float m = mean[i], r = rstd[i], sum_g = 0.0f, sum_gx = 0.0f;
-#pragma omp simd reduction(+ : sum_g, sum_gx)
-            for (int c = 0; c < C; c++) {
-                float g = d[c] * w[c], xhat = (x[c] - m) * r;
-                sum_g += g;
-                sum_gx += g * xhat;
-            }
-            sum_g /= C;
-            sum_gx /= C;
-            for (int c = 0; c < C; c++) {
-                float xhat = (x[c] - m) * r;
-                dx[c] += (d[c] * w[c] - sum_g - xhat * sum_gx) * r;
-                pdw[c] += d[c] * xhat;
-                pdb[c] += d[c];
-            }
-        }
+        for (int i = 0; i < N; i++)
+            layernorm_backward_row(dinp + (size_t)i * C, pdw, pdb, dout + (size_t)i * C, inp + (size_t)i * C, w,
+                                   mean[i], rstd[i], C);
     }
     for (int t = 0; t < nthreads; t++) {
         const float *pdw = partials + (size_t)t * 2 * C, *pdb = pdw + C;
@@ -244,6 +265,33 @@ void gpt_matmul_backward(float *dinp, float *dw, float *db, const float *dout, c
 }
 
 /* ------------------------------------------------------------ attention */
+/* row[0..t] = softmax(row[0..t]); row[t+1..T-1] = 0 (the causal mask) */
+GPT_CLONES static void softmax_causal_row(float *row, int t, int T)
+{
+    float maxv = -INFINITY, sum = 0.0f;
+#pragma omp simd reduction(max : maxv)
+    for (int j = 0; j <= t; j++) maxv = row[j] > maxv ? row[j] : maxv;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j <= t; j++) {
+        row[j] = gpt_expf(row[j] - maxv);
+        sum += row[j];
+    }
+    float inv = 1.0f / sum;
+    for (int j = 0; j <= t; j++) row[j] *= inv;
+    for (int j = t + 1; j < T; j++) row[j] = 0.0f;
+}
+
+/* d holds dP; becomes dS = scale * P * (dP - sum(P * dP)), zero above the diagonal */
+GPT_CLONES static void softmax_causal_backward_row(float *restrict d, const float *restrict p, int t, int T,
+                                                   float scale)
+{
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int j = 0; j <= t; j++) s += p[j] * d[j];
+    for (int j = 0; j <= t; j++) d[j] = scale * p[j] * (d[j] - s);
+    for (int j = t + 1; j < T; j++) d[j] = 0.0f;
+}
+
 /* One thread per (batch, head); inside it the products are single-threaded
  * sgemm calls on strided views of qkv. The full T x T score matrix is
  * multiplied (the masked half included): twice the causal FLOPs, but at
@@ -258,18 +306,7 @@ void gpt_attention_forward(float *out, float *att, const float *qkv, int B, int 
             const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
             float *a = att + ((size_t)b * NH + h) * T * T;
             sgemm_serial(0, 1, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);  /* S = scale Q K^T */
-            for (int t = 0; t < T; t++) {
-                float *row = a + (size_t)t * T, maxv = -INFINITY, sum = 0.0f;
-                for (int j = 0; j <= t; j++) maxv = row[j] > maxv ? row[j] : maxv;
-#pragma omp simd reduction(+ : sum)
-                for (int j = 0; j <= t; j++) {
-                    row[j] = gpt_expf(row[j] - maxv);
-                    sum += row[j];
-                }
-                float inv = 1.0f / sum;
-                for (int j = 0; j <= t; j++) row[j] *= inv;
-                for (int j = t + 1; j < T; j++) row[j] = 0.0f;  /* causal mask */
-            }
+            for (int t = 0; t < T; t++) softmax_causal_row(a + (size_t)t * T, t, T);
             sgemm_serial(0, 0, T, hs, T, 1.0f, a, T, v, C3, 0.0f, out + (size_t)b * T * C + h * hs, C);  /* Y = P V */
         }
 }
@@ -290,29 +327,14 @@ void gpt_attention_backward(float *dqkv, const float *dout, const float *att, co
             sgemm_serial(0, 1, T, T, hs, 1.0f, dy, C, v, C3, 0.0f, ds, T);   /* dP = dY V^T */
             sgemm_serial(1, 0, T, hs, T, 1.0f, a, T, dy, C, 0.0f, dv, C3);  /* dV = P^T dY */
             /* through the softmax: dS = scale * P * (dP - rowsum(P * dP)) */
-            for (int t = 0; t < T; t++) {
-                const float *p = a + (size_t)t * T;
-                float *d = ds + (size_t)t * T, s = 0.0f;
-#pragma omp simd reduction(+ : s)
-                for (int j = 0; j <= t; j++) s += p[j] * d[j];
-                for (int j = 0; j <= t; j++) d[j] = scale * p[j] * (d[j] - s);
-                for (int j = t + 1; j < T; j++) d[j] = 0.0f;
-            }
+            for (int t = 0; t < T; t++) softmax_causal_backward_row(ds + (size_t)t * T, a + (size_t)t * T, t, T, scale);
             sgemm_serial(0, 0, T, hs, T, 1.0f, ds, T, k, C3, 0.0f, dq, C3);  /* dQ = dS K */
             sgemm_serial(1, 0, T, hs, T, 1.0f, ds, T, q, C3, 0.0f, dk, C3);  /* dK = dS^T Q */
         }
 }
 
 /* ------------------------------------------------------------ gelu */
-/* The GELU loops touch 4C values per token in both passes, so they get
- * AVX-512 / AVX2 clones picked at load time (GCC function multiversioning);
- * each element is computed the same way in every clone (no reductions, no
- * FMA contraction under -std=c11), so results do not depend on the CPU. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
-#define GPT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define GPT_CLONES
-#endif
+/* Touches 4C values per token in both passes: the largest element-wise cost. */
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
@@ -371,6 +393,17 @@ void gpt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t 
 }
 
 /* ------------------------------------------------------------ cross-entropy */
+/* log sum exp of one row */
+GPT_CLONES static float logsumexp_row(const float *l, int V)
+{
+    float maxv = -INFINITY, sum = 0.0f;
+#pragma omp simd reduction(max : maxv)
+    for (int v = 0; v < V; v++) maxv = l[v] > maxv ? l[v] : maxv;
+#pragma omp simd reduction(+ : sum)
+    for (int v = 0; v < V; v++) sum += gpt_expf(l[v] - maxv);
+    return maxv + logf(sum);
+}
+
 double gpt_crossentropy_forward(float *lse, const float *logits, const int32_t *targets, int N, int V,
                                 long *count)
 {
@@ -379,12 +412,7 @@ double gpt_crossentropy_forward(float *lse, const float *logits, const int32_t *
 #pragma omp parallel for schedule(static) reduction(+ : total, valid)
     for (int i = 0; i < N; i++) {
         const float *l = logits + (size_t)i * V;
-        float maxv = -INFINITY;
-        for (int v = 0; v < V; v++) maxv = l[v] > maxv ? l[v] : maxv;
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int v = 0; v < V; v++) sum += gpt_expf(l[v] - maxv);
-        lse[i] = maxv + logf(sum);
+        lse[i] = logsumexp_row(l, V);
         if (targets && targets[i] >= 0) {
             total += (double)lse[i] - l[targets[i]];
             valid++;
@@ -394,20 +422,23 @@ double gpt_crossentropy_forward(float *lse, const float *logits, const int32_t *
     return total;
 }
 
+/* d = scale * exp(l - lse): the softmax, scaled */
+GPT_CLONES static void softmax_scaled_row(float *restrict d, const float *restrict l, float lse, int V, float scale)
+{
+    for (int v = 0; v < V; v++) d[v] = scale * gpt_expf(l[v] - lse);
+}
+
 void gpt_crossentropy_backward(float *dlogits, const float *logits, const float *lse, const int32_t *targets,
                                int N, int V, float scale)
 {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
-        const float *l = logits + (size_t)i * V;
         float *d = dlogits + (size_t)i * V;
         if (targets[i] < 0) {
             memset(d, 0, sizeof(float) * V);
             continue;
         }
-        float m = lse[i];
-#pragma omp simd
-        for (int v = 0; v < V; v++) d[v] = scale * gpt_expf(l[v] - m);
+        softmax_scaled_row(d, logits + (size_t)i * V, lse[i], V, scale);
         d[targets[i]] -= scale;
     }
 }
