@@ -3,7 +3,8 @@
 
     benchmarks/plot_memory.py in.json out.png [--rank R]
 
-One stacked bar per ZeRO stage: bytes per category on one rank (rank 0 by
+One stacked bar per ZeRO stage (grouped by dp size when the memory run
+measured several, --dp-sizes): bytes per category on one rank (rank 0 by
 default) as the engine's memory report gave them. For `zero-bench memory`
 output, a black tick marks the expected total (ZeRO formula + declared
 buffers) and a red diamond the process peak-RSS growth during that stage;
@@ -22,11 +23,11 @@ CATEGORIES = ["params", "grads", "master", "moments", "buffers", "other"]
 COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860"]
 
 
-def bars_from(doc, rank):
+def bars_from(stages, rank):
     """Per stage: (stage, {category: bytes}, expected total, engine peak, peak RSS growth);
     the last three are None for estimates."""
     out = []
-    for st in doc["stages"]:
+    for st in stages:
         if "ranks" in st:  # zero-bench memory
             ranks = {r["rank"]: r for r in st["ranks"]}
             if rank not in ranks:
@@ -43,7 +44,9 @@ def title_of(doc, rank):
     if doc.get("benchmark") == "estimate":
         return (f"ZeRO formula: {doc['params']:.3g} params, dp {doc['dp']}, "
                 f"{doc['dtype']} {doc['optimizer']} (per rank)")
-    return (f"zero-bench memory: {doc['numel']:,} params, world {doc['world']}, "
+    runs = doc.get("runs") or [{"world": doc["world"]}]
+    dp = ", ".join(str(r["world"]) for r in runs)
+    return (f"zero-bench memory: {doc['numel']:,} params, dp {dp}, "
             f"{doc['dtype']} {doc['optimizer']}, rank {rank}")
 
 
@@ -56,13 +59,21 @@ def main(argv=None):
 
     with open(args.input) as f:
         doc = json.load(f)
-    bars = bars_from(doc, args.rank)
+    # groups of bars: one per dp size measured (one group for estimates)
+    runs = doc.get("runs") or [{"world": doc.get("dp", doc.get("world")), "stages": doc["stages"]}]
+    groups = [(r["world"], bars_from(r["stages"], args.rank)) for r in runs]
+    bars, xs, labels, group_mid = [], [], [], []
+    for g, (dp, gbars) in enumerate(groups):
+        x0 = g * (len(gbars) + 1)
+        bars += gbars
+        xs += [x0 + i for i in range(len(gbars))]
+        labels += [f"stage {b[0]}" if len(groups) == 1 else f"s{b[0]}" for b in gbars]
+        group_mid.append((x0 + (len(gbars) - 1) / 2, dp))
     # GB (1e9) for estimates of real models, MB (1e6) for what a CPU run holds
     biggest = max(sum(b[1].get(c, 0) for c in CATEGORIES) for b in bars)
     scale, unit = (1e9, "GB") if biggest >= 1e9 else (1e6, "MB")
 
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
-    xs = list(range(len(bars)))
+    fig, ax = plt.subplots(figsize=(max(7, 1.1 * len(xs)), 4.5), dpi=100)
     bottoms = [0.0] * len(bars)
     for cat, color in zip(CATEGORIES, COLORS):
         heights = [b[1].get(cat, 0) / scale for b in bars]
@@ -70,21 +81,25 @@ def main(argv=None):
             continue
         ax.bar(xs, heights, bottom=bottoms, color=color, label=cat, width=0.6)
         bottoms = [lo + h for lo, h in zip(bottoms, heights)]
-    for x, (_, _, expected, peak, rss) in zip(xs, bars):
+    for j, (x, (_, _, expected, peak, rss)) in enumerate(zip(xs, bars)):
         if expected is not None:
             ax.hlines(expected / scale, x - 0.38, x + 0.38, colors="black", linewidth=2,
-                      label="formula + buffers" if x == 0 else None)
+                      label="formula + buffers" if j == 0 else None)
         if peak is not None:
             ax.hlines(peak / scale, x - 0.38, x + 0.38, colors="gray", linewidth=1.5, linestyles="dashed",
-                      label="engine peak (registration, micro-step)" if x == 0 else None)
+                      label="engine peak (registration, micro-step)" if j == 0 else None)
         if rss is not None:
             ax.plot([x], [rss / scale], marker="D", color="red", linestyle="none",
-                    label="peak RSS growth" if x == 0 else None)
+                    label="peak RSS growth" if j == 0 else None)
     for x, top in zip(xs, bottoms):
         ax.annotate(f"{top:.3g}", (x, top), ha="center", va="bottom", fontsize=8,
                     xytext=(0, 2), textcoords="offset points")
     ax.set_xticks(xs)
-    ax.set_xticklabels([f"stage {b[0]}" for b in bars])
+    ax.set_xticklabels(labels)
+    if len(groups) > 1:
+        for mid, dp in group_mid:
+            ax.annotate(f"dp {dp}", (mid, 0), xycoords=("data", "axes fraction"), xytext=(0, -28),
+                        textcoords="offset points", ha="center", va="top", fontsize=9)
     ax.set_ylabel(f"bytes per rank ({unit} = {scale:.0e} B)")
     ax.set_title(title_of(doc, args.rank), fontsize=10)
     ax.legend(fontsize=8)

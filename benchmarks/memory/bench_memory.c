@@ -39,7 +39,10 @@ static void usage(void)
             "  Runs --steps real steps per stage and reports, per rank, the engine's bytes\n"
             "  per category against the ZeRO formula + declared buffers (exit 3 if any\n"
             "  differs) and the process peak RSS. Defaults: --params 1e7 --dtype bf16\n"
-            "  --steps 2.\n%s",
+            "  --steps 2.\n%s"
+            "  --dp-sizes LIST     e.g. 1,2,4: measure each dp size in one run (the world is\n"
+            "                      cut into groups of that size; group 0 is reported);\n"
+            "                      default: the whole world\n",
             bench_run_usage);
 }
 
@@ -103,31 +106,21 @@ static json_t *category_object(const uint64_t *v)
     return o;
 }
 
-static int write_json(const bench_run_opts *o, const bench_model *m, int world, const int *stages, int nstages,
-                      const mem_record *all)
+/* One dp size's results: nstages x dp records, stage-major. */
+typedef struct mem_run {
+    int dp;
+    mem_record *rec;
+} mem_run;
+
+static json_t *stages_json(const mem_run *run, const int *stages, int nstages)
 {
-    json_t *root = json_object(), *cats = json_array(), *jst = json_array();
-    for (int c = 0; c < C; c++) json_array_append_new(cats, json_string(bench_category_names[c]));
-    json_object_set_new(root, "benchmark", json_string("memory"));
-    json_object_set_new(root, "params_target", json_real(o->params));
-    json_object_set_new(root, "numel", json_integer((json_int_t)m->numel));
-    json_object_set_new(root, "num_params", json_integer(m->num_params));
-    json_object_set_new(root, "num_modules", json_integer(m->num_modules));
-    json_object_set_new(root, "hidden", json_integer(m->hidden));
-    json_object_set_new(root, "world", json_integer(world));
-    json_object_set_new(root, "dtype", json_string(zero_dtype_name(o->dtype)));
-    json_object_set_new(root, "optimizer", json_string(o->optimizer == ZERO_OPTIM_ADAMW ? "adamw" : "sgd"));
-    json_object_set_new(root, "overlap_comm", json_integer(o->overlap));
-    json_object_set_new(root, "reduce_bucket_size", json_integer((json_int_t)o->bucket));
-    json_object_set_new(root, "steps", json_integer(o->steps));
-    json_object_set_new(root, "threads_per_rank", json_integer(bench_run_threads()));
-    json_object_set_new(root, "categories", cats);
+    json_t *jst = json_array();
     for (int i = 0; i < nstages; i++) {
         json_t *s = json_object(), *ranks = json_array();
         json_object_set_new(s, "stage", json_integer(stages[i]));
-        json_object_set_new(s, "padded_numel", json_integer((json_int_t)all[(size_t)i * world].padded_numel));
-        for (int r = 0; r < world; r++) {
-            const mem_record *rec = &all[(size_t)i * world + r];
+        json_object_set_new(s, "padded_numel", json_integer((json_int_t)run->rec[(size_t)i * run->dp].padded_numel));
+        for (int r = 0; r < run->dp; r++) {
+            const mem_record *rec = &run->rec[(size_t)i * run->dp + r];
             json_t *jr = json_object();
             json_object_set_new(jr, "rank", json_integer(r));
             json_object_set_new(jr, "measured", category_object(rec->measured));
@@ -147,36 +140,69 @@ static int write_json(const bench_run_opts *o, const bench_model *m, int world, 
         json_object_set_new(s, "ranks", ranks);
         json_array_append_new(jst, s);
     }
-    json_object_set_new(root, "stages", jst);
+    return jst;
+}
+
+/* Top-level "world" and "stages" hold the last (largest) dp size; "runs"
+ * holds every dp size measured, in order. */
+static int write_json(const bench_run_opts *o, const bench_model *m, const mem_run *runs, int nruns,
+                      const int *stages, int nstages)
+{
+    json_t *root = json_object(), *cats = json_array(), *jruns = json_array();
+    for (int c = 0; c < C; c++) json_array_append_new(cats, json_string(bench_category_names[c]));
+    json_object_set_new(root, "benchmark", json_string("memory"));
+    json_object_set_new(root, "params_target", json_real(o->params));
+    json_object_set_new(root, "numel", json_integer((json_int_t)m->numel));
+    json_object_set_new(root, "num_params", json_integer(m->num_params));
+    json_object_set_new(root, "num_modules", json_integer(m->num_modules));
+    json_object_set_new(root, "hidden", json_integer(m->hidden));
+    json_object_set_new(root, "dtype", json_string(zero_dtype_name(o->dtype)));
+    json_object_set_new(root, "optimizer", json_string(o->optimizer == ZERO_OPTIM_ADAMW ? "adamw" : "sgd"));
+    json_object_set_new(root, "overlap_comm", json_integer(o->overlap));
+    json_object_set_new(root, "reduce_bucket_size", json_integer((json_int_t)o->bucket));
+    json_object_set_new(root, "steps", json_integer(o->steps));
+    json_object_set_new(root, "threads_per_rank", json_integer(bench_run_threads()));
+    json_object_set_new(root, "categories", cats);
+    for (int k = 0; k < nruns; k++) {
+        json_t *jr = json_object();
+        json_object_set_new(jr, "world", json_integer(runs[k].dp));
+        json_object_set_new(jr, "stages", stages_json(&runs[k], stages, nstages));
+        json_array_append_new(jruns, jr);
+    }
+    json_object_set_new(root, "world", json_integer(runs[nruns - 1].dp));
+    json_object_set_new(root, "stages", stages_json(&runs[nruns - 1], stages, nstages));
+    json_object_set_new(root, "runs", jruns);
     int rc = json_dump_file(root, o->json_path, JSON_INDENT(2));
     json_decref(root);
     if (rc) fprintf(stderr, "zero-bench memory: cannot write %s\n", o->json_path);
     return rc ? 1 : 0;
 }
 
-static int write_csv(const char *path, int world, const int *stages, int nstages, const mem_record *all)
+static int write_csv(const char *path, const mem_run *runs, int nruns, const int *stages, int nstages)
 {
     FILE *f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "zero-bench memory: cannot write %s\n", path);
         return 1;
     }
-    fprintf(f, "stage,rank,category,measured_bytes,expected_bytes,formula_bytes\n");
-    for (int i = 0; i < nstages; i++)
-        for (int r = 0; r < world; r++) {
-            const mem_record *rec = &all[(size_t)i * world + r];
-            for (int c = 0; c < C; c++)
-                fprintf(f, "%d,%d,%s,%llu,%llu,%llu\n", stages[i], r, bench_category_names[c],
-                        (unsigned long long)rec->measured[c], (unsigned long long)rec->expected[c],
-                        (unsigned long long)rec->formula[c]);
-        }
+    fprintf(f, "world,stage,rank,category,measured_bytes,expected_bytes,formula_bytes\n");
+    for (int k = 0; k < nruns; k++)
+        for (int i = 0; i < nstages; i++)
+            for (int r = 0; r < runs[k].dp; r++) {
+                const mem_record *rec = &runs[k].rec[(size_t)i * runs[k].dp + r];
+                for (int c = 0; c < C; c++)
+                    fprintf(f, "%d,%d,%d,%s,%llu,%llu,%llu\n", runs[k].dp, stages[i], r, bench_category_names[c],
+                            (unsigned long long)rec->measured[c], (unsigned long long)rec->expected[c],
+                            (unsigned long long)rec->formula[c]);
+            }
     return fclose(f) ? 1 : 0;
 }
 
-static void print_table(const bench_run_opts *o, const bench_model *m, int world, const int *stages,
-                        int nstages, const mem_record *all)
+static void print_table(const bench_run_opts *o, const bench_model *m, const mem_run *run, const int *stages,
+                        int nstages)
 {
-    printf("zero-bench memory: %llu params (%d tensors, %d modules, h=%d), world %d, %s, %s, %d step%s\n",
+    const int world = run->dp;
+    printf("zero-bench memory: %llu params (%d tensors, %d modules, h=%d), dp %d, %s, %s, %d step%s\n",
            (unsigned long long)m->numel, m->num_params, m->num_modules, m->hidden, world,
            zero_dtype_name(o->dtype), o->optimizer == ZERO_OPTIM_ADAMW ? "AdamW" : "SGD", o->steps,
            o->steps == 1 ? "" : "s");
@@ -187,7 +213,7 @@ static void print_table(const bench_run_opts *o, const bench_model *m, int world
            "eng.peak", "rss", "rss/pk");
     for (int i = 0; i < nstages; i++)
         for (int r = 0; r < world; r++) {
-            const mem_record *rec = &all[(size_t)i * world + r];
+            const mem_record *rec = &run->rec[(size_t)i * world + r];
             const uint64_t *v = rec->measured;
             int exact = !memcmp(rec->measured, rec->expected, sizeof rec->measured);
             printf("%-5d %-4d %9.3f %9.3f %9.3f %9.3f %9.3f %7.3f %10.3f %10.3f %10.3f %6s %10.3f ", stages[i], r,
@@ -207,6 +233,31 @@ static void print_table(const bench_run_opts *o, const bench_model *m, int world
                                (unsigned long long)rec->expected[c],
                                (long long)(rec->measured[c] - rec->expected[c]));
         }
+}
+
+/* All stages at dp size `dp`: the world is cut into groups of dp ranks
+ * (world ranks [g*dp, (g+1)*dp)); every group runs, group 0 is reported.
+ * Collective over the world. */
+static int run_dp(const bench_run_opts *o, bench_model *m, zero_comm *world, zero_device *dev, int dp,
+                  const int *stages, int nstages, mem_run *out)
+{
+    const int rank = zero_comm_rank(world), size = zero_comm_size(world);
+    out->dp = dp;
+    out->rec = calloc((size_t)nstages * (size_t)dp, sizeof *out->rec);
+    mem_record *all = calloc((size_t)size, sizeof *all);
+    zero_comm *group = world;
+    int rc = out->rec && all ? 0 : 1;
+    if (!rc && dp != size) rc = bench_failed(zero_comm_split(world, rank / dp, rank, &group), "memory: comm split");
+    for (int i = 0; i < nstages && !rc; i++) {
+        mem_record mine;
+        rc = run_stage(o, m, group, dev, stages[i], &mine);
+        if (!rc)
+            rc = bench_failed(zero_allgather(world, &mine, all, REC_WORDS, ZERO_I64), "memory: allgather of results");
+        if (!rc) memcpy(&out->rec[(size_t)i * dp], all, (size_t)dp * sizeof *all); /* group 0 */
+    }
+    if (group != world) zero_comm_destroy(group);
+    free(all);
+    return rc;
 }
 
 int bench_cmd_memory(int argc, char **argv)
@@ -234,24 +285,34 @@ int bench_cmd_memory(int argc, char **argv)
     int stages[4], nstages = 0;
     for (int s = 0; s < 4; s++)
         if (o.stage_mask & (1u << s)) stages[nstages++] = s;
-    mem_record *all = calloc((size_t)nstages * (size_t)size, sizeof *all);
-    int rc = all ? 0 : 1;
-    for (int i = 0; i < nstages && !rc; i++) {
-        mem_record mine;
-        rc = run_stage(&o, &m, world, dev, stages[i], &mine);
-        if (!rc)
-            rc = bench_failed(zero_allgather(world, &mine, &all[(size_t)i * size], REC_WORDS, ZERO_I64),
-                              "memory: allgather of results");
-    }
+    int dps[BENCH_MAX_DP_SIZES], ndps = o.ndp;
+    if (ndps == 0) dps[ndps++] = size;
+    else memcpy(dps, o.dp_sizes, (size_t)ndps * sizeof *dps);
+    for (int k = 0; k < ndps; k++)
+        if (dps[k] > size || size % dps[k]) {
+            if (rank == 0)
+                fprintf(stderr, "zero-bench memory: --dp-sizes %d does not divide the %d running ranks\n", dps[k],
+                        size);
+            zero_device_close(dev);
+            zero_comm_destroy(world);
+            return 2;
+        }
+
+    mem_run runs[BENCH_MAX_DP_SIZES] = {{0}};
+    int rc = 0;
+    for (int k = 0; k < ndps && !rc; k++) rc = run_dp(&o, &m, world, dev, dps[k], stages, nstages, &runs[k]);
     int mismatch = 0;
     if (!rc && rank == 0) {
-        for (size_t k = 0; k < (size_t)nstages * size; k++)
-            mismatch |= memcmp(all[k].measured, all[k].expected, sizeof all[k].measured) != 0;
-        print_table(&o, &m, size, stages, nstages, all);
-        if (o.json_path) rc |= write_json(&o, &m, size, stages, nstages, all);
-        if (o.csv_path) rc |= write_csv(o.csv_path, size, stages, nstages, all);
+        for (int k = 0; k < ndps; k++) {
+            for (size_t j = 0; j < (size_t)nstages * runs[k].dp; j++)
+                mismatch |= memcmp(runs[k].rec[j].measured, runs[k].rec[j].expected, sizeof runs[k].rec[j].measured);
+            if (k) printf("\n");
+            print_table(&o, &m, &runs[k], stages, nstages);
+        }
+        if (o.json_path) rc |= write_json(&o, &m, runs, ndps, stages, nstages);
+        if (o.csv_path) rc |= write_csv(o.csv_path, runs, ndps, stages, nstages);
     }
-    free(all);
+    for (int k = 0; k < ndps; k++) free(runs[k].rec);
     bench_model_free(&m);
     zero_device_close(dev);
     zero_comm_destroy(world);

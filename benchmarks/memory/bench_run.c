@@ -73,6 +73,16 @@ int bench_run_parse(bench_run_opts *o, int argc, char **argv, const char *cmd)
         } else if (!strcmp(a, "--gemm-reps")) {
             bad = bench_parse_count(v, &x) || x < 1;
             o->gemm_reps = (int)x;
+        } else if (!strcmp(a, "--dp-sizes")) {
+            o->ndp = 0;
+            for (const char *q = v; *q && !bad;) {
+                char *end = NULL;
+                long d = strtol(q, &end, 10);
+                bad = end == q || d < 1 || d > 1 << 20 || o->ndp == BENCH_MAX_DP_SIZES || (*end && *end != ',');
+                if (!bad) o->dp_sizes[o->ndp++] = (int)d;
+                q = *end ? end + 1 : end;
+            }
+            bad = bad || o->ndp == 0;
         } else if (!strcmp(a, "--threads")) {
             bad = bench_parse_count(v, &x) || x < 1 || x > 4096;
             o->threads = (int)x;

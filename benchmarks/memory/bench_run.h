@@ -5,6 +5,8 @@
 
 #include <zero/zero.h>
 
+#define BENCH_MAX_DP_SIZES 8
+
 typedef struct bench_run_opts {
     double params;           /* target parameter count */
     int layers;              /* MLP blocks (modules) */
@@ -21,6 +23,7 @@ typedef struct bench_run_opts {
     int warmup;              /* steptime: unmeasured steps first */
     int gemm_n, gemm_reps;   /* steptime: synthetic compute per module */
     int threads;             /* OpenMP threads per rank; 0 = online cores / ranks on this node */
+    int dp_sizes[BENCH_MAX_DP_SIZES], ndp; /* memory: dp sizes to measure; none = the world */
     const char *json_path, *csv_path;
 } bench_run_opts;
 

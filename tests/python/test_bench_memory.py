@@ -25,7 +25,13 @@ def memory(tmp_path, world, *args):
 
 
 def check_exact(doc):
-    for st in doc["stages"]:
+    for run in doc["runs"]:
+        check_exact_stages(run["stages"])
+    check_exact_stages(doc["stages"])
+
+
+def check_exact_stages(stages):
+    for st in stages:
         for r in st["ranks"]:
             assert r["measured"] == r["expected"], (
                 f"stage {st['stage']} rank {r['rank']}: report {r['measured']} != formula + buffers "
@@ -75,6 +81,7 @@ def test_memory_csv_and_chart(tmp_path):
          "--json", out_json], world=2)
     rows = list(csv.DictReader(out_csv.open()))
     assert len(rows) == 2 * 2 * len(CATS)
+    assert {r["world"] for r in rows} == {"2"}
     assert {r["stage"] for r in rows} == {"0", "3"}
     assert all(r["measured_bytes"] == r["expected_bytes"] for r in rows)
     doc = json.loads(out_json.read_text())
@@ -87,6 +94,26 @@ def test_memory_csv_and_chart(tmp_path):
     plot(out_json, png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert matplotlib.image.imread(str(png)).shape[1] >= 500
+
+
+def test_memory_several_dp_sizes_in_one_run(tmp_path):
+    """--dp-sizes 1,2 under 2 ranks: each dp size exact; dp 2 shards what the
+    formula says it shards (optimizer state halves at stage 1, grads too at 2)."""
+    doc = memory(tmp_path, 2, "--params", 2e5, "--layers", 2, "--bucket", 20011, "--dp-sizes", "1,2")
+    assert [r["world"] for r in doc["runs"]] == [1, 2]
+    check_exact(doc)
+    assert doc["world"] == 2 and doc["stages"] == doc["runs"][1]["stages"]
+    one, two = ({s["stage"]: s["ranks"][0]["formula"] for s in r["stages"]} for r in doc["runs"])
+    assert [len(s["ranks"]) for s in doc["runs"][0]["stages"]] == [1] * 4
+    for s in range(4):
+        assert one[s] == one[0], "dp 1 shards nothing"
+    P1 = doc["runs"][0]["stages"][0]["padded_numel"]
+    P2 = doc["runs"][1]["stages"][0]["padded_numel"]
+    assert P2 >= P1 and P2 % 2 == 0
+    assert two[1]["moments"] * 2 == 8 * P2 and two[2]["grads"] * 2 == 2 * P2
+    png = tmp_path / "dp.png"
+    plot(tmp_path / "mem.json", png)
+    assert matplotlib.image.imread(str(png)).shape[1] >= 700
 
 
 def test_memory_wrong_world_is_an_error(tmp_path):
