@@ -22,6 +22,13 @@ static void books_sub(zero_books *b, zero_mem_category cat, size_t bytes)
     b->total -= bytes;
 }
 
+zero_status zero_memset_zero(zero_engine *e, void *ptr, size_t bytes)
+{
+    zero_status st = zero_fill(e->dev, ptr, ZERO_F32, bytes / 4, 0.0f, NULL);
+    if (st == ZERO_OK && bytes % 4) st = zero_memcpy(e->dev, (char *)ptr + bytes - bytes % 4, "\0\0\0", bytes % 4);
+    return st;
+}
+
 zero_status engine_alloc(zero_engine *e, zero_mem_category cat, size_t bytes, void **out)
 {
     return engine_alloc_ex(e, cat, bytes, 1, out);
@@ -44,9 +51,7 @@ zero_status engine_alloc_ex(zero_engine *e, zero_mem_category cat, size_t bytes,
         books_add(&e->books, cat, bytes);
         return ZERO_OK;
     }
-    st = zero_fill(e->dev, *out, ZERO_F32, bytes / 4, 0.0f, NULL);
-    if (st == ZERO_OK && bytes % 4) st = zero_memcpy(e->dev, (char *)*out + bytes - bytes % 4,
-                                                     "\0\0\0", bytes % 4);
+    st = zero_memset_zero(e, *out, bytes);
     if (st != ZERO_OK) {
         zero_device_free(e->dev, *out);
         *out = NULL;
@@ -77,4 +82,55 @@ void engine_host_free(zero_engine *e, zero_mem_category cat, size_t bytes, void 
     if (!ptr) return;
     free(ptr);
     books_sub(&e->books, cat, bytes);
+}
+
+/* ---------------------------------------------------------------- transient buffers
+ * Stage-3 gathered modules and stage-2/3 module gradient buffers live for a
+ * part of a micro-step. Instead of returning them to the system at once
+ * (and paying page faults on every gather), released ones wait in a small
+ * cache, counted under "buffers", for a request of the same size within the
+ * step; step() and zero_grad() empty it, so the steady state holds none. */
+
+zero_status engine_transient_get(zero_engine *e, zero_mem_category cat, size_t bytes, int zeroed, void **out)
+{
+    for (int i = 0; i < e->num_cached; i++) {
+        if (e->cache[i].bytes != bytes) continue;
+        *out = e->cache[i].ptr;
+        e->cache[i] = e->cache[--e->num_cached];
+        books_sub(&e->books, ZERO_MEM_BUFFERS, bytes);
+        books_add(&e->books, cat, bytes);
+        if (zeroed) {
+            zero_status st = zero_memset_zero(e, *out, bytes);
+            if (st != ZERO_OK) {
+                engine_free(e, cat, bytes, *out);
+                *out = NULL;
+                return st;
+            }
+        }
+        return ZERO_OK;
+    }
+    return engine_alloc_ex(e, cat, bytes, zeroed, out);
+}
+
+void engine_transient_put(zero_engine *e, zero_mem_category cat, size_t bytes, void *ptr)
+{
+    if (!ptr) return;
+    if (e->num_cached == ENGINE_CACHE_SLOTS) {
+        /* full: drop the oldest */
+        engine_free(e, ZERO_MEM_BUFFERS, e->cache[0].bytes, e->cache[0].ptr);
+        e->cache[0] = e->cache[--e->num_cached];
+    }
+    books_sub(&e->books, cat, bytes);
+    books_add(&e->books, ZERO_MEM_BUFFERS, bytes);
+    e->cache[e->num_cached].ptr = ptr;
+    e->cache[e->num_cached].bytes = bytes;
+    e->num_cached++;
+}
+
+void engine_transient_trim(zero_engine *e)
+{
+    while (e->num_cached > 0) {
+        e->num_cached--;
+        engine_free(e, ZERO_MEM_BUFFERS, e->cache[e->num_cached].bytes, e->cache[e->num_cached].ptr);
+    }
 }

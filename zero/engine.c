@@ -139,6 +139,7 @@ void zero_engine_destroy(zero_engine *e)
         (void)gather_drop_prefetches(e, "engine destroy");
     }
     gather_free_all(e);
+    engine_transient_trim(e);
     for (int i = 0; i < e->num_modules; i++) {
         zero_module *m = &e->modules[i];
         if (m->grad) engine_free(e, ZERO_MEM_GRADS, m->grad_numel * e->dsize, m->grad);
@@ -406,7 +407,7 @@ zero_status zero_engine_param_grad(zero_engine *e, int param, void **out)
         return ZERO_OK;
     }
     zero_module *m = &e->modules[p->module];
-    if (!m->grad) ZERO_TRY(engine_alloc(e, ZERO_MEM_GRADS, m->grad_numel * e->dsize, &m->grad));
+    if (!m->grad) ZERO_TRY(engine_transient_get(e, ZERO_MEM_GRADS, m->grad_numel * e->dsize, 1, &m->grad));
     *out = elem_ptr(e, m->grad, b->module_off + p->in_bucket);
     return ZERO_OK;
 }

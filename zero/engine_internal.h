@@ -69,6 +69,13 @@ typedef struct zero_slot {
     int bucket;
 } zero_slot;
 
+#define ENGINE_CACHE_SLOTS 4
+
+typedef struct zero_cached {
+    void *ptr;
+    size_t bytes;
+} zero_cached;
+
 /* The accounting allocator's books. */
 typedef struct zero_books {
     uint64_t bytes[ZERO_MEM_CATEGORY_COUNT];
@@ -100,6 +107,8 @@ struct zero_engine {
     int own_master;       /* fp32 compute: params are their own master */
 
     zero_books books;
+    zero_cached cache[ENGINE_CACHE_SLOTS]; /* released transient buffers (alloc.c) */
+    int num_cached;
 
     /* device buffers */
     void *params_full;    /* stages 0-2: flat layout, compute dtype */
@@ -133,6 +142,14 @@ zero_status engine_alloc(zero_engine *e, zero_mem_category cat, size_t bytes, vo
 /* zeroed = 0: for a buffer the caller overwrites whole before any read. */
 zero_status engine_alloc_ex(zero_engine *e, zero_mem_category cat, size_t bytes, int zeroed, void **out);
 void engine_free(zero_engine *e, zero_mem_category cat, size_t bytes, void *ptr);
+/* Zero `bytes` of device memory. */
+zero_status zero_memset_zero(zero_engine *e, void *ptr, size_t bytes);
+/* Transient buffers (gathered modules, module gradients): reuse a released
+ * buffer of the same size if one is cached; put caches it (category
+ * buffers) or frees the oldest; trim frees the cache. */
+zero_status engine_transient_get(zero_engine *e, zero_mem_category cat, size_t bytes, int zeroed, void **out);
+void engine_transient_put(zero_engine *e, zero_mem_category cat, size_t bytes, void *ptr);
+void engine_transient_trim(zero_engine *e);
 /* Host memory, counted (init values before finalize). */
 zero_status engine_host_alloc(zero_engine *e, zero_mem_category cat, size_t bytes, void **out);
 void engine_host_free(zero_engine *e, zero_mem_category cat, size_t bytes, void *ptr);

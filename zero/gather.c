@@ -26,7 +26,7 @@ static zero_status trace_push(zero_engine *e, int **arr, int *len, int *cap, int
 static zero_status issue_gather(zero_engine *e, zero_module *m, int async, const char *what)
 {
     /* every element, padding included, arrives by the all-gather */
-    ZERO_TRY(engine_alloc_ex(e, ZERO_MEM_PARAMS, m->gather_numel * e->dsize, 0, &m->gathered));
+    ZERO_TRY(engine_transient_get(e, ZERO_MEM_PARAMS, m->gather_numel * e->dsize, 0, &m->gathered));
     if (!m->reqs) {
         m->reqs = calloc((size_t)m->num_buckets, sizeof *m->reqs);
         if (!m->reqs) return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "%s: out of memory", what);
@@ -71,7 +71,7 @@ static zero_status wait_gather(zero_engine *e, zero_module *m, const char *what)
 static void free_gathered(zero_engine *e, zero_module *m)
 {
     if (m->gathered) {
-        engine_free(e, ZERO_MEM_PARAMS, m->gather_numel * e->dsize, m->gathered);
+        engine_transient_put(e, ZERO_MEM_PARAMS, m->gather_numel * e->dsize, m->gathered);
         e->live_numel -= m->gather_numel;
     }
     m->gathered = NULL;

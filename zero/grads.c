@@ -88,7 +88,7 @@ zero_status zero_engine_grads_ready(zero_engine *e, int module)
     /* Stages 2-3: a module whose gradient was never asked for this
      * micro-step contributes zeros (the reduction is collective anyway). */
     if (e->cfg.stage >= 2 && !m->grad)
-        ZERO_TRY(engine_alloc(e, ZERO_MEM_GRADS, m->grad_numel * e->dsize, &m->grad));
+        ZERO_TRY(engine_transient_get(e, ZERO_MEM_GRADS, m->grad_numel * e->dsize, 1, &m->grad));
     for (int i = 0; i < m->num_buckets; i++) {
         const zero_bucket *b = &e->buckets[m->bucket_ids[i]];
         void *src = engine_bucket_grad(e, b);
@@ -100,7 +100,7 @@ zero_status zero_engine_grads_ready(zero_engine *e, int module)
         }
     }
     if (e->cfg.stage >= 2) {
-        engine_free(e, ZERO_MEM_GRADS, m->grad_numel * e->dsize, m->grad);
+        engine_transient_put(e, ZERO_MEM_GRADS, m->grad_numel * e->dsize, m->grad);
         m->grad = NULL;
     }
     m->ready_count++;
@@ -119,6 +119,7 @@ zero_status grads_zero_all(zero_engine *e)
         m->grad = NULL;
         m->ready_count = 0;
     }
+    engine_transient_trim(e);
     return ZERO_OK;
 }
 

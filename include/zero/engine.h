@@ -294,7 +294,9 @@ typedef enum zero_mem_category {
  *            with overlap_comm else 1 (fp32 bucket staging + fp32 chunk receive)
  * While a micro-step is in progress, stages 2-3 add the module gradient
  * buffers in use (grads) and stage 3 the gathered / prefetched modules
- * (params), each the module's padded bucket numel * d. */
+ * (params), each the module's padded bucket numel * d; released ones are
+ * kept for reuse within the step (at most 4, under buffers) and freed by
+ * step() and zero_grad(). */
 typedef struct zero_memory_report {
     uint64_t bytes[ZERO_MEM_CATEGORY_COUNT];
     uint64_t peak[ZERO_MEM_CATEGORY_COUNT];
