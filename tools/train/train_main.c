@@ -291,11 +291,20 @@ static int resume(run *r, const char *path)
     return rc;
 }
 
-static double allreduce_sum(run *r, double v)
+static double cpu_s(void)
 {
-    double out = v;
-    if (r->world > 1 && zero_allreduce(r->host_comm, &v, &out, 1, ZERO_F64, ZERO_SUM) != ZERO_OK) return NAN;
-    return out;
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Sum two scalars over the ranks (the loss and the CPU time of the step). */
+static void allreduce_sum2(run *r, double *a, double *b)
+{
+    double v[2] = {*a, *b}, out[2] = {*a, *b};
+    if (r->world > 1 && zero_allreduce(r->host_comm, v, out, 2, ZERO_F64, ZERO_SUM) != ZERO_OK) out[0] = out[1] = NAN;
+    *a = out[0];
+    *b = out[1];
 }
 
 static int train_loop(run *r)
@@ -309,7 +318,7 @@ static int train_loop(run *r)
     uint64_t start_tokens = r->tokens;
     int rc = 0;
     while (r->step < c->steps) {
-        double t0 = now_s();
+        double t0 = now_s(), c0 = cpu_s();
         double lr = train_sched_lr(&c->sched, c->lr, r->step);
         zero_engine_set_lr(r->engine, lr);
         float dloss = (float)zero_engine_loss_scale(r->engine);
@@ -334,7 +343,9 @@ static int train_loop(run *r)
         r->step++;
         r->consumed += (uint64_t)c->train_batch_size;
         r->tokens += (uint64_t)c->train_batch_size * (uint64_t)c->seq_len;
-        double loss = allreduce_sum(r, loss_sum / c->grad_accum) / r->world;
+        double loss = loss_sum / c->grad_accum, cpu = cpu_s() - c0;
+        allreduce_sum2(r, &loss, &cpu);
+        loss /= r->world;
         zero_memory_report mem;
         zero_engine_memory_report(r->engine, &mem);
         double mib = (double)mem.total / (1024.0 * 1024.0), mn = mib, mx = mib;
@@ -349,7 +360,7 @@ static int train_loop(run *r)
         last_loss = loss;
         if (r->rank == 0) {
             train_step_stats s = {r->step, c->steps, loss, lr, res.grad_norm, res.loss_scale, res.skipped, dt,
-                                  (double)c->train_batch_size * c->seq_len / dt, r->tokens, mn, mx};
+                                  (double)c->train_batch_size * c->seq_len / dt, r->tokens, mn, mx, cpu};
             train_progress_step(&r->progress, &s);
         }
         if (c->ckpt_dir && c->ckpt_every > 0 && r->step % c->ckpt_every == 0 && r->step < c->steps &&

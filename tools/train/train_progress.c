@@ -42,10 +42,10 @@ void train_progress_step(train_progress *p, const train_step_stats *s)
         /* %.17g: the loss round-trips, so runs can be compared bitwise */
         fprintf(p->metrics,
                 "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, \"loss_scale\": %g, "
-                "\"skipped\": %d, \"step_s\": %.6f, \"tokens_per_s\": %.1f, \"tokens\": %llu, "
+                "\"skipped\": %d, \"step_s\": %.6f, \"cpu_s\": %.6f, \"tokens_per_s\": %.1f, \"tokens\": %llu, "
                 "\"mem_max_mib\": %.3f}\n",
                 (long long)s->step, s->loss, s->lr, s->grad_norm, s->loss_scale, s->skipped, s->step_s,
-                s->tokens_per_s, (unsigned long long)s->tokens, s->mem_max_mib);
+                s->cpu_s, s->tokens_per_s, (unsigned long long)s->tokens, s->mem_max_mib);
         fflush(p->metrics);
     }
     p->window_loss += s->loss;

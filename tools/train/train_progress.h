@@ -18,6 +18,7 @@ typedef struct train_step_stats {
     double tokens_per_s; /* this step, all ranks */
     uint64_t tokens;     /* processed so far, all ranks */
     double mem_min_mib, mem_max_mib; /* engine memory over ranks */
+    double cpu_s;        /* CPU time of this step, all ranks' processes (all threads) */
 } train_step_stats;
 
 typedef struct train_progress {
