@@ -407,7 +407,8 @@ typedef struct zero_engine_scalars {
     int64_t skipped_steps; /* fp16 overflow steps skipped */
     double loss_scale;     /* current loss scale (1 unless fp16) */
     int hysteresis_left;   /* overflows still tolerated before the scale drops */
-    int64_t good_steps;    /* non-overflow steps since the last scale change or overflow */
+    int64_t good_steps;    /* non-overflow steps since the last overflow; the scale doubles
+                              whenever it reaches a multiple of loss_scale_window */
     double lr;
 } zero_engine_scalars;
 
