@@ -85,3 +85,30 @@ def test_loss_falls(tmp_path, ranks, stage):
     assert all(r["tokens_per_s"] > 0 and r["grad_norm"] > 0 for r in rows)
     # piped output: plain lines, no terminal control sequences
     assert "\r" not in p.stdout and "\033" not in p.stdout
+
+
+def test_progress_bar_on_a_terminal(tmp_path):
+    """On a terminal the bar is redrawn in place (carriage return + erase line)."""
+    import pty
+    import subprocess
+    from train_helpers import exe
+    master, slave = pty.openpty()
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    p = subprocess.Popen([exe("zero-train")] + TINY + ["--data", corpus(tmp_path), "--steps", "6", "--log-every", "3"],
+                         stdout=slave, stderr=subprocess.PIPE, env=env)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    p.wait(timeout=120)
+    os.close(master)
+    text = out.decode(errors="replace")
+    assert p.returncode == 0
+    assert "\r\033[2K[" in text and "] 4/6" in text, text[-2000:]
+    assert "step      6/6" in text
