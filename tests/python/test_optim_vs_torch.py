@@ -29,7 +29,8 @@ relative too.
 World size 2 runs under tests/mpirun.sh 2 with each gradient split between
 the ranks so that the engine's average equals the reference gradient bit for
 bit (see the driver); it runs at stages 1 and 3 with small buckets, so the
-optimizer works on real shards.
+optimizer works on real shards. With bf16 compute the engine's fp32 master
+weights are compared with fp32 torch.optim fed the bf16-rounded gradients.
 """
 import os
 import pathlib
@@ -203,3 +204,23 @@ def test_sgd_variants_match_torch(tmp_path, hp):
     init, grads = make_problem(seed=7)
     engine = run_engine(tmp_path, init, grads, 1, dict(hp, clip=0.0))
     compare(engine, run_torch(init, grads, "sgd", hp, 0.0), init)
+
+
+def to_bf16_values(a):
+    """float32 array -> the nearest bf16 values (round to nearest even), as float32."""
+    return torch.from_numpy(a).to(torch.bfloat16).to(torch.float32).numpy()
+
+
+@pytest.mark.parametrize("layout", [LAYOUTS[0], LAYOUTS[2]], ids=lambda t: f"world{t[0]}-stage{t[1]}")
+@pytest.mark.parametrize("clip", [0.0, 1.0], ids=["noclip", "clip1"])
+def test_bf16_master_weights_match_torch(tmp_path, clip, layout):
+    """bf16 compute: the engine takes bf16 gradients, reduces them in fp32 and
+    updates fp32 master weights; those must follow fp32 torch.optim.AdamW fed
+    the same (bf16-rounded) gradients, to the same tolerance."""
+    world, stage, bucket, persistence = layout
+    init, grads = make_problem(seed=zlib.crc32(f"bf16/{clip}/{world}/{stage}".encode()))
+    grads = [[to_bf16_values(g) for g in step] for step in grads]
+    opts = dict(ADAMW, clip=clip, stage=stage, bucket=bucket, persistence=persistence, dtype="bf16")
+    engine = run_engine(tmp_path, init, grads, world, opts)
+    worst = compare(engine, run_torch(init, grads, "adamw", ADAMW, clip), init)
+    print(f"worst error {worst:.3g}")

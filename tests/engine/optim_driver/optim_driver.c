@@ -3,11 +3,14 @@
  *   optim_driver IN OUT [--opt adamw|sgd] [--lr X] [--beta1 X] [--beta2 X]
  *                [--eps X] [--wd X] [--momentum X] [--dampening X]
  *                [--nesterov 0|1] [--clip X] [--stage S] [--bucket N]
- *                [--persistence N]
+ *                [--persistence N] [--dtype f32|bf16]
  *
  * Reads parameters and per-step gradients, runs every step through the
- * engine (fp32 compute), and writes the parameters after each step, for the
- * test to compare with torch.optim on the same inputs.
+ * engine, and writes the fp32 master parameters after each step, for the
+ * test to compare with torch.optim on the same inputs. With --dtype bf16 the
+ * gradients must be bf16 values already (the test rounds them); the engine
+ * gets them in its bf16 gradient buffers, and its fp32 master weights must
+ * follow fp32 torch.optim fed the same rounded gradients.
  *
  * IN (little-endian):  "ZOPTIN01", u32 nparams, u32 nsteps, u64 numel[nparams],
  *                      f32 init (all params concatenated),
@@ -21,6 +24,9 @@
  * (same sign), 2g - b is exact (Sterbenz), so a + b = 2g exactly and the
  * fp32 sum of two ranks followed by the engine's * 1/2 gives back g bit for
  * bit. The driver checks a + b == 2g for every element before using it.
+ * In bf16 the same holds: g and b = bf16(1.375 g) are bf16 values, so
+ * Sterbenz's lemma in bf16 makes 2g - b a bf16 value too, and the engine's
+ * fp32 sum of the two is 2g exactly.
  *
  * Exit status: 0 ok, 1 failure (message on stderr), 2 usage. */
 #include <stdint.h>
@@ -78,19 +84,27 @@ static int read_input(const char *path, input *in)
     return ok ? 0 : 1;
 }
 
+static float round_bf16(float x) { return zero_bf16_to_f32(zero_f32_to_bf16(x)); }
+
 /* This rank's share of the reference gradient (see the top comment). */
-static int split_gradient(const float *g, float *mine, uint64_t n, int rank, int world)
+static int split_gradient(const float *g, float *mine, uint64_t n, int rank, int world, int bf16)
 {
-    if (world == 1) {
-        memcpy(mine, g, n * sizeof *g);
-        return 0;
-    }
     for (uint64_t i = 0; i < n; i++) {
+        if (bf16 && round_bf16(g[i]) != g[i]) {
+            fprintf(stderr, "optim_driver: --dtype bf16 but gradient element %llu (%.9g) is not a bf16 value\n",
+                    (unsigned long long)i, (double)g[i]);
+            return 1;
+        }
+        if (world == 1) {
+            mine[i] = g[i];
+            continue;
+        }
         volatile float twice = 2.0f * g[i]; /* volatile: no excess precision, no fusing */
         volatile float b = 1.375f * g[i];
+        if (bf16) b = round_bf16(b);
         volatile float a = twice - b;
         volatile float sum = a + b;
-        if (sum != twice) {
+        if (sum != twice || (bf16 && round_bf16(a) != a)) {
             fprintf(stderr, "optim_driver: gradient split not exact at element %llu (g=%.9g)\n",
                     (unsigned long long)i, (double)g[i]);
             return 1;
@@ -125,6 +139,14 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--stage")) cfg.stage = (int)v;
         else if (!strcmp(k, "--bucket")) cfg.reduce_bucket_size = (uint64_t)v;
         else if (!strcmp(k, "--persistence")) cfg.stage3_param_persistence_threshold = (uint64_t)v;
+        else if (!strcmp(k, "--dtype")) {
+            if (!strcmp(argv[i + 1], "bf16")) cfg.compute_dtype = ZERO_BF16;
+            else if (!strcmp(argv[i + 1], "f32")) cfg.compute_dtype = ZERO_F32;
+            else {
+                fprintf(stderr, "optim_driver: --dtype f32 or bf16\n");
+                return 2;
+            }
+        }
         else {
             fprintf(stderr, "optim_driver: unknown option %s\n", k);
             return 2;
@@ -135,6 +157,7 @@ int main(int argc, char **argv)
         return 2;
     }
 
+    const int bf16 = cfg.compute_dtype == ZERO_BF16;
     input in = {0};
     if (read_input(argv[1], &in)) return 1;
 
@@ -208,7 +231,7 @@ int main(int argc, char **argv)
     }
 
     for (uint32_t s = 0; s < in.nsteps; s++) {
-        if (split_gradient(in.grads + (size_t)s * in.total, mine, in.total, rank, size)) goto done;
+        if (split_gradient(in.grads + (size_t)s * in.total, mine, in.total, rank, size, bf16)) goto done;
         /* backward in reverse module order, as a trainer would */
         for (int m = nmodules - 1; m >= 0; m--) {
             if ((st = zero_engine_gather(e, m)) != ZERO_OK) {
@@ -222,8 +245,15 @@ int main(int argc, char **argv)
                     rc = fail("param_grad", st, zero_engine_last_error(e));
                     goto done;
                 }
-                float *g = grad;
-                for (uint64_t k = 0; k < in.numel[p]; k++) g[k] += mine[in.offset[p] + k];
+                const float *src = mine + in.offset[p];
+                if (bf16) { /* += in the compute dtype; exact: the buffer is zero, src is bf16 */
+                    uint16_t *g = grad;
+                    for (uint64_t k = 0; k < in.numel[p]; k++)
+                        g[k] = zero_f32_to_bf16(zero_bf16_to_f32(g[k]) + src[k]);
+                } else {
+                    float *g = grad;
+                    for (uint64_t k = 0; k < in.numel[p]; k++) g[k] += src[k];
+                }
             }
             if ((st = zero_engine_grads_ready(e, m)) != ZERO_OK) {
                 rc = fail("grads_ready", st, zero_engine_last_error(e));
