@@ -247,6 +247,7 @@ void zero_comm_destroy(zero_comm *comm)
         if (comm->failed == ZERO_OK) comm->failed = ZERO_INVALID_STATE;
     }
     if (comm->be && comm->be->destroy) comm->be->destroy(comm);
+    coll_scratch_release(&comm->scratch);
 #if ZERO_HAVE_MPI
     if (comm->owns_mpi) mpi_env_release();
 #endif

@@ -41,6 +41,25 @@ struct zero_request {
     void *impl;        /* backend state (an MPI request, a CUDA event, ...) */
 };
 
+/* One reusable temporary buffer per comm. Large ops need tens of MB of
+ * scratch; malloc'ing it per op means mmap + a page fault per 4 KiB every
+ * time (glibc maps blocks over 32 MB afresh), measurable against the op. An
+ * op takes it when free, else allocates its own. */
+typedef struct coll_scratch {
+    void *ptr;
+    size_t bytes;
+    int busy;
+} coll_scratch;
+
+/* Memory of at least `bytes` (NULL when out of memory); *cached says whether
+ * it is the comm's buffer, to be given back with coll_scratch_put. */
+void *coll_scratch_get(coll_scratch *sc, size_t bytes, int *cached);
+void coll_scratch_put(coll_scratch *sc, void *ptr, int cached);
+/* The op was abandoned while the transport may still use `ptr`: it goes to
+ * the graveyard, and the comm forgets it if it was its buffer. */
+void coll_scratch_abandon(coll_scratch *sc, void *ptr, int cached);
+void coll_scratch_release(coll_scratch *sc);
+
 typedef struct coll_backend {
     const char *name;
     /* Fill c->impl, rank, size and world_ranks for the world group. */
@@ -71,6 +90,7 @@ struct zero_comm {
     zero_status failed;     /* ZERO_OK, or the error that left the comm unusable */
     int outstanding;        /* issued requests not yet waited on */
     uint32_t coll_seq;      /* collectives issued so far: tags point-to-point schedules */
+    coll_scratch scratch;   /* reusable temporary memory of the backend's ops */
     int owns_mpi;           /* holds a reference on MPI's lifetime (mpi_env_release) */
     zero_errbuf err;
     zero_comm_counters counters;

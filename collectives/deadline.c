@@ -136,3 +136,49 @@ void coll_graveyard_flush(void)
         g = next;
     }
 }
+
+/* ---------------------------------------------------------------- scratch */
+
+void *coll_scratch_get(coll_scratch *sc, size_t bytes, int *cached)
+{
+    if (!bytes) bytes = 1;
+    *cached = 0;
+    if (sc->busy) return malloc(bytes);
+    if (sc->bytes < bytes) {
+        free(sc->ptr);
+        sc->ptr = malloc(bytes);
+        sc->bytes = sc->ptr ? bytes : 0;
+        if (!sc->ptr) return NULL;
+    }
+    sc->busy = 1;
+    *cached = 1;
+    return sc->ptr;
+}
+
+void coll_scratch_put(coll_scratch *sc, void *ptr, int cached)
+{
+    if (cached)
+        sc->busy = 0;
+    else
+        free(ptr);
+}
+
+static void free_plain(void *p) { free(p); }
+
+void coll_scratch_abandon(coll_scratch *sc, void *ptr, int cached)
+{
+    coll_graveyard_add(ptr, free_plain);
+    if (cached) {
+        sc->ptr = NULL;
+        sc->bytes = 0;
+        sc->busy = 0;
+    }
+}
+
+void coll_scratch_release(coll_scratch *sc)
+{
+    if (!sc->busy) free(sc->ptr);
+    sc->ptr = NULL;
+    sc->bytes = 0;
+    sc->busy = 0;
+}

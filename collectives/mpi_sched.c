@@ -53,8 +53,10 @@ struct mpi_sched {
     size_t *off, *len; /* chunk j: elements [off[j], off[j] + len[j]) */
     size_t maxlen;
     size_t seglen;     /* elements per chunk per segment */
-    char *tmp;         /* n slots of seglen: n-1 incoming, 1 saved own */
-    float *acc;        /* fp32 accumulator for f16/bf16 sums (seglen) */
+    char *tmp;         /* slots of seglen: n-1 incoming, then our own saved (in place) */
+    float *acc;        /* fp32 accumulator for f16/bf16 sums (seglen), after the slots */
+    coll_scratch *scratch;
+    int tmp_cached;    /* tmp is the comm's scratch buffer */
     int nreq;
     MPI_Request *reqs;
 };
@@ -216,9 +218,8 @@ static int post_allgather(mpi_sched *s, const char *mine, char *base, int tag)
 void mpi_sched_free(mpi_sched *s)
 {
     if (!s) return;
-    /* off, len and reqs live in the same block as s */
-    free(s->tmp);
-    free(s->acc);
+    /* off, len and reqs live in the same block as s, acc in tmp's */
+    if (s->tmp) coll_scratch_put(s->scratch, s->tmp, s->tmp_cached);
     free(s);
 }
 
@@ -286,12 +287,14 @@ zero_status mpi_sched_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_s
         size_t budget = seg_budget / ((size_t)n * s->es);
         s->seglen = s->maxlen < budget ? s->maxlen : (budget ? budget : 1);
         s->nseg = s->seglen ? (int)((s->maxlen + s->seglen - 1) / s->seglen) : 0;
-        s->tmp = malloc((size_t)n * (s->seglen ? s->seglen : 1) * s->es);
+        size_t slots = (size_t)n - 1 + (s->inplace && s->rank != 0);
+        size_t seg = s->seglen ? s->seglen : 1;
+        size_t tmp_bytes = (slots * seg * s->es + 15) & ~(size_t)15;
+        size_t acc_bytes = coll_is_r16(a->dtype) ? seg * sizeof(float) : 0;
+        s->scratch = &c->scratch;
+        s->tmp = coll_scratch_get(s->scratch, tmp_bytes + acc_bytes, &s->tmp_cached);
         if (!s->tmp) goto oom;
-        if (coll_is_r16(a->dtype)) {
-            s->acc = malloc((s->seglen ? s->seglen : 1) * sizeof(float));
-            if (!s->acc) goto oom;
-        }
+        if (acc_bytes) s->acc = (float *)(s->tmp + tmp_bytes);
         rc = post_reduce_scatter(s);
     }
     if (rc != MPI_SUCCESS) {
@@ -335,17 +338,17 @@ zero_status mpi_sched_test(zero_comm *c, mpi_sched *s, int *done)
     return ZERO_OK;
 }
 
-static void free_sched(void *p) { mpi_sched_free(p); }
-
 void mpi_sched_abandon(mpi_sched *s)
 {
     if (!s) return;
     int pending = 0;
     for (int i = 0; i < s->nreq; i++) pending |= s->reqs[i] != MPI_REQUEST_NULL;
-    if (pending)
-        coll_graveyard_add(s, free_sched); /* MPI may still read or write tmp */
-    else
-        mpi_sched_free(s);
+    if (pending && s->tmp) {
+        /* MPI may still write tmp: it outlives the comm in the graveyard. */
+        coll_scratch_abandon(s->scratch, s->tmp, s->tmp_cached);
+        s->tmp = NULL;
+    }
+    mpi_sched_free(s);
 }
 
 #endif /* ZERO_HAVE_MPI */
