@@ -41,8 +41,10 @@
  * Errors: every call returns a zero_status; the message is in
  * gpt_last_error() (per thread). Nothing here prints or exits.
  *
- * Threads: OpenMP for the element-wise and attention loops, OpenBLAS's own
- * threads for the matmuls (set OMP_NUM_THREADS / OPENBLAS_NUM_THREADS). */
+ * Threads: everything runs on OpenMP threads (OMP_NUM_THREADS); each
+ * matmul is split by output rows into single-threaded OpenBLAS calls, and
+ * gpt_workspace_create calls openblas_set_num_threads(1), process-wide, so
+ * OpenBLAS threads do not compete with the OpenMP ones. */
 #ifndef ZERO_MODEL_GPT_H
 #define ZERO_MODEL_GPT_H
 

@@ -1,6 +1,6 @@
-/* The CPU kernels of the GPT: plain C, fp32. Matmuls go to OpenBLAS; every
- * other loop is OpenMP-parallel over rows (or heads) with a vectorizable inner
- * loop. exp and tanh use a short polynomial (gpt_expf) that the compiler can
+/* The CPU kernels of the GPT: plain C, fp32. Matmuls go to OpenBLAS, split
+ * by rows over the OpenMP threads; every other loop is OpenMP-parallel over
+ * rows (or heads) with a vectorizable inner loop. exp and tanh use a short polynomial (gpt_expf) that the compiler can
  * vectorize, because libm's scalar calls dominated the non-matmul time. */
 #include <math.h>
 #include <stdint.h>
