@@ -270,13 +270,20 @@ zero_status ckpt_meta_collect_files(json_t *meta, const char *dir, int world)
 
 int ckpt_meta_find(const ckpt_meta *m, int kind, int param, uint64_t begin, uint64_t end, int *n)
 {
-    /* segments are sorted by (kind, param, start); a linear scan of the
-     * (kind, param) run is cheap next to the reads it precedes */
+    /* segments are sorted by (kind, param, start): binary-search the start of
+     * the (kind, param) run, then walk it */
+    int lo = 0, hi = m->n_segs;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        const ckpt_seg *s = &m->segs[mid];
+        if (s->kind < kind || (s->kind == kind && s->param < param)) lo = mid + 1;
+        else hi = mid;
+    }
     int first = -1, cnt = 0;
-    for (int i = 0; i < m->n_segs; i++) {
+    for (int i = lo; i < m->n_segs && m->segs[i].kind == kind && m->segs[i].param == param; i++) {
         const ckpt_seg *s = &m->segs[i];
-        if (s->kind != kind || s->param != param) continue;
-        if (s->start + s->count <= begin || s->start >= end || s->count == 0) continue;
+        if (s->start >= end) break;
+        if (s->start + s->count <= begin || s->count == 0) continue;
         if (first < 0) first = i;
         cnt = i - first + 1;
     }
@@ -366,10 +373,12 @@ zero_status ckpt_meta_check_coverage(const ckpt_meta *m)
     for (int k = 0; k < CKPT_NUM_KINDS; k++) {
         if (!(m->kinds & (1u << k))) continue;
         for (int p = 0; p < m->n_params; p++) {
+            int n = 0;
+            int first = ckpt_meta_find(m, k, p, 0, m->params[p].numel, &n);
             uint64_t cursor = 0;
-            for (int i = 0; i < m->n_segs; i++) {
+            for (int i = first; first >= 0 && i < first + n; i++) {
                 const ckpt_seg *s = &m->segs[i];
-                if (s->kind != k || s->param != p || s->count == 0) continue;
+                if (s->count == 0) continue;
                 if (s->start != cursor)
                     return zero_fail(NULL, ZERO_CORRUPT,
                                      "checkpoint: %s: %s of %s: elements [%llu, %llu) are %s", m->dir,
