@@ -35,6 +35,10 @@
 #define TAG_SPACE 8000 /* MPI guarantees tags up to 32767; 4 per op */
 /* Temporary memory of a reduce-scatter: at most this much for the n
  * contributions of a segment; larger chunks are reduced segment by segment. */
+/* Below this, a 2-rank all-reduce swaps whole buffers (one round); above,
+ * reduce-scatter + all-gather halves the reduction work (measured: the
+ * exchange took 1.5x as long at 1 MiB, docs/collectives.md). */
+#define EXCHANGE_MAX 32768
 #define SEG_BUDGET_BYTES ((size_t)64 << 20) /* ZERO_COLL_SEG_BYTES overrides (tests) */
 
 struct mpi_sched {
@@ -45,6 +49,7 @@ struct mpi_sched {
     int seg, nseg;     /* reduce-scatter segment in flight, of nseg */
     int gathering;     /* the all-gather phase is in flight */
     int inplace;       /* the result overwrites our own contribution */
+    int exchange;      /* small 2-rank all-reduce: swap whole buffers, both reduce */
     int tag;
     MPI_Comm mc;
     const char *send;
@@ -83,8 +88,9 @@ int mpi_sched_wanted(const zero_comm *c, const coll_args *a)
     if (a->kind != ZERO_OP_ALLREDUCE && a->kind != ZERO_OP_REDUCE_SCATTER && a->kind != ZERO_OP_ALLGATHER) return 0;
     if (algo_forced) return algo_forced == 1;
     /* Small all-reduces are latency-bound: MPI's tree (log n rounds) beats
-     * two rounds of n-1 messages. */
-    if (a->kind == ZERO_OP_ALLREDUCE) return a->count * zero_dtype_size(a->dtype) >= 32768;
+     * two rounds of n-1 messages, except at 2 ranks where one exchange of the
+     * whole buffer is a single round. */
+    if (a->kind == ZERO_OP_ALLREDUCE) return c->size == 2 || a->count * zero_dtype_size(a->dtype) >= EXCHANGE_MAX;
     return 1;
 }
 
@@ -253,8 +259,12 @@ zero_status mpi_sched_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_s
     s->es = zero_dtype_size(a->dtype);
     s->count = a->count;
     s->tag = 1 + (int)(a->seq % TAG_SPACE) * 4;
+    s->exchange = a->kind == ZERO_OP_ALLREDUCE && n == 2 && a->count * s->es < EXCHANGE_MAX;
     for (int j = 0; j < n; j++) {
-        if (a->kind == ZERO_OP_ALLREDUCE) {
+        if (s->exchange) { /* both "chunks" are the whole buffer */
+            s->len[j] = a->count;
+            s->off[j] = 0;
+        } else if (a->kind == ZERO_OP_ALLREDUCE) {
             size_t base = a->count / (size_t)n, extra = a->count % (size_t)n;
             s->len[j] = base + ((size_t)j < extra);
             s->off[j] = (size_t)j * base + ((size_t)j < extra ? (size_t)j : extra);
@@ -328,7 +338,7 @@ zero_status mpi_sched_test(zero_comm *c, mpi_sched *s, int *done)
     reduce_segment(s, mine + b * s->es);
     if (++s->seg < s->nseg) {
         rc = post_reduce_scatter(s);
-    } else if (s->kind == ZERO_OP_ALLREDUCE) {
+    } else if (s->kind == ZERO_OP_ALLREDUCE && !s->exchange) {
         s->gathering = 1;
         rc = post_allgather(s, mine, s->recv, s->tag + 2);
     } else {
