@@ -10,4 +10,10 @@ export OMPI_MCA_mpi_yield_when_idle=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 # Only the shared-memory and self transports: tests never leave this machine.
 export OMPI_MCA_btl=self,vader
+# One OpenMP pool per rank, sized to this rank's share of the cores: N ranks
+# that each start nproc threads oversubscribe the machine many times over.
+if [ -z "${OMP_NUM_THREADS:-}" ]; then
+  t=$(( $(nproc) / n )); [ "$t" -ge 1 ] || t=1
+  export OMP_NUM_THREADS=$t
+fi
 exec mpirun -np "$n" --oversubscribe --bind-to none "$@"
