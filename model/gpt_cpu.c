@@ -48,8 +48,7 @@ struct gpt_workspace {
     float *dqkv;             /* N x 3C */
     float *dfch;             /* N x 4C */
     float *dlogits;          /* N x V */
-    float *ones;             /* N */
-    float *partials;         /* nthreads x 2C */
+    float *partials;         /* nthreads x 4C: per-thread sums of bias / LayerNorm gradients */
     float *att_scratch;      /* nthreads x T x T */
 
     gpt_phase phase;
@@ -104,8 +103,7 @@ static size_t layout(gpt_workspace *ws, const gpt_config *cfg, int B, int T, int
     CARVE(ws->dqkv, N * 3 * C, float);
     CARVE(ws->dfch, N * 4 * C, float);
     CARVE(ws->dlogits, N * V, float);
-    CARVE(ws->ones, N, float);
-    CARVE(ws->partials, (size_t)nthreads * 2 * C, float);
+    CARVE(ws->partials, (size_t)nthreads * 4 * C, float);
     CARVE(ws->att_scratch, (size_t)nthreads * T * T, float);
 #undef CARVE
     return (off + 63) & ~(size_t)63;
@@ -153,7 +151,6 @@ zero_status gpt_workspace_create(gpt_workspace **out, const gpt_config *cfg, int
     }
     layout(ws, cfg, batch, seq, ws->nthreads, ws->mem);
     ws->bytes = bytes + sizeof *ws + sizeof(gpt_layer_acts) * (size_t)cfg->n_layer;
-    for (size_t i = 0; i < (size_t)batch * seq; i++) ws->ones[i] = 1.0f;
     *out = ws;
     return ZERO_OK;
 }
@@ -288,7 +285,7 @@ zero_status gpt_backward_end(gpt_workspace *ws, float dloss, const gpt_tensors *
     gpt_crossentropy_backward(ws->dlogits, ws->logits, ws->lse, ws->targets, N, V, scale);
     /* tied head: dwte += dlogits^T lnf, dlnf = dlogits wte */
     gpt_matmul_backward(ws->dln, embed_grads->t[GPT_WTE], NULL, ws->dlogits, ws->lnf, embed->t[GPT_WTE], N, C, V,
-                        0, ws->ones);
+                        0, ws->partials, ws->nthreads);
     memset(ws->dres, 0, sizeof(float) * (size_t)N * C);
     gpt_layernorm_backward(ws->dres, final_grads->t[GPT_LNF_W], final_grads->t[GPT_LNF_B], ws->dln, last,
                            final_params->t[GPT_LNF_W], ws->lnf_mean, ws->lnf_rstd, N, C, ws->partials,
@@ -315,20 +312,20 @@ zero_status gpt_backward_block(gpt_workspace *ws, int layer, const gpt_tensors *
 
     /* MLP half, in reverse */
     gpt_matmul_backward(ws->dfch, g->t[GPT_FCPROJ_W], g->t[GPT_FCPROJ_B], dres, a->fch_gelu, p->t[GPT_FCPROJ_W],
-                        N, 4 * C, C, 0, ws->ones);
+                        N, 4 * C, C, 0, ws->partials, ws->nthreads);
     gpt_gelu_backward(ws->dfch, a->fch, ws->dfch, (size_t)N * 4 * C);
     gpt_matmul_backward(ws->dln, g->t[GPT_FC_W], g->t[GPT_FC_B], ws->dfch, a->ln2, p->t[GPT_FC_W], N, C, 4 * C, 0,
-                        ws->ones);
+                        ws->partials, ws->nthreads);
     /* the residual path keeps dres; ln_2 adds its share: dres = d res2 */
     gpt_layernorm_backward(dres, g->t[GPT_LN2_W], g->t[GPT_LN2_B], ws->dln, a->res2, p->t[GPT_LN2_W],
                            a->ln2_mean, a->ln2_rstd, N, C, ws->partials, ws->nthreads);
 
     /* attention half, in reverse */
     gpt_matmul_backward(ws->dln, g->t[GPT_ATTPROJ_W], g->t[GPT_ATTPROJ_B], dres, a->atty, p->t[GPT_ATTPROJ_W], N,
-                        C, C, 0, ws->ones);
+                        C, C, 0, ws->partials, ws->nthreads);
     gpt_attention_backward(ws->dqkv, ws->dln, a->att, a->qkv, B, T, C, NH, ws->att_scratch, ws->nthreads);
     gpt_matmul_backward(ws->dln, g->t[GPT_QKV_W], g->t[GPT_QKV_B], ws->dqkv, a->ln1, p->t[GPT_QKV_W], N, C, 3 * C,
-                        0, ws->ones);
+                        0, ws->partials, ws->nthreads);
     gpt_layernorm_backward(dres, g->t[GPT_LN1_W], g->t[GPT_LN1_B], ws->dln, x, p->t[GPT_LN1_W], a->ln1_mean,
                            a->ln1_rstd, N, C, ws->partials, ws->nthreads);
 

@@ -248,20 +248,31 @@ void gpt_matmul_forward(float *out, const float *init, const float *inp, const f
     gpt_sgemm(0, 1, N, OC, C, 1.0f, inp, C, w, C, (init || bias) ? 1.0f : 0.0f, out, OC);
 }
 
+/* db += column sums of dout (N x OC), per-thread partial sums added in a fixed
+ * order: parallel (a BLAS gemv against ones ran on one thread here). */
+GPT_CLONES static void add_row(float *restrict acc, const float *restrict row, int n)
+{
+    for (int j = 0; j < n; j++) acc[j] += row[j];
+}
+
+static void column_sums(float *db, const float *dout, int N, int OC, float *partials, int nthreads)
+{
+#pragma omp parallel num_threads(nthreads)
+    {
+        float *acc = partials + (size_t)thread_id() * OC;
+        memset(acc, 0, sizeof(float) * OC);
+#pragma omp for schedule(static)
+        for (int i = 0; i < N; i++) add_row(acc, dout + (size_t)i * OC, OC);
+    }
+    for (int t = 0; t < nthreads; t++) add_row(db, partials + (size_t)t * OC, OC);
+}
+
 void gpt_matmul_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                         const float *w, int N, int C, int OC, int accumulate_dinp, const float *ones)
+                         const float *w, int N, int C, int OC, int accumulate_dinp, float *partials, int nthreads)
 {
     gpt_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
     gpt_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
-    if (db) {
-#if ZERO_HAVE_OPENBLAS
-        cblas_sgemv(CblasRowMajor, CblasTrans, N, OC, 1.0f, dout, OC, ones, 1, 1.0f, db, 1);
-#else
-        (void)ones;
-        for (int i = 0; i < N; i++)
-            for (int j = 0; j < OC; j++) db[j] += dout[(size_t)i * OC + j];
-#endif
-    }
+    if (db) column_sums(db, dout, N, OC, partials, nthreads);
 }
 
 /* ------------------------------------------------------------ attention */

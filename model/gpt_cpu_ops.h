@@ -33,10 +33,10 @@ void gpt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
  * residual input) and bias may be NULL. */
 void gpt_matmul_forward(float *out, const float *init, const float *inp, const float *w, const float *bias,
                         int N, int C, int OC);
-/* dinp = (or +=, when accumulate_dinp) dout w;  dw += dout^T inp;  db += column sums of dout.
- * `ones` holds N ones (db as a gemv). */
+/* dinp = (or +=, when accumulate_dinp) dout w;  dw += dout^T inp;  db += column sums of dout
+ * (db may be NULL). `partials` holds nthreads * OC floats. */
 void gpt_matmul_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                         const float *w, int N, int C, int OC, int accumulate_dinp, const float *ones);
+                         const float *w, int N, int C, int OC, int accumulate_dinp, float *partials, int nthreads);
 
 /* Causal multi-head attention from the fused qkv (N x 3C): out (N x C) and
  * the softmax probabilities att (B, NH, T, T; zero above the diagonal). */
