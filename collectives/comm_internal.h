@@ -1,8 +1,11 @@
 /* Internal: the zero_comm object, its requests and the backend vtable.
  *
- * comm.c owns lifecycles, split and counters; ops.c validates arguments and
- * drives requests; deadline.c polls a request until its deadline; each
- * backend_*.c implements one transport behind zero_coll_backend. */
+ * comm.c owns lifecycles, split and accessors; grid.c the tp/dp/pp grid;
+ * ops.c validates arguments, counts bytes and drives requests; deadline.c
+ * polls a request until its deadline (and keeps the graveyard and scratch);
+ * each backend_*.c implements one transport behind coll_backend; mpi_sched.c
+ * holds the MPI backend's point-to-point schedules; reduce16.c the fp32
+ * accumulation of 16-bit floats. */
 #ifndef ZERO_COLLECTIVES_COMM_INTERNAL_H
 #define ZERO_COLLECTIVES_COMM_INTERNAL_H
 
@@ -72,7 +75,7 @@ typedef struct coll_backend {
     /* The op missed its deadline or failed: release req->impl, keeping alive
      * (see coll_graveyard_add) whatever the transport may still touch. */
     void (*abandon)(zero_comm *c, zero_request *req);
-    /* Fill child->impl (child's rank, size and world_ranks are still unset):
+    /* Fill child->impl and the child's rank, size and world_ranks:
      * collective over parent, with parent's deadline. */
     zero_status (*split)(zero_comm *parent, int color, int key, zero_comm *child);
     /* Free c->impl. When c->failed, must not block on peers. */
