@@ -17,14 +17,10 @@
 #include <zero/zero.h>
 
 #include "gpt.h"
-#include "train_config.h"
-#include "train_data.h"
-#include "train_model.h"
-#include "train_progress.h"
+#include "train_run.h"
 
-#define ERRMAX 1024
 
-static double now_s(void)
+double train_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -158,28 +154,9 @@ static json_t *sched_effective(const train_config *c)
     return json_null();
 }
 
-/* ---------------------------------------------------------------- the run */
+/* ---------------------------------------------------------------- shared helpers */
 
-typedef struct run {
-    int rank, world;
-    zero_comm *comm;      /* the engine's dp comm */
-    zero_comm *host_comm; /* carries host scalars (== comm on the CPU) */
-    zero_device *dev;
-    zero_engine *engine;
-    train_model *model;
-    train_data *data;
-    train_config cfg;
-    zero_config zcfg;
-    train_progress progress;
-    char corpus[1024];
-    uint64_t fingerprint;
-    int64_t step;       /* optimizer steps done */
-    uint64_t consumed;  /* global samples consumed */
-    uint64_t tokens;    /* tokens processed, all ranks */
-} run;
-
-static int r0printf(const run *r, FILE *f, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int r0printf(const run *r, FILE *f, const char *fmt, ...)
+int r0printf(const run *r, FILE *f, const char *fmt, ...)
 {
     if (r->rank != 0) return 0;
     va_list ap;
@@ -193,7 +170,7 @@ static int r0printf(const run *r, FILE *f, const char *fmt, ...)
 /* Every rank learns whether all ranks got this far; a rank that failed has
  * printed why. Keeps the others from waiting in the next collective until
  * its deadline. */
-static int all_ok(run *r, int ok)
+int all_ok(run *r, int ok)
 {
     int32_t bad = !ok, any = bad;
     if (r->world > 1 && zero_allreduce(r->host_comm, &bad, &any, 1, ZERO_I32, ZERO_MAX) != ZERO_OK) return 0;
@@ -201,8 +178,7 @@ static int all_ok(run *r, int ok)
 }
 
 /* A failure on this rank: every rank may print (rank 0 without a prefix). */
-static void rank_error(const run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void rank_error(const run *r, const char *fmt, ...)
+void rank_error(const run *r, const char *fmt, ...)
 {
     char line[2048];
     va_list ap;
@@ -211,222 +187,6 @@ static void rank_error(const run *r, const char *fmt, ...)
     va_end(ap);
     if (r->world > 1 && r->rank != 0) fprintf(stderr, "zero-train: rank %d: %s\n", r->rank, line);
     else fprintf(stderr, "zero-train: %s\n", line);
-}
-
-static char *user_state_json(const run *r)
-{
-    json_t *model = json_object_get(r->cfg.effective, "model");
-    json_t *u = json_pack("{s:O,s:{s:I,s:I,s:s,s:s},s:{s:I,s:I},s:s}", "model", model, "data", "consumed",
-                          (json_int_t)r->consumed, "seed", (json_int_t)r->cfg.seed, "path", r->corpus, "fingerprint",
-                          "", "train", "step", (json_int_t)r->step, "tokens", (json_int_t)r->tokens, "rng",
-                          "none: the loader is a pure function of (seed, consumed) and the model has no dropout");
-    char fp[32];
-    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)r->fingerprint);
-    json_object_set_new(json_object_get(u, "data"), "fingerprint", json_string(fp));
-    json_object_set(u, "config", r->cfg.effective);
-    char *s = json_dumps(u, JSON_COMPACT | JSON_SORT_KEYS);
-    json_decref(u);
-    return s;
-}
-
-static int save_checkpoint(run *r)
-{
-    char *user = user_state_json(r);
-    zero_checkpoint_options o = ZERO_CHECKPOINT_OPTIONS_INIT;
-    o.keep_last = r->cfg.ckpt_keep;
-    double t0 = now_s();
-    zero_status s = zero_checkpoint_save(r->engine, r->host_comm, r->cfg.ckpt_dir, r->step, user, &o);
-    free(user);
-    if (s != ZERO_OK) {
-        fprintf(stderr, "zero-train: rank %d: checkpoint save failed: %s\n", r->rank, zero_last_error());
-        return -1;
-    }
-    if (r->rank == 0)
-        train_progress_note(&r->progress, "checkpoint: %s/step-%08lld (%.2f s)", r->cfg.ckpt_dir, (long long)r->step,
-                            now_s() - t0);
-    return 0;
-}
-
-static int resume(run *r, const char *path)
-{
-    zero_checkpoint_loaded l;
-    zero_status s = zero_checkpoint_load(r->engine, r->host_comm, path, &l);
-    if (s != ZERO_OK) {
-        r0printf(r, stderr, "zero-train: resume from %s failed: %s\n", path, zero_last_error());
-        return -1;
-    }
-    json_error_t je;
-    json_t *u = json_loads(l.user_json, 0, &je);
-    json_t *model = json_object_get(u, "model");
-    json_t *mine = json_object_get(r->cfg.effective, "model");
-    int rc = 0;
-    if (!json_equal(model, mine)) {
-        char *a = json_dumps(model, JSON_COMPACT | JSON_SORT_KEYS), *b = json_dumps(mine, JSON_COMPACT | JSON_SORT_KEYS);
-        r0printf(r, stderr, "zero-train: %s holds another model: model %s there, %s in the config\n", l.path,
-                 a ? a : "(none)", b);
-        free(a);
-        free(b);
-        rc = -1;
-    }
-    json_t *d = json_object_get(u, "data"), *t = json_object_get(u, "train");
-    if (rc == 0) {
-        r->consumed = (uint64_t)json_integer_value(json_object_get(d, "consumed"));
-        r->step = json_integer_value(json_object_get(t, "step"));
-        r->tokens = (uint64_t)json_integer_value(json_object_get(t, "tokens"));
-        if (r->step != l.step) r->step = l.step;
-        uint64_t seed = (uint64_t)json_integer_value(json_object_get(d, "seed"));
-        const char *fp = json_string_value(json_object_get(d, "fingerprint"));
-        char mine_fp[32];
-        snprintf(mine_fp, sizeof mine_fp, "%016llx", (unsigned long long)r->fingerprint);
-        if (seed != r->cfg.seed)
-            r0printf(r, stdout, "warning: the checkpoint was trained with train.seed %llu, this run uses %llu: the "
-                                "data order changes\n", (unsigned long long)seed, (unsigned long long)r->cfg.seed);
-        if (fp && strcmp(fp, mine_fp) != 0)
-            r0printf(r, stdout, "warning: the corpus differs from the one the checkpoint was trained on\n");
-        r0printf(r, stdout, "resumed from %s: step %lld (saved by %d ranks at stage %d)\n", l.path,
-                 (long long)r->step, l.world_size, l.stage);
-    }
-    json_decref(u);
-    zero_checkpoint_loaded_free(&l);
-    return rc;
-}
-
-static double cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Sum two scalars over the ranks (the loss and the CPU time of the step). */
-static void allreduce_sum2(run *r, double *a, double *b)
-{
-    double v[2] = {*a, *b}, out[2] = {*a, *b};
-    if (r->world > 1 && zero_allreduce(r->host_comm, v, out, 2, ZERO_F64, ZERO_SUM) != ZERO_OK) out[0] = out[1] = NAN;
-    *a = out[0];
-    *b = out[1];
-}
-
-static int train_loop(run *r)
-{
-    const train_config *c = &r->cfg;
-    size_t per = (size_t)c->micro_batch * (size_t)c->seq_len;
-    int32_t *tokens = malloc(per * sizeof *tokens), *targets = malloc(per * sizeof *targets);
-    char err[ERRMAX];
-    double t_start = now_s(), first_loss = NAN, last_loss = NAN;
-    int64_t start_step = r->step;
-    uint64_t start_tokens = r->tokens;
-    int rc = 0;
-    while (r->step < c->steps) {
-        double t0 = now_s(), c0 = cpu_s();
-        double lr = train_sched_lr(&c->sched, c->lr, r->step);
-        zero_engine_set_lr(r->engine, lr);
-        float dloss = (float)zero_engine_loss_scale(r->engine);
-        double loss_sum = 0;
-        for (int m = 0; m < c->grad_accum; m++) {
-            train_data_micro_batch(r->data, r->consumed, c->micro_batch, r->world, r->rank, m, tokens, targets);
-            float loss = 0;
-            if (train_model_micro_step(r->model, tokens, targets, dloss, &loss, err, sizeof err) != ZERO_OK) {
-                fprintf(stderr, "zero-train: rank %d, step %lld: %s\n", r->rank, (long long)r->step + 1, err);
-                rc = -1;
-                goto out;
-            }
-            loss_sum += loss;
-        }
-        zero_step_result res;
-        if (zero_engine_step(r->engine, &res) != ZERO_OK) {
-            fprintf(stderr, "zero-train: rank %d, step %lld: %s\n", r->rank, (long long)r->step + 1,
-                    zero_engine_last_error(r->engine));
-            rc = -1;
-            goto out;
-        }
-        r->step++;
-        r->consumed += (uint64_t)c->train_batch_size;
-        r->tokens += (uint64_t)c->train_batch_size * (uint64_t)c->seq_len;
-        double loss = loss_sum / c->grad_accum, cpu = cpu_s() - c0;
-        allreduce_sum2(r, &loss, &cpu);
-        loss /= r->world;
-        zero_memory_report mem;
-        zero_engine_memory_report(r->engine, &mem);
-        double mib = (double)mem.total / (1024.0 * 1024.0), mn = mib, mx = mib;
-        if (r->world > 1) {
-            double neg = -mib;
-            zero_allreduce(r->host_comm, &mib, &mx, 1, ZERO_F64, ZERO_MAX);
-            zero_allreduce(r->host_comm, &neg, &mn, 1, ZERO_F64, ZERO_MAX);
-            mn = -mn;
-        }
-        double dt = now_s() - t0;
-        if (isnan(first_loss)) first_loss = loss;
-        last_loss = loss;
-        if (r->rank == 0) {
-            train_step_stats s = {r->step, c->steps, loss, lr, res.grad_norm, res.loss_scale, res.skipped, dt,
-                                  (double)c->train_batch_size * c->seq_len / dt, r->tokens, mn, mx, cpu};
-            train_progress_step(&r->progress, &s);
-        }
-        if (c->ckpt_dir && c->ckpt_every > 0 && r->step % c->ckpt_every == 0 && r->step < c->steps &&
-            save_checkpoint(r) != 0) {
-            rc = -1;
-            goto out;
-        }
-    }
-    if (c->ckpt_dir && r->step > start_step && save_checkpoint(r) != 0) rc = -1;
-    if (r->rank == 0) {
-        double wall = now_s() - t_start;
-        zero_memory_report mem;
-        zero_engine_memory_report(r->engine, &mem);
-        train_progress_close(&r->progress);
-        printf("\nsummary: %lld steps (%lld this run) in %.1f s, %.0f tokens/s over %d rank%s\n", (long long)r->step,
-               (long long)(r->step - start_step), wall, (double)(r->tokens - start_tokens) / (wall > 0 ? wall : 1),
-               r->world, r->world > 1 ? "s" : "");
-        if (r->step > start_step)
-            printf("summary: loss %.4f (first step of this run) -> %.4f (last step)\n", first_loss, last_loss);
-        else
-            printf("summary: nothing to train: already at step %lld of train.steps %lld\n", (long long)r->step,
-                   (long long)c->steps);
-        printf("summary: rank 0 engine memory: params %.2f, grads %.2f, master %.2f, moments %.2f, buffers %.2f MiB "
-               "(peak total %.2f MiB); activations %.2f MiB\n",
-               mem.bytes[ZERO_MEM_PARAMS] / 1048576.0, mem.bytes[ZERO_MEM_GRADS] / 1048576.0,
-               mem.bytes[ZERO_MEM_MASTER] / 1048576.0, mem.bytes[ZERO_MEM_MOMENTS] / 1048576.0,
-               mem.bytes[ZERO_MEM_BUFFERS] / 1048576.0, mem.peak_total / 1048576.0,
-               train_model_workspace_bytes(r->model) / 1048576.0);
-        if (c->ckpt_dir) printf("summary: checkpoints in %s\n", c->ckpt_dir);
-        fflush(stdout);
-    }
-out:
-    free(tokens);
-    free(targets);
-    return rc;
-}
-
-/* The logits of the current parameters on a fixed batch (global samples
- * 0..micro-1 of the corpus order), for checking a consolidated checkpoint
- * against PyTorch. Every rank runs the forward (stage 3 gathers). */
-static int write_logits(run *r, const char *path)
-{
-    const train_config *c = &r->cfg;
-    size_t bt = (size_t)c->micro_batch * (size_t)c->seq_len, n = bt * (size_t)c->vocab;
-    int32_t *tok = malloc(bt * sizeof *tok), *tgt = malloc(bt * sizeof *tgt);
-    float *logits = malloc(n * sizeof *logits);
-    char err[ERRMAX];
-    int rc = 0;
-    train_data_fill(r->data, 0, c->micro_batch, tok, tgt);
-    if (train_model_logits(r->model, tok, logits, err, sizeof err) != ZERO_OK) {
-        fprintf(stderr, "zero-train: rank %d: --dump-logits: %s\n", r->rank, err);
-        rc = -1;
-    } else if (r->rank == 0) {
-        FILE *f = fopen(path, "wb");
-        int32_t h[3] = {c->micro_batch, c->seq_len, c->vocab};
-        if (!f || fwrite(h, sizeof h, 1, f) != 1 || fwrite(tok, sizeof *tok, bt, f) != bt ||
-            fwrite(logits, sizeof *logits, n, f) != n) {
-            fprintf(stderr, "zero-train: --dump-logits %s: %s\n", path, strerror(errno));
-            rc = -1;
-        }
-        if (f && fclose(f) != 0) rc = -1;
-    }
-    free(tok);
-    free(tgt);
-    free(logits);
-    return rc;
 }
 
 /* ---------------------------------------------------------------- main */
@@ -669,7 +429,7 @@ int main(int argc, char **argv)
         }
         if (try_auto && zero_checkpoint_resolve(path, resolved, sizeof resolved) != ZERO_OK) {
             r0printf(&r, stdout, "no checkpoint in %s yet: starting from step 0\n", path);
-        } else if (resume(&r, path) != 0) {
+        } else if (train_resume(&r, path) != 0) {
             goto done;
         }
     }
@@ -680,7 +440,7 @@ int main(int argc, char **argv)
     }
     rc = train_loop(&r) == 0 ? 0 : 1;
     train_progress_close(&r.progress);
-    if (rc == 0 && dump_logits && write_logits(&r, dump_logits) != 0) rc = 1;
+    if (rc == 0 && dump_logits && train_write_logits(&r, dump_logits) != 0) rc = 1;
 
 done:
     train_model_destroy(r.model);

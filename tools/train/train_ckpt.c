@@ -1,0 +1,86 @@
+/* zero-train's checkpoints: what the run stores beside the engine state
+ * (model shape, data position, step, config) and how it resumes. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <zero/checkpoint.h>
+
+#include "train_run.h"
+
+static char *user_state_json(const run *r)
+{
+    json_t *model = json_object_get(r->cfg.effective, "model");
+    json_t *u = json_pack("{s:O,s:{s:I,s:I,s:s,s:s},s:{s:I,s:I},s:s}", "model", model, "data", "consumed",
+                          (json_int_t)r->consumed, "seed", (json_int_t)r->cfg.seed, "path", r->corpus, "fingerprint",
+                          "", "train", "step", (json_int_t)r->step, "tokens", (json_int_t)r->tokens, "rng",
+                          "none: the loader is a pure function of (seed, consumed) and the model has no dropout");
+    char fp[32];
+    snprintf(fp, sizeof fp, "%016llx", (unsigned long long)r->fingerprint);
+    json_object_set_new(json_object_get(u, "data"), "fingerprint", json_string(fp));
+    json_object_set(u, "config", r->cfg.effective);
+    char *s = json_dumps(u, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(u);
+    return s;
+}
+
+int train_save_checkpoint(run *r)
+{
+    char *user = user_state_json(r);
+    zero_checkpoint_options o = ZERO_CHECKPOINT_OPTIONS_INIT;
+    o.keep_last = r->cfg.ckpt_keep;
+    double t0 = train_now_s();
+    zero_status s = zero_checkpoint_save(r->engine, r->host_comm, r->cfg.ckpt_dir, r->step, user, &o);
+    free(user);
+    if (s != ZERO_OK) {
+        fprintf(stderr, "zero-train: rank %d: checkpoint save failed: %s\n", r->rank, zero_last_error());
+        return -1;
+    }
+    if (r->rank == 0)
+        train_progress_note(&r->progress, "checkpoint: %s/step-%08lld (%.2f s)", r->cfg.ckpt_dir, (long long)r->step,
+                            train_now_s() - t0);
+    return 0;
+}
+
+int train_resume(run *r, const char *path)
+{
+    zero_checkpoint_loaded l;
+    zero_status s = zero_checkpoint_load(r->engine, r->host_comm, path, &l);
+    if (s != ZERO_OK) {
+        r0printf(r, stderr, "zero-train: resume from %s failed: %s\n", path, zero_last_error());
+        return -1;
+    }
+    json_error_t je;
+    json_t *u = json_loads(l.user_json, 0, &je);
+    json_t *model = json_object_get(u, "model");
+    json_t *mine = json_object_get(r->cfg.effective, "model");
+    int rc = 0;
+    if (!json_equal(model, mine)) {
+        char *a = json_dumps(model, JSON_COMPACT | JSON_SORT_KEYS), *b = json_dumps(mine, JSON_COMPACT | JSON_SORT_KEYS);
+        r0printf(r, stderr, "zero-train: %s holds another model: model %s there, %s in the config\n", l.path,
+                 a ? a : "(none)", b);
+        free(a);
+        free(b);
+        rc = -1;
+    }
+    json_t *d = json_object_get(u, "data"), *t = json_object_get(u, "train");
+    if (rc == 0) {
+        r->consumed = (uint64_t)json_integer_value(json_object_get(d, "consumed"));
+        r->step = json_integer_value(json_object_get(t, "step"));
+        r->tokens = (uint64_t)json_integer_value(json_object_get(t, "tokens"));
+        if (r->step != l.step) r->step = l.step;
+        uint64_t seed = (uint64_t)json_integer_value(json_object_get(d, "seed"));
+        const char *fp = json_string_value(json_object_get(d, "fingerprint"));
+        char mine_fp[32];
+        snprintf(mine_fp, sizeof mine_fp, "%016llx", (unsigned long long)r->fingerprint);
+        if (seed != r->cfg.seed)
+            r0printf(r, stdout, "warning: the checkpoint was trained with train.seed %llu, this run uses %llu: the "
+                                "data order changes\n", (unsigned long long)seed, (unsigned long long)r->cfg.seed);
+        if (fp && strcmp(fp, mine_fp) != 0)
+            r0printf(r, stdout, "warning: the corpus differs from the one the checkpoint was trained on\n");
+        r0printf(r, stdout, "resumed from %s: step %lld (saved by %d ranks at stage %d)\n", l.path,
+                 (long long)r->step, l.world_size, l.stage);
+    }
+    json_decref(u);
+    zero_checkpoint_loaded_free(&l);
+    return rc;
+}

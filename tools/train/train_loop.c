@@ -1,0 +1,147 @@
+/* zero-train's training loop: scheduler, micro-steps, optimizer step,
+ * progress, periodic checkpoints, the end-of-run summary. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "train_run.h"
+
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Sum two scalars over the ranks (the loss and the CPU time of the step). */
+static void allreduce_sum2(run *r, double *a, double *b)
+{
+    double v[2] = {*a, *b}, out[2] = {*a, *b};
+    if (r->world > 1 && zero_allreduce(r->host_comm, v, out, 2, ZERO_F64, ZERO_SUM) != ZERO_OK) out[0] = out[1] = NAN;
+    *a = out[0];
+    *b = out[1];
+}
+
+int train_loop(run *r)
+{
+    const train_config *c = &r->cfg;
+    size_t per = (size_t)c->micro_batch * (size_t)c->seq_len;
+    int32_t *tokens = malloc(per * sizeof *tokens), *targets = malloc(per * sizeof *targets);
+    char err[ERRMAX];
+    double t_start = train_now_s(), first_loss = NAN, last_loss = NAN;
+    int64_t start_step = r->step;
+    uint64_t start_tokens = r->tokens;
+    int rc = 0;
+    while (r->step < c->steps) {
+        double t0 = train_now_s(), c0 = cpu_s();
+        double lr = train_sched_lr(&c->sched, c->lr, r->step);
+        zero_engine_set_lr(r->engine, lr);
+        float dloss = (float)zero_engine_loss_scale(r->engine);
+        double loss_sum = 0;
+        for (int m = 0; m < c->grad_accum; m++) {
+            train_data_micro_batch(r->data, r->consumed, c->micro_batch, r->world, r->rank, m, tokens, targets);
+            float loss = 0;
+            if (train_model_micro_step(r->model, tokens, targets, dloss, &loss, err, sizeof err) != ZERO_OK) {
+                fprintf(stderr, "zero-train: rank %d, step %lld: %s\n", r->rank, (long long)r->step + 1, err);
+                rc = -1;
+                goto out;
+            }
+            loss_sum += loss;
+        }
+        zero_step_result res;
+        if (zero_engine_step(r->engine, &res) != ZERO_OK) {
+            fprintf(stderr, "zero-train: rank %d, step %lld: %s\n", r->rank, (long long)r->step + 1,
+                    zero_engine_last_error(r->engine));
+            rc = -1;
+            goto out;
+        }
+        r->step++;
+        r->consumed += (uint64_t)c->train_batch_size;
+        r->tokens += (uint64_t)c->train_batch_size * (uint64_t)c->seq_len;
+        double loss = loss_sum / c->grad_accum, cpu = cpu_s() - c0;
+        allreduce_sum2(r, &loss, &cpu);
+        loss /= r->world;
+        zero_memory_report mem;
+        zero_engine_memory_report(r->engine, &mem);
+        double mib = (double)mem.total / (1024.0 * 1024.0), mn = mib, mx = mib;
+        if (r->world > 1) {
+            double neg = -mib;
+            zero_allreduce(r->host_comm, &mib, &mx, 1, ZERO_F64, ZERO_MAX);
+            zero_allreduce(r->host_comm, &neg, &mn, 1, ZERO_F64, ZERO_MAX);
+            mn = -mn;
+        }
+        double dt = train_now_s() - t0;
+        if (isnan(first_loss)) first_loss = loss;
+        last_loss = loss;
+        if (r->rank == 0) {
+            train_step_stats s = {r->step, c->steps, loss, lr, res.grad_norm, res.loss_scale, res.skipped, dt,
+                                  (double)c->train_batch_size * c->seq_len / dt, r->tokens, mn, mx, cpu};
+            train_progress_step(&r->progress, &s);
+        }
+        if (c->ckpt_dir && c->ckpt_every > 0 && r->step % c->ckpt_every == 0 && r->step < c->steps &&
+            train_save_checkpoint(r) != 0) {
+            rc = -1;
+            goto out;
+        }
+    }
+    if (c->ckpt_dir && r->step > start_step && train_save_checkpoint(r) != 0) rc = -1;
+    if (r->rank == 0) {
+        double wall = train_now_s() - t_start;
+        zero_memory_report mem;
+        zero_engine_memory_report(r->engine, &mem);
+        train_progress_close(&r->progress);
+        printf("\nsummary: %lld steps (%lld this run) in %.1f s, %.0f tokens/s over %d rank%s\n", (long long)r->step,
+               (long long)(r->step - start_step), wall, (double)(r->tokens - start_tokens) / (wall > 0 ? wall : 1),
+               r->world, r->world > 1 ? "s" : "");
+        if (r->step > start_step)
+            printf("summary: loss %.4f (first step of this run) -> %.4f (last step)\n", first_loss, last_loss);
+        else
+            printf("summary: nothing to train: already at step %lld of train.steps %lld\n", (long long)r->step,
+                   (long long)c->steps);
+        printf("summary: rank 0 engine memory: params %.2f, grads %.2f, master %.2f, moments %.2f, buffers %.2f MiB "
+               "(peak total %.2f MiB); activations %.2f MiB\n",
+               mem.bytes[ZERO_MEM_PARAMS] / 1048576.0, mem.bytes[ZERO_MEM_GRADS] / 1048576.0,
+               mem.bytes[ZERO_MEM_MASTER] / 1048576.0, mem.bytes[ZERO_MEM_MOMENTS] / 1048576.0,
+               mem.bytes[ZERO_MEM_BUFFERS] / 1048576.0, mem.peak_total / 1048576.0,
+               train_model_workspace_bytes(r->model) / 1048576.0);
+        if (c->ckpt_dir) printf("summary: checkpoints in %s\n", c->ckpt_dir);
+        fflush(stdout);
+    }
+out:
+    free(tokens);
+    free(targets);
+    return rc;
+}
+
+/* The logits of the current parameters on a fixed batch (global samples
+ * 0..micro-1 of the corpus order), for checking a consolidated checkpoint
+ * against PyTorch. Every rank runs the forward (stage 3 gathers). */
+int train_write_logits(run *r, const char *path)
+{
+    const train_config *c = &r->cfg;
+    size_t bt = (size_t)c->micro_batch * (size_t)c->seq_len, n = bt * (size_t)c->vocab;
+    int32_t *tok = malloc(bt * sizeof *tok), *tgt = malloc(bt * sizeof *tgt);
+    float *logits = malloc(n * sizeof *logits);
+    char err[ERRMAX];
+    int rc = 0;
+    train_data_fill(r->data, 0, c->micro_batch, tok, tgt);
+    if (train_model_logits(r->model, tok, logits, err, sizeof err) != ZERO_OK) {
+        fprintf(stderr, "zero-train: rank %d: --dump-logits: %s\n", r->rank, err);
+        rc = -1;
+    } else if (r->rank == 0) {
+        FILE *f = fopen(path, "wb");
+        int32_t h[3] = {c->micro_batch, c->seq_len, c->vocab};
+        if (!f || fwrite(h, sizeof h, 1, f) != 1 || fwrite(tok, sizeof *tok, bt, f) != bt ||
+            fwrite(logits, sizeof *logits, n, f) != n) {
+            fprintf(stderr, "zero-train: --dump-logits %s: %s\n", path, strerror(errno));
+            rc = -1;
+        }
+        if (f && fclose(f) != 0) rc = -1;
+    }
+    free(tok);
+    free(tgt);
+    free(logits);
+    return rc;
+}

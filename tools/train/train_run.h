@@ -1,0 +1,52 @@
+/* zero-train internals shared by its files: the state of one run and the
+ * helpers every part uses (see docs/zero-train.md). */
+#ifndef TRAIN_RUN_H
+#define TRAIN_RUN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include <zero/zero.h>
+
+#include "train_config.h"
+#include "train_data.h"
+#include "train_model.h"
+#include "train_progress.h"
+
+#define ERRMAX 1024
+
+typedef struct run {
+    int rank, world;
+    zero_comm *comm;      /* the engine's dp comm */
+    zero_comm *host_comm; /* carries host scalars (== comm on the CPU) */
+    zero_device *dev;
+    zero_engine *engine;
+    train_model *model;
+    train_data *data;
+    train_config cfg;
+    zero_config zcfg;
+    train_progress progress;
+    char corpus[1024];
+    uint64_t fingerprint;
+    int64_t step;       /* optimizer steps done */
+    uint64_t consumed;  /* global samples consumed */
+    uint64_t tokens;    /* tokens processed, all ranks */
+} run;
+
+double train_now_s(void);
+/* printf on rank 0 only. */
+int r0printf(const run *r, FILE *f, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A failure on this rank: every rank may print (rank 0 without a prefix). */
+void rank_error(const run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* 1 when every rank passed ok = 1 (one all-reduce). */
+int all_ok(run *r, int ok);
+
+/* train_ckpt.c: save the run (collective), resume from `path` (collective). */
+int train_save_checkpoint(run *r);
+int train_resume(run *r, const char *path);
+
+/* train_loop.c: train up to cfg.steps; write the logits of a fixed batch. */
+int train_loop(run *r);
+int train_write_logits(run *r, const char *path);
+
+#endif
