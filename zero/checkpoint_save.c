@@ -220,9 +220,12 @@ static zero_status publish(zero_engine *e, const zero_plan_info *plan, const cha
             return zero_fail(NULL, ZERO_IO, "checkpoint save: moving the old %s aside: %s", final_dir,
                              strerror(errno));
     }
-    if (rename(tmp_dir, final_dir) != 0)
-        return zero_fail(NULL, ZERO_IO, "checkpoint save: renaming %s to %s: %s", tmp_dir, final_dir,
-                         strerror(errno));
+    if (rename(tmp_dir, final_dir) != 0) {
+        zero_status st = zero_fail(NULL, ZERO_IO, "checkpoint save: renaming %s to %s: %s", tmp_dir, final_dir,
+                                   strerror(errno));
+        if (replacing) rename(old_dir, final_dir); /* put the previous one back */
+        return st;
+    }
     ZERO_TRY(ckpt_fsync_dir(dir, o->durable));
     if (replacing) ckpt_remove_tree(old_dir);
     char latest[1400], line[128];
