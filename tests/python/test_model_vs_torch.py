@@ -30,6 +30,8 @@ CONFIGS = [
     # the brief's tiny config, and one with more heads, a seq shorter than seq_len, odd sizes
     (dict(n_layer=2, n_head=2, d_model=32, seq_len=16, vocab=256), 2, 16),
     (dict(n_layer=3, n_head=4, d_model=48, seq_len=24, vocab=97), 3, 11),
+    # T = 77 spans three causal query blocks of the C attention (32 rows each, the last partial)
+    (dict(n_layer=1, n_head=2, d_model=16, seq_len=80, vocab=64), 2, 77),
 ]
 
 
