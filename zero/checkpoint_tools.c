@@ -85,6 +85,42 @@ zero_status zero_checkpoint_verify(const char *path)
     return s;
 }
 
+zero_status zero_checkpoint_read_tensor(const char *path, const char *name, const char *kind, float *out,
+                                        uint64_t numel)
+{
+    if (!path || !name || !kind || (!out && numel))
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "checkpoint read_tensor: NULL argument");
+    int k = -1;
+    for (int i = 0; i < CKPT_NUM_KINDS; i++)
+        if (strcmp(kind, ckpt_kind_names[i]) == 0) k = i;
+    if (k < 0)
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT,
+                         "checkpoint read_tensor: kind \"%s\" is not master, exp_avg or exp_avg_sq", kind);
+    ckpt_meta m;
+    ZERO_TRY(ckpt_meta_load(path, &m));
+    int p = -1;
+    for (int i = 0; i < m.n_params && p < 0; i++)
+        if (strcmp(m.params[i].name, name) == 0) p = i;
+    zero_status s = ZERO_OK;
+    if (p < 0)
+        s = zero_fail(NULL, ZERO_NOT_FOUND, "checkpoint read_tensor: %s has no parameter %s", m.dir, name);
+    else if (!(m.kinds & (1u << k)))
+        s = zero_fail(NULL, ZERO_NOT_FOUND, "checkpoint read_tensor: %s holds no %s state", m.dir, kind);
+    else if (numel != m.params[p].numel)
+        s = zero_fail(NULL, ZERO_INVALID_ARGUMENT, "checkpoint read_tensor: %s has %llu elements, not %llu", name,
+                      (unsigned long long)m.params[p].numel, (unsigned long long)numel);
+    if (s == ZERO_OK) {
+        int *fds = malloc(((size_t)m.n_files + 1) * sizeof *fds);
+        if (!fds) s = zero_fail(NULL, ZERO_OUT_OF_MEMORY, "checkpoint read_tensor");
+        for (int i = 0; fds && i < m.n_files; i++) fds[i] = -1;
+        if (s == ZERO_OK) s = ckpt_read_range(&m, fds, k, p, 0, numel, out);
+        if (fds) ckpt_close_fds(&m, fds);
+        free(fds);
+    }
+    ckpt_meta_free(&m);
+    return s;
+}
+
 /* ---------------------------------------------------------------- consolidate */
 
 typedef struct st_ctx {

@@ -117,6 +117,14 @@ ZERO_API zero_status zero_checkpoint_consolidate(const char *path, const char *o
  * another size with one file per reader. */
 ZERO_API zero_status zero_checkpoint_reshard(const char *path, const char *out_dir, int world_size);
 
+/* Read one tensor of the checkpoint `path` without an engine: the whole of
+ * parameter `name`'s state `kind` ("master", "exp_avg" or "exp_avg_sq") into
+ * `out` (numel floats, which must be the parameter's element count). Every
+ * segment read is checked against its CRC32C. ZERO_NOT_FOUND for an unknown
+ * name or a kind the checkpoint does not hold. */
+ZERO_API zero_status zero_checkpoint_read_tensor(const char *path, const char *name, const char *kind, float *out,
+                                                 uint64_t numel);
+
 ZERO_API void zero_checkpoint_free(void *p);
 
 /* CRC32C (Castagnoli) of n bytes, continuing from `crc` (0 to start). */

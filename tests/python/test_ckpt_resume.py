@@ -1,8 +1,8 @@
 """Checkpoints through zero-train: resume is bitwise, reshard works.
 
 * same world size and stage: N steps straight == N/2 + resume + N/2, every
-  later loss and grad norm bitwise, final master weights bitwise (fp32, bf16
-  and fp16 with its dynamic loss scaler);
+  later loss and grad norm bitwise, final master weights and moments bitwise
+  (fp32, bf16 and fp16 with its dynamic loss scaler);
 * stage 3 -> stage 0 at the same world size: bitwise too (the engine's stages
   are bitwise identical at one dp size);
 * 2 ranks -> 1 rank (same global batch via accumulation): the first loss
@@ -53,6 +53,9 @@ def test_resume_is_bitwise(tmp_path, ranks, stage, precision):
         assert (s["loss_text"], s["grad_norm"], s["lr"], s["loss_scale"]) == \
                (r["loss_text"], r["grad_norm"], r["lr"], r["loss_scale"]), (s, r)
     same_tensors(consolidated(tmp_path, str(a), "a"), consolidated(tmp_path, str(b), "b"))
+    # the moments too: every state element of both final checkpoints
+    d = run_ckpt(["diff", str(a), str(b)])
+    assert "identical" in d.stdout, d.stdout
 
 
 def test_stage3_to_stage0_same_world_is_bitwise(tmp_path):

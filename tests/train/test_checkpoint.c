@@ -289,6 +289,20 @@ int main(void)
         json_decref(hdr);
         free(h);
         fclose(f);
+        /* one tensor without an engine: every kind, bitwise; errors named */
+        float *t = malloc(numel(&P[2]) * sizeof *t);
+        int bad_t = 0;
+        for (int k = 0; k < 3; k++) {
+            static const char *kinds[] = {"master", "exp_avg", "exp_avg_sq"};
+            CHECK_OK(zero_checkpoint_read_tensor(step, "b.weight", kinds[k], t, numel(&P[2])));
+            for (uint64_t i = 0; i < numel(&P[2]); i++)
+                if (memcmp(&t[i], &(float){value(k, 2, i)}, 4) != 0) bad_t++;
+        }
+        CHECK(bad_t == 0);
+        CHECK(zero_checkpoint_read_tensor(step, "nope", "master", t, 1) == ZERO_NOT_FOUND);
+        CHECK(zero_checkpoint_read_tensor(step, "b.weight", "master", t, 5) == ZERO_INVALID_ARGUMENT);
+        CHECK(zero_checkpoint_read_tensor(step, "b.weight", "velocity", t, numel(&P[2])) == ZERO_INVALID_ARGUMENT);
+        free(t);
         /* offline reshard to 3 files consolidates to the same bytes */
         snprintf(p, sizeof p, "%s/r3", dir);
         CHECK_OK(zero_checkpoint_reshard(step, p, 3));

@@ -4,7 +4,8 @@
 # Runs S steps straight, then S/2 + resume + S/2 in a fresh directory, and
 # requires the per-step losses after the resume point to be bitwise equal to
 # the straight run's (the metrics file prints them with %.17g, which
-# round-trips a double), and the loss to fall.
+# round-trips a double), the final master weights and moments of both runs
+# to be bitwise equal (zero-ckpt diff), and the loss to fall.
 set -euo pipefail
 build=$1 ranks=$2 stage=$3
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -35,6 +36,8 @@ if ! diff <(loss "$work/straight.jsonl" | head -n 4) <(loss "$work/first.jsonl")
   exit 1
 fi
 "$build/tools/ckpt/zero-ckpt" verify "$work/b" >/dev/null
+# the final states of both runs: master weights and moments bitwise equal
+"$build/tools/ckpt/zero-ckpt" diff "$work/a" "$work/b" || { echo "FAIL: final checkpoints differ"; exit 1; }
 first=$(loss "$work/straight.jsonl" | head -n 1) last=$(loss "$work/straight.jsonl" | tail -n 1)
 awk -v f="$first" -v l="$last" 'BEGIN { if (!(l < f - 0.3)) { print "FAIL: loss " f " -> " l " did not fall"; exit 1 } }'
 echo "ok: ranks $ranks stage $stage: losses after resume bitwise equal; loss $first -> $last"
