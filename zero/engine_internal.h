@@ -128,6 +128,8 @@ struct zero_engine {
     uint64_t inflight_numel, live_numel;
 
     zero_engine_stats stats;
+    double norm_buf;      /* the step's scalar all-reduce: not on the stack, since a
+                             timed-out op may still be written by the transport */
 
     /* scalars */
     int64_t step;

@@ -105,8 +105,9 @@ zero_status zero_engine_step(zero_engine *e, zero_step_result *out)
         nonfinite |= nf;
     }
     if (nonfinite) local = INFINITY;
-    double total = local;
-    ZERO_TRY(engine_allreduce_host(e, &total, 1, ZERO_F64, ZERO_SUM, WHAT));
+    e->norm_buf = local;
+    ZERO_TRY(engine_allreduce_host(e, &e->norm_buf, 1, ZERO_F64, ZERO_SUM, WHAT));
+    const double total = e->norm_buf;
     zero_status st;
 
     const double scale_used = e->loss_scale;

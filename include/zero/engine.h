@@ -52,7 +52,9 @@
  * parameter and the rank. Calls marked COLLECTIVE must be made by every rank
  * of the dp group in the same order. After a collective fails (a timeout, a
  * dead peer) the engine only accepts destroy; every other call returns
- * ZERO_INVALID_STATE repeating the original message.
+ * ZERO_INVALID_STATE repeating the original message. (As comm.h warns, the
+ * transport may still write into the buffers of an op that timed out until
+ * MPI is finalized: destroy the engine and its comms soon after.)
  *
  * Buffers live in the memory of the engine's device (host memory for the CPU
  * device, GPU memory for CUDA) and the dp comm must carry that memory (MPI or
