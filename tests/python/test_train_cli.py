@@ -112,3 +112,13 @@ def test_progress_bar_on_a_terminal(tmp_path):
     assert p.returncode == 0
     assert "\r\033[2K[" in text and "] 4/6" in text, text[-2000:]
     assert "step      6/6" in text
+
+
+def test_resume_auto_without_a_checkpoint_starts_fresh(tmp_path):
+    ck = tmp_path / "ck"
+    p = run_train(TINY + ["--data", corpus(tmp_path), "--steps", "2", "--checkpoint-dir", str(ck), "--resume", "auto"])
+    assert "starting from step 0" in p.stdout
+    assert (ck / "latest").read_text().strip() == "step-00000002"
+    # and --resume auto without a checkpoint dir is a config error
+    p = run_train(TINY + ["--data", corpus(tmp_path), "--steps", "2", "--resume", "auto"], check=False)
+    assert p.returncode != 0 and "train.checkpoint.dir" in p.stderr
