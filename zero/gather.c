@@ -9,6 +9,8 @@
 
 #include "engine_internal.h"
 
+#define TRACE_MAX (1 << 20)
+
 static zero_status trace_push(zero_engine *e, int **arr, int *len, int *cap, int v)
 {
     if (*len == *cap) {
@@ -106,7 +108,10 @@ zero_status zero_engine_gather(zero_engine *e, int module)
     char what[160];
     snprintf(what, sizeof what, "engine gather of module '%s'", m->name);
 
-    ZERO_TRY(trace_push(e, &e->cur, &e->cur_len, &e->cur_cap, module));
+    /* Gathers without a step in between (an evaluation loop) would grow the
+     * record without bound: past TRACE_MAX the step is simply not recorded. */
+    if (e->cur_len < TRACE_MAX) ZERO_TRY(trace_push(e, &e->cur, &e->cur_len, &e->cur_cap, module));
+    else e->replay_ok = 0;
     if (e->replay_ok && (e->cur_len > e->trace_len || e->trace[e->cur_len - 1] != module)) {
         zero_log(ZERO_LOG_WARN,
                  "engine: stage-3 gather order changed at gather #%d (recorded: module '%s', now: '%s');"
@@ -161,6 +166,11 @@ zero_status gather_drop_prefetches(zero_engine *e, const char *what)
 void gather_end_step(zero_engine *e)
 {
     if (e->cfg.stage < 3) return;
+    if (e->cur_len >= TRACE_MAX) { /* not a usable record: keep the old one */
+        e->cur_len = 0;
+        e->replay_ok = e->have_trace;
+        return;
+    }
     int same = e->have_trace && e->cur_len == e->trace_len;
     for (int i = 0; same && i < e->cur_len; i++) same = e->cur[i] == e->trace[i];
     if (!same) {
