@@ -1,6 +1,6 @@
 /* Stage equivalence (DESIGN.md invariant 2).
  *
- * For fp32 and bf16 compute, with and without gradient accumulation,
+ * For fp32, bf16 and fp16 compute, with and without gradient accumulation,
  * clipping and overlap_comm, AdamW and SGD: K steps at stages 1, 2 and 3 give
  * bitwise the same fp32 master weights, compute-dtype parameters and
  * gradient norms as stage 0 at this world size. And for fp32, stage 0 at
@@ -28,6 +28,7 @@ static const variant variants[] = {
     {"bf16 adamw", ZERO_BF16, 1, 0.0, 0, ZERO_OPTIM_ADAMW},
     {"bf16 adamw gas2 clip overlap", ZERO_BF16, 2, 0.05, 1, ZERO_OPTIM_ADAMW},
     {"bf16 sgd clip", ZERO_BF16, 1, 0.02, 0, ZERO_OPTIM_SGD},
+    {"f16 adamw gas2 clip overlap (dynamic loss scale)", ZERO_F16, 2, 0.05, 1, ZERO_OPTIM_ADAMW},
 };
 
 static zero_config make_config(const variant *v, int stage)
