@@ -4,8 +4,8 @@
  * ops.c validates arguments, counts bytes and drives requests; deadline.c
  * polls a request until its deadline (and keeps the graveyard and scratch);
  * each backend_*.c implements one transport behind coll_backend; mpi_sched.c
- * holds the MPI backend's point-to-point schedules; reduce16.c the fp32
- * accumulation of 16-bit floats. */
+ * holds the MPI backend's point-to-point schedules; reduce.c their element-wise
+ * kernels and the fp32 accumulation of 16-bit floats. */
 #ifndef ZERO_COLLECTIVES_COMM_INTERNAL_H
 #define ZERO_COLLECTIVES_COMM_INTERNAL_H
 
@@ -148,10 +148,16 @@ zero_status coll_wait_request(zero_request *req);
 void coll_graveyard_add(void *ptr, void (*release)(void *));
 void coll_graveyard_flush(void);
 
-/* ------------------------------------------------------------ reduce16.c
- * f16/bf16 reductions accumulate in fp32 and round once. */
+/* ------------------------------------------------------------ reduce.c
+ * Element-wise kernels; f16/bf16 reductions accumulate in fp32 and round once.
+ * src and dst never overlap. */
 void coll_r16_to_f32(const uint16_t *src, float *dst, size_t n, zero_dtype dtype);
 void coll_f32_to_r16(const float *src, uint16_t *dst, size_t n, zero_dtype dtype);
+/* acc = first ? widen(x) : acc op widen(x) */
+void coll_acc16(float *acc, const uint16_t *x, size_t n, zero_dtype dtype, int max, int first);
+/* out = a op b (sum wraps for integers); out == a, or all three disjoint.
+ * Not for 16-bit floats. */
+void coll_reduce(void *out, const void *a, const void *b, size_t n, zero_dtype dtype, int max);
 static inline int coll_is_r16(zero_dtype d) { return d == ZERO_F16 || d == ZERO_BF16; }
 
 /* ------------------------------------------------------------ MPI core

@@ -110,38 +110,6 @@ static MPI_Datatype wire_type(zero_dtype d)
     return MPI_BYTE;
 }
 
-/* acc (fp32) op= widened x */
-static void acc16(float *acc, const uint16_t *x, size_t n, zero_dtype d, int max, int first)
-{
-    for (size_t i = 0; i < n; i++) {
-        float v = d == ZERO_BF16 ? zero_cvt_bf16_to_f32(x[i]) : zero_cvt_f16_to_f32(x[i]);
-        acc[i] = first ? v : max ? (v > acc[i] ? v : acc[i]) : acc[i] + v;
-    }
-}
-
-/* dst op= src, elementwise; integers wrap (computed unsigned). */
-static void reduce_into(void *dst, const void *src, size_t n, zero_dtype d, int max)
-{
-#define LOOP(T, ADD)                                                            \
-    do {                                                                        \
-        T *o = dst;                                                             \
-        const T *x = src;                                                       \
-        if (max)                                                                \
-            for (size_t i = 0; i < n; i++) o[i] = x[i] > o[i] ? x[i] : o[i];    \
-        else                                                                    \
-            for (size_t i = 0; i < n; i++) o[i] = ADD;                          \
-    } while (0)
-    switch (d) {
-    case ZERO_F32: LOOP(float, o[i] + x[i]); break;
-    case ZERO_F64: LOOP(double, o[i] + x[i]); break;
-    case ZERO_I32: LOOP(int32_t, (int32_t)((uint32_t)o[i] + (uint32_t)x[i])); break;
-    case ZERO_I64: LOOP(int64_t, (int64_t)((uint64_t)o[i] + (uint64_t)x[i])); break;
-    case ZERO_U8: LOOP(uint8_t, (uint8_t)(o[i] + x[i])); break;
-    default: break;
-    }
-#undef LOOP
-}
-
 /* Segment `seg` of chunk j: elements [off[j] + b, off[j] + b + l). */
 static void seg_range(const mpi_sched *s, int j, size_t *b, size_t *l)
 {
@@ -170,13 +138,16 @@ static void reduce_segment(mpi_sched *s, char *out)
     if (!len) return;
     int max = s->op == ZERO_MAX;
     if (coll_is_r16(s->dtype)) {
-        for (int p = 0; p < s->n; p++) acc16(s->acc, (const uint16_t *)contribution(s, p), len, s->dtype, max, p == 0);
+        for (int p = 0; p < s->n; p++)
+            coll_acc16(s->acc, (const uint16_t *)contribution(s, p), len, s->dtype, max, p == 0);
         coll_f32_to_r16(s->acc, (uint16_t *)out, len, s->dtype);
         return;
     }
-    const char *c0 = contribution(s, 0);
-    if (out != c0) memmove(out, c0, len * s->es);
-    for (int p = 1; p < s->n; p++) reduce_into(out, contribution(s, p), len, s->dtype, max);
+    /* out = c0 + c1 in one pass, then out += c2, ...: rank order, and out is
+     * either disjoint from the contributions or is our own one (in place,
+     * where our own was saved first unless we are rank 0, whose c0 is out). */
+    coll_reduce(out, contribution(s, 0), contribution(s, 1), len, s->dtype, max);
+    for (int p = 2; p < s->n; p++) coll_reduce(out, out, contribution(s, p), len, s->dtype, max);
 }
 
 /* ---------------------------------------------------------------- phases */
