@@ -2,7 +2,8 @@
  * other rank fail within the comm's timeout with a message naming the op and
  * the group; the failed comm then refuses ops, and every rank (the absent one
  * too) shuts down cleanly with exit 0.
- *   test_coll_deadline skip   rank 0 skips an allreduce, a split and a send
+ *   test_coll_deadline skip   rank 0 skips an allreduce, a split, two async ops
+ *                             and a send
  *   test_coll_deadline leave  rank 0 destroys its world (MPI_Finalize) first */
 #include <zero/comm.h>
 
@@ -51,7 +52,7 @@ static void expect_failed_state(zero_comm *c)
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "skip";
-    zero_comm *world = NULL, *p2p = NULL, *third = NULL;
+    zero_comm *world = NULL, *p2p = NULL, *third = NULL, *fourth = NULL;
     zero_comm_config cfg = ZERO_COMM_CONFIG_INIT;
     cfg.timeout_s = 30;
     if (zero_comm_init_world(&world, &cfg) != ZERO_OK) {
@@ -66,6 +67,8 @@ int main(int argc, char **argv)
     }
     CHECK_OK(zero_comm_split(world, 0, r, &p2p));
     CHECK_OK(zero_comm_split(world, 0, r, &third));
+    CHECK_OK(zero_comm_split(world, 0, r, &fourth));
+    CHECK_OK(zero_comm_set_timeout(fourth, TIMEOUT_S));
     CHECK_OK(zero_comm_set_timeout(third, TIMEOUT_S));
     CHECK_OK(zero_comm_set_name(p2p, "p2p"));
     CHECK_OK(zero_comm_set_name(third, "third"));
@@ -92,6 +95,18 @@ int main(int argc, char **argv)
             CHECK(child == NULL);
             expect_timeout(st, t0, third, "split");
             expect_failed_state(third);
+            /* two async ops rank 0 never joins: the first wait times out, the
+             * second is refused at once (no second deadline) */
+            zero_request *q1 = NULL, *q2 = NULL;
+            float x[64] = {0};
+            CHECK_OK(zero_allreduce_async(fourth, x, x, 64, ZERO_F32, ZERO_SUM, &q1));
+            CHECK_OK(zero_allgather_async(fourth, x, buf, 16, ZERO_F32, &q2));
+            t0 = now();
+            expect_timeout(zero_wait(q1), t0, fourth, "allreduce");
+            t0 = now();
+            CHECK(zero_wait(q2) == ZERO_INVALID_STATE);
+            CHECK(strstr(zero_last_error(), "allgather") && strstr(zero_last_error(), "failed earlier"));
+            CHECK_MSG(now() - t0 < 0.5, "second wait took %.2f s", now() - t0);
             if (r == 1) {
                 /* rank 0 never sends */
                 t0 = now();
@@ -107,6 +122,7 @@ int main(int argc, char **argv)
         /* rank 0 leaves: destroys everything (MPI_Finalize) and exits 0
          * while the others wait for it in a barrier. */
         if (r == 0) {
+            zero_comm_destroy(fourth);
             zero_comm_destroy(third);
             zero_comm_destroy(p2p);
             zero_comm_destroy(world);
@@ -120,6 +136,7 @@ int main(int argc, char **argv)
     /* destroy must not hang on a failed comm, and MPI_Finalize must not
      * either (the test's own timeout catches a hang). */
     double t0 = now();
+    zero_comm_destroy(fourth);
     zero_comm_destroy(third);
     zero_comm_destroy(p2p);
     zero_comm_destroy(world);
