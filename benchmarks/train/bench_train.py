@@ -10,7 +10,9 @@ Cases (threads in total are equal on both sides):
 zero-train: its built-in model (4 layers, 4 heads, d_model 128, seq 64, vocab 256)
 and AdamW + clipping, step time from its metrics file (each step includes the
 gradient reduction, clipping, AdamW, the stage-3 gathers and the loss/memory
-all-reduces). PyTorch 1.13 (Debian): the independent reference model of
+all-reduces). PyTorch 1.13 (Debian), in a subprocess with OMP_NUM_THREADS = torch threads = the
+thread count and a single-threaded BLAS under it (its fastest setting here; zero-train's
+ranks run with 1 thread each): the independent reference model of
 tests/python/model_torch_ref.py, torch.optim.AdamW, clip_grad_norm_; one step =
 zero_grad + forward + backward + clip + step. Both: median over the steps after
 a warm-up. Each side runs --repeats times, alternating, and keeps its best run, so a
@@ -49,7 +51,10 @@ def zero_train(build, ranks, steps, warmup, stage):
     return MICRO * ranks * MODEL["seq_len"] / med, med, cpu
 
 
-def torch_train(threads, batch, steps, warmup):
+def torch_worker(threads, batch, steps, warmup):
+    """The PyTorch side, in its own process so that OMP_NUM_THREADS and
+    OPENBLAS_NUM_THREADS are set before torch loads (set_num_threads alone
+    leaves the BLAS inside torch free to use every core)."""
     import torch
     import model_torch_ref as ref
     torch.set_num_threads(threads)
@@ -68,8 +73,19 @@ def torch_train(threads, batch, steps, warmup):
         opt.step()
         times.append(time.perf_counter() - t0)
         cpus.append(time.process_time() - c0)
-    med = statistics.median(times[warmup:])
-    return batch * MODEL["seq_len"] / med, med, statistics.median(cpus[warmup:])
+    print(json.dumps(dict(step_s=statistics.median(times[warmup:]), cpu_s=statistics.median(cpus[warmup:]),
+                          version=torch.__version__, threads=torch.get_num_threads())))
+
+
+def torch_train(threads, batch, steps, warmup):
+    # torch spreads each op over `threads` intra-op threads; the BLAS under it
+    # stays single-threaded, as nested BLAS threads double its step time here
+    # (2 threads, batch 16: 208 ms with OPENBLAS_NUM_THREADS=2, 103 ms with 1)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-worker", str(threads), str(batch),
+                          str(steps), str(warmup)], check=True, env=env, capture_output=True, text=True).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    return batch * MODEL["seq_len"] / r["step_s"], r["step_s"], r["cpu_s"]
 
 
 def torch_version():
@@ -78,6 +94,9 @@ def torch_version():
 
 
 def main():
+    if len(sys.argv) == 6 and sys.argv[1] == "--torch-worker":
+        torch_worker(*(int(x) for x in sys.argv[2:]))
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(SRC, "build"))
     ap.add_argument("--steps", type=int, default=40)
