@@ -11,7 +11,12 @@
  * across ranks, take the median round of each side, and report
  *   algbw = S / time,  busbw = algbw x 2(n-1)/n (all-reduce), x (n-1)/n (others)
  * plus #wrong: elements that differ from the exact reference in a checked run
- * of each side, and ratio = our time / raw time. */
+ * of each side, and ratio = our time / raw time.
+ *
+ * --dtype bf16: ours moves bf16 (summed in fp32, rounded once); MPI has no
+ * bf16, so the raw peer is what a program would write without us: all-gather
+ * as 16-bit words, reductions widened to fp32, reduced by MPI, rounded back
+ * (conversions included in its time). */
 #include <mpi.h>
 #include <zero/comm.h>
 
@@ -28,6 +33,7 @@ typedef struct options {
     int warmup;
     const char *json, *csv;
     int ops[3];
+    int bf16;
 } options;
 
 typedef struct result {
@@ -61,7 +67,7 @@ static void usage(void)
         fprintf(stderr,
                 "usage: zero-bench-coll [--min-bytes 1K] [--max-bytes 256M] [--factor 2] [--time 0.05]\n"
                 "                       [--warmup 3] [--ops allreduce,reduce_scatter,allgather]\n"
-                "                       [--json FILE] [--csv FILE]\n"
+                "                       [--dtype f32|bf16] [--json FILE] [--csv FILE]\n"
                 "Run under mpirun with 2 or more ranks; sizes take K/M/G suffixes (powers of 1024).\n");
 }
 
@@ -80,6 +86,10 @@ static int parse(int argc, char **argv, options *o)
         else if (!strcmp(a, "--warmup")) o->warmup = atoi(v);
         else if (!strcmp(a, "--json")) o->json = v;
         else if (!strcmp(a, "--csv")) o->csv = v;
+        else if (!strcmp(a, "--dtype")) {
+            if (strcmp(v, "f32") && strcmp(v, "bf16")) return -1;
+            o->bf16 = !strcmp(v, "bf16");
+        }
         else if (!strcmp(a, "--ops")) {
             o->ops[0] = strstr(v, "allreduce") != NULL;
             o->ops[1] = strstr(v, "reduce_scatter") != NULL;
@@ -98,19 +108,40 @@ enum { OP_AR = 0, OP_RS = 1, OP_AG = 2 };
 static const char *op_names[] = {"allreduce", "reduce_scatter", "allgather"};
 
 typedef struct bufs {
-    float *send, *recv;
+    void *send, *recv;
+    float *wide_send, *wide_recv; /* bf16: the raw peer's fp32 copies */
     zero_comm *zc;
     MPI_Comm mc;
+    int bf16;
+    size_t es;
 } bufs;
+
+/* The raw peer's conversions, inline as a program would write them. */
+static inline float bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
 
 /* count: all-reduce elements; per-rank chunk for reduce-scatter/all-gather. */
 static int run_ours(bufs *b, int op, size_t count)
 {
     zero_status st = ZERO_OK;
+    zero_dtype dt = b->bf16 ? ZERO_BF16 : ZERO_F32;
     switch (op) {
-    case OP_AR: st = zero_allreduce(b->zc, b->send, b->recv, count, ZERO_F32, ZERO_SUM); break;
-    case OP_RS: st = zero_reduce_scatter(b->zc, b->send, b->recv, count, ZERO_F32, ZERO_SUM); break;
-    case OP_AG: st = zero_allgather(b->zc, b->send, b->recv, count, ZERO_F32); break;
+    case OP_AR: st = zero_allreduce(b->zc, b->send, b->recv, count, dt, ZERO_SUM); break;
+    case OP_RS: st = zero_reduce_scatter(b->zc, b->send, b->recv, count, dt, ZERO_SUM); break;
+    case OP_AG: st = zero_allgather(b->zc, b->send, b->recv, count, dt); break;
     }
     if (st != ZERO_OK) {
         fprintf(stderr, "rank %d: %s\n", rank, zero_comm_last_error(b->zc));
@@ -122,6 +153,18 @@ static int run_ours(bufs *b, int op, size_t count)
 static int run_raw(bufs *b, int op, size_t count)
 {
     int c = (int)count, rc = MPI_SUCCESS;
+    if (b->bf16) {
+        if (op == OP_AG)
+            return MPI_Allgather(b->send, c, MPI_UINT16_T, b->recv, c, MPI_UINT16_T, b->mc) == MPI_SUCCESS ? 0 : -1;
+        size_t in = op == OP_RS ? count * (size_t)nranks : count;
+        const uint16_t *s16 = b->send;
+        uint16_t *r16 = b->recv;
+        for (size_t i = 0; i < in; i++) b->wide_send[i] = bf16_to_f32(s16[i]);
+        rc = op == OP_AR ? MPI_Allreduce(b->wide_send, b->wide_recv, c, MPI_FLOAT, MPI_SUM, b->mc)
+                         : MPI_Reduce_scatter_block(b->wide_send, b->wide_recv, c, MPI_FLOAT, MPI_SUM, b->mc);
+        for (size_t i = 0; i < count; i++) r16[i] = f32_to_bf16(b->wide_recv[i]);
+        return rc == MPI_SUCCESS ? 0 : -1;
+    }
     switch (op) {
     case OP_AR: rc = MPI_Allreduce(b->send, b->recv, c, MPI_FLOAT, MPI_SUM, b->mc); break;
     case OP_RS: rc = MPI_Reduce_scatter_block(b->send, b->recv, c, MPI_FLOAT, MPI_SUM, b->mc); break;
@@ -133,12 +176,23 @@ static int run_raw(bufs *b, int op, size_t count)
 /* Exact small integers: every partial sum is exact, so the check is bitwise. */
 static float value(int r, size_t i) { return (float)((int)((i * 7 + (size_t)r * 13) % 61) - 30); }
 
+/* (Sums of up to 8 ranks stay below 256: exact in bf16 too.) */
 static void fill(bufs *b, int op, size_t count)
 {
     size_t in = op == OP_RS ? count * (size_t)nranks : count;
-    for (size_t i = 0; i < in; i++) b->send[i] = value(rank, i);
+    for (size_t i = 0; i < in; i++) {
+        if (b->bf16)
+            ((uint16_t *)b->send)[i] = f32_to_bf16(value(rank, i));
+        else
+            ((float *)b->send)[i] = value(rank, i);
+    }
     size_t out = op == OP_AG ? count * (size_t)nranks : count;
-    memset(b->recv, 0xFF, out * sizeof(float)); /* NaN: a missed element shows */
+    memset(b->recv, 0xFF, out * b->es); /* NaN: a missed element shows */
+}
+
+static float got(const bufs *b, size_t i)
+{
+    return b->bf16 ? bf16_to_f32(((const uint16_t *)b->recv)[i]) : ((const float *)b->recv)[i];
 }
 
 static long check(bufs *b, int op, size_t count)
@@ -146,13 +200,13 @@ static long check(bufs *b, int op, size_t count)
     long wrong = 0;
     if (op == OP_AG) {
         for (int q = 0; q < nranks; q++)
-            for (size_t i = 0; i < count; i++) wrong += b->recv[(size_t)q * count + i] != value(q, i);
+            for (size_t i = 0; i < count; i++) wrong += got(b, (size_t)q * count + i) != value(q, i);
     } else {
         size_t base = op == OP_RS ? (size_t)rank * count : 0;
         for (size_t i = 0; i < count; i++) {
             float want = 0;
             for (int q = 0; q < nranks; q++) want += value(q, base + i);
-            wrong += b->recv[i] != want;
+            wrong += got(b, i) != want;
         }
     }
     return wrong;
@@ -167,11 +221,11 @@ static double max_over_ranks(double v)
 
 static int measure(bufs *b, const options *o, int op, size_t bytes, result *res)
 {
-    size_t total = bytes / sizeof(float);
+    size_t total = bytes / b->es;
     size_t count = op == OP_AR ? total : total / (size_t)nranks;
     if (!count) return 1;
     res->op = op_names[op];
-    res->bytes = (op == OP_AR ? count : count * (size_t)nranks) * sizeof(float);
+    res->bytes = (op == OP_AR ? count : count * (size_t)nranks) * b->es;
     res->count = count;
 
     /* correctness, both sides, before timing */
@@ -259,8 +313,9 @@ static void write_files(const options *o, const result *rs, int n)
         if (!f) {
             fprintf(stderr, "zero-bench-coll: cannot write %s: %s\n", o->json, strerror(errno));
         } else {
-            fprintf(f, "{\n  \"benchmark\": \"zero-bench-coll\",\n  \"ranks\": %d,\n  \"dtype\": \"f32\",\n"
-                       "  \"peer\": \"raw blocking MPI call\",\n  \"results\": [\n", nranks);
+            fprintf(f, "{\n  \"benchmark\": \"zero-bench-coll\",\n  \"ranks\": %d,\n  \"dtype\": \"%s\",\n"
+                       "  \"peer\": \"raw blocking MPI call%s\",\n  \"results\": [\n",
+                    nranks, o->bf16 ? "bf16" : "f32", o->bf16 ? " (bf16 reductions widened to fp32)" : "");
             for (int i = 0; i < n; i++) {
                 const result *r = &rs[i];
                 double f2 = busbw_factor(r->op);
@@ -283,12 +338,13 @@ static void write_files(const options *o, const result *rs, int n)
             fprintf(stderr, "zero-bench-coll: cannot write %s: %s\n", o->csv, strerror(errno));
             return;
         }
-        fprintf(f, "op,ranks,bytes,count,iters,time_us,algbw_gbs,busbw_gbs,wrong,raw_time_us,raw_algbw_gbs,"
+        fprintf(f, "op,dtype,ranks,bytes,count,iters,time_us,algbw_gbs,busbw_gbs,wrong,raw_time_us,raw_algbw_gbs,"
                    "raw_busbw_gbs,raw_wrong,time_ratio\n");
         for (int i = 0; i < n; i++) {
             const result *r = &rs[i];
             double f2 = busbw_factor(r->op);
-            fprintf(f, "%s,%d,%zu,%zu,%d,%.3f,%.4f,%.4f,%ld,%.3f,%.4f,%.4f,%ld,%.4f\n", r->op, nranks, r->bytes,
+            fprintf(f, "%s,%s,%d,%zu,%zu,%d,%.3f,%.4f,%.4f,%ld,%.3f,%.4f,%.4f,%ld,%.4f\n", r->op,
+                    o->bf16 ? "bf16" : "f32", nranks, r->bytes,
                     r->count, r->iters, r->t_ours * 1e6, r->bytes / r->t_ours / 1e9, r->bytes / r->t_ours / 1e9 * f2,
                     r->wrong_ours, r->t_raw * 1e6, r->bytes / r->t_raw / 1e9, r->bytes / r->t_raw / 1e9 * f2,
                     r->wrong_raw, r->t_ours / r->t_raw);
@@ -323,15 +379,19 @@ int main(int argc, char **argv)
     }
     MPI_Comm_dup(MPI_COMM_WORLD, &b.mc);
     /* The largest buffers any op needs: the whole array on each side. */
-    size_t maxf = o.max_bytes / sizeof(float) + (size_t)nranks;
-    b.send = malloc(maxf * sizeof(float));
-    b.recv = malloc(maxf * sizeof(float));
-    if (!b.send || !b.recv) {
-        fprintf(stderr, "rank %d: cannot allocate 2 x %zu bytes\n", rank, maxf * sizeof(float));
+    b.bf16 = o.bf16;
+    b.es = o.bf16 ? 2 : 4;
+    size_t maxe = o.max_bytes / b.es + (size_t)nranks;
+    b.send = calloc(maxe, b.es);
+    b.recv = calloc(maxe, b.es);
+    if (b.bf16) {
+        b.wide_send = calloc(maxe, sizeof(float));
+        b.wide_recv = calloc(maxe, sizeof(float));
+    }
+    if (!b.send || !b.recv || (b.bf16 && (!b.wide_send || !b.wide_recv))) {
+        fprintf(stderr, "rank %d: cannot allocate buffers for %zu elements\n", rank, maxe);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    memset(b.send, 0, maxf * sizeof(float));
-    memset(b.recv, 0, maxf * sizeof(float));
 
     if (rank == 0) {
         char lib[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -339,9 +399,10 @@ int main(int argc, char **argv)
         MPI_Get_library_version(lib, &len);
         char *nl = strchr(lib, '\n');
         if (nl) *nl = '\0';
-        printf("# zero-bench-coll: %d ranks, dtype f32, out of place, sizes %zu..%zu bytes, backend %s\n", nranks,
-               o.min_bytes, o.max_bytes, cfg.backend == ZERO_BACKEND_MPI ? "mpi" : "local");
-        printf("# peer: the raw blocking MPI call on a dup of MPI_COMM_WORLD (%.60s)\n", lib);
+        printf("# zero-bench-coll: %d ranks, dtype %s, out of place, sizes %zu..%zu bytes, backend %s\n", nranks,
+               o.bf16 ? "bf16" : "f32", o.min_bytes, o.max_bytes, cfg.backend == ZERO_BACKEND_MPI ? "mpi" : "local");
+        printf("# peer: the raw blocking MPI call on a dup of MPI_COMM_WORLD (%.60s)%s\n", lib,
+               o.bf16 ? "; bf16 reductions widened to fp32 and rounded back around it" : "");
         printf("# time = median of 5 rounds, each averaged over ranks; algbw = bytes/time; busbw = algbw x 2(n-1)/n (allreduce), "
                "x (n-1)/n (others); ratio = zero time / raw time\n");
         printf("%-15s %11s %10s  %10s %7s %7s %6s   %10s %7s %7s %6s   %6s\n", "#", "", "", "---- zero", "", "",
@@ -381,6 +442,8 @@ int main(int argc, char **argv)
     free(rs);
     free(b.send);
     free(b.recv);
+    free(b.wide_send);
+    free(b.wide_recv);
     zero_comm_destroy(b.zc);
     MPI_Comm_free(&b.mc);
     MPI_Finalize();
