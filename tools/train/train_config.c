@@ -17,13 +17,13 @@ const char train_default_config_json[] =
     "  \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003, \"betas\": [0.9, 0.95],\n"
     "                \"eps\": 1e-8, \"weight_decay\": 0.1}},\n"
     "  \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"warmup_num_steps\": 20,\n"
-    "                \"total_num_steps\": 500, \"warmup_min_ratio\": 0.0, \"cos_min_ratio\": 0.1,\n"
+    "                \"total_num_steps\": 1000, \"warmup_min_ratio\": 0.0, \"cos_min_ratio\": 0.1,\n"
     "                \"warmup_type\": \"linear\"}},\n"
     "  \"gradient_clipping\": 1.0,\n"
     "  \"zero_optimization\": {\"stage\": 3},\n"
     "  \"model\": {\"n_layer\": 4, \"n_head\": 4, \"d_model\": 128, \"seq_len\": 64, \"vocab\": 256},\n"
     "  \"data\": {\"path\": \"auto\"},\n"
-    "  \"train\": {\"steps\": 500, \"seed\": 1234, \"log_every\": 10}\n"
+    "  \"train\": {\"steps\": 1000, \"seed\": 1234, \"log_every\": 50}\n"
     "}\n";
 
 /* Keys the engine checks itself (zero_config_from_json). */
@@ -315,7 +315,7 @@ int train_config_parse(train_config *c, json_t *root, int dp, char *err, size_t 
     c->vocab = 256;
     c->steps = 300;
     c->seed = 1234;
-    c->log_every = 10;
+    c->log_every = 50;
     c->lr = 1e-3;
     c->device = strdup("cpu");
     c->comm_backend = strdup("auto");
