@@ -1,0 +1,125 @@
+/* Tensor parallelism (Megatron-LM style) for the CPU GPT, and the runtime of
+ * one pipeline stage: a contiguous range of blocks, the embedding when the
+ * range starts at block 0, the final LayerNorm and tied head when it ends at
+ * the last block. With tp_size 1 and the whole range it computes what
+ * gpt_forward/gpt_backward compute (bitwise: same kernels, same order).
+ *
+ * ------------------------------------------------------------ the split
+ * Within a block, on a tp group of size P (n_head and 4*d_model multiples of
+ * P), rank r holds:
+ *   attn.c_attn   column-parallel: heads r*H/P .. (r+1)*H/P-1, i.e. rows
+ *                 [r*C/P, (r+1)*C/P) of EACH of the q, k and v thirds of
+ *                 the (3C, C) weight and of the bias (TP_SPLIT_QKV)
+ *   attn.c_proj   row-parallel: columns [r*C/P, (r+1)*C/P) of the (C, C)
+ *                 weight (TP_SPLIT_IN); the bias whole
+ *   mlp.c_fc      column-parallel: rows [r*4C/P, (r+1)*4C/P) of the weight
+ *                 and bias (TP_SPLIT_OUT)
+ *   mlp.c_proj    row-parallel: those columns of the (C, 4C) weight; bias whole
+ * Everything else (LayerNorms, row-parallel biases, wte, wpe, ln_f) is
+ * REPLICATED: every tp rank holds it whole and computes its gradient
+ * redundantly from the same (replicated) inputs - no tp all-reduce of
+ * gradients. The MPI backend's all-reduce gives every rank the same bits, so
+ * replicated gradients are bitwise equal across the tp group as long as the
+ * ranks run the same OpenMP thread count (the per-thread partial sums
+ * depend on it); the tests assert that equality.
+ *
+ * Megatron's conjugate operators: f (identity forward, all-reduce backward)
+ * sits before each column-parallel linear, g (all-reduce forward, identity
+ * backward) after each row-parallel linear. So per block: 2 all-reduces of
+ * N x C floats forward and 2 backward. tp rank 0 adds the residual and the
+ * row-parallel bias before its partial product enters the all-reduce (the
+ * others add nothing), so the sum counts them once.
+ *
+ * Names: a shard keeps the GPT-2 name of its full tensor ("h.0.mlp.c_fc.weight");
+ * the engine of each tp rank registers that rank's shard under that name,
+ * and tp_param_info says which slice of the full tensor it is.
+ *
+ * Errors: zero_status; message in gpt_last_error(). Nothing prints or exits. */
+#ifndef ZERO_MODEL_TP_GPT_H
+#define ZERO_MODEL_TP_GPT_H
+
+#include <zero/comm.h>
+
+#include "gpt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------ parameter shards */
+typedef enum tp_split {
+    TP_REPLICATED = 0, /* whole on every tp rank */
+    TP_SPLIT_OUT = 1,  /* rows (outputs) of an (out, in) weight, or of its bias */
+    TP_SPLIT_IN = 2,   /* columns (inputs) of an (out, in) weight */
+    TP_SPLIT_QKV = 3,  /* rows of each third [q | k | v] of c_attn's weight or bias */
+} tp_split;
+
+typedef struct tp_param_info {
+    gpt_param_info full; /* the tp=1 tensor: name, module, index, full shape, init */
+    tp_split split;
+    size_t shape[2];     /* this rank's shard (shape[1] = 1 for vectors) */
+    size_t numel;
+} tp_param_info;
+
+/* ZERO_CONFIG unless tp_size >= 1 divides n_head (and so d_model and 4*d_model). */
+zero_status tp_config_validate(const gpt_config *cfg, int tp_size);
+/* The shard of parameter i (gpt_param_info order) on tp rank `tp_rank`. */
+zero_status tp_param_info_get(const gpt_config *cfg, int tp_size, int tp_rank, size_t i, tp_param_info *out);
+/* Copy this rank's slice of the full tensor `full` into `shard` (info->numel floats). */
+void tp_param_slice(const tp_param_info *info, int tp_size, int tp_rank, const float *full, float *shard);
+/* Write `shard` into its place in `full` (the rest of `full` untouched). */
+void tp_param_unslice(const tp_param_info *info, int tp_size, int tp_rank, const float *shard, float *full);
+/* COLLECTIVE over `tp`: every rank gets the full tensor (info->full.numel
+ * floats) in `full`; a replicated tensor is copied from the own shard. */
+zero_status tp_param_gather(zero_comm *tp, const tp_param_info *info, const float *shard, float *full);
+
+/* ------------------------------------------------------------ stage runtime
+ * A workspace for blocks [layer_begin, layer_end) of one tp rank, with
+ * `slots` activation sets (micro-batches in flight, for pipeline schedules)
+ * and one backward scratch shared by them (one backward runs at a time).
+ * `tp` is borrowed (may be NULL for tp_size 1) and must outlive the
+ * workspace. Parameter sets are this rank's shards, module-indexed as in
+ * gpt.h; on a stage that holds the head but not the embedding, the embed set
+ * needs only t[GPT_WTE] (the tied copy). */
+typedef struct tp_workspace tp_workspace;
+
+zero_status tp_workspace_create(tp_workspace **out, const gpt_config *cfg, zero_comm *tp, int batch, int seq,
+                                int layer_begin, int layer_end, int slots);
+void tp_workspace_destroy(tp_workspace *ws); /* NULL accepted */
+size_t tp_workspace_bytes(const tp_workspace *ws);
+const gpt_config *tp_workspace_config(const tp_workspace *ws);
+void tp_workspace_range(const tp_workspace *ws, int *layer_begin, int *layer_end);
+int tp_workspace_slots(const tp_workspace *ws);
+size_t tp_workspace_rows(const tp_workspace *ws); /* batch * seq */
+int tp_workspace_has_embed(const tp_workspace *ws); /* layer_begin == 0 */
+int tp_workspace_has_head(const tp_workspace *ws);  /* layer_end == n_layer */
+/* The input of block layer_begin for slot `slot` (batch*seq x d_model): a
+ * later pipeline stage receives the previous stage's output into it. */
+float *tp_workspace_input(tp_workspace *ws, int slot);
+/* The output of block layer_end-1 for slot `slot` (what a stage sends on). */
+const float *tp_workspace_output(const tp_workspace *ws, int slot);
+/* The residual-stream gradient (batch*seq x d_model), shared by the slots:
+ * a stage without the head receives d(output) into it before its backward
+ * blocks; after the backward of block layer_begin it holds d(input). */
+float *tp_workspace_dresid(tp_workspace *ws);
+
+/* Forward of slot `slot`: embed (first stage only), blocks layer_begin ..
+ * layer_end-1 in order, head (last stage only: ln_f, tied logits, loss =
+ * mean over targets >= 0; `loss` may be NULL). */
+zero_status tp_forward_embed(tp_workspace *ws, int slot, const int32_t *tokens, const gpt_tensors *embed);
+zero_status tp_forward_block(tp_workspace *ws, int slot, int layer, const gpt_tensors *block);
+zero_status tp_forward_head(tp_workspace *ws, int slot, const int32_t *targets, const gpt_tensors *final_params,
+                            const gpt_tensors *embed, float *loss);
+/* Backward of slot `slot`, gradients of dloss * loss ACCUMULATED into the
+ * grads: head (last stage), blocks in descending order, embed (first stage). */
+zero_status tp_backward_head(tp_workspace *ws, int slot, float dloss, const gpt_tensors *final_params,
+                             gpt_tensors *final_grads, const gpt_tensors *embed, gpt_tensors *embed_grads);
+zero_status tp_backward_block(tp_workspace *ws, int slot, int layer, const gpt_tensors *block,
+                              gpt_tensors *block_grads);
+zero_status tp_backward_embed(tp_workspace *ws, int slot, gpt_tensors *embed_grads);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,111 @@
+/* Tensor-parallel parameter shards: which slice of each full GPT tensor a tp
+ * rank holds, and copying between the full tensor and the shard. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt_internal.h"
+#include "tp_gpt.h"
+
+zero_status tp_config_validate(const gpt_config *cfg, int tp_size)
+{
+    GPT_TRY(gpt_config_validate(cfg));
+    if (tp_size < 1 || cfg->n_head % tp_size != 0)
+        return gpt_fail(ZERO_CONFIG, "tp config: tp size %d does not divide n_head = %d (each tp rank takes whole heads)",
+                        tp_size, cfg->n_head);
+    return ZERO_OK;
+}
+
+static tp_split block_split(int index)
+{
+    switch (index) {
+    case GPT_QKV_W:
+    case GPT_QKV_B: return TP_SPLIT_QKV;
+    case GPT_FC_W:
+    case GPT_FC_B: return TP_SPLIT_OUT;
+    case GPT_ATTPROJ_W:
+    case GPT_FCPROJ_W: return TP_SPLIT_IN;
+    default: return TP_REPLICATED; /* LayerNorms and the row-parallel biases */
+    }
+}
+
+zero_status tp_param_info_get(const gpt_config *cfg, int tp_size, int tp_rank, size_t i, tp_param_info *out)
+{
+    if (!out) return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_param_info_get: out is NULL");
+    GPT_TRY(tp_config_validate(cfg, tp_size));
+    if (tp_rank < 0 || tp_rank >= tp_size)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_param_info_get: tp rank %d outside [0, %d)", tp_rank, tp_size);
+    memset(out, 0, sizeof *out);
+    GPT_TRY(gpt_param_info_get(cfg, i, &out->full));
+    const gpt_param_info *f = &out->full;
+    int is_block = f->module > GPT_MODULE_EMBED && f->module < gpt_module_final(cfg);
+    out->split = is_block ? block_split(f->index) : TP_REPLICATED;
+    out->shape[0] = f->shape[0];
+    out->shape[1] = f->shape[1];
+    if (out->split == TP_SPLIT_IN) out->shape[1] /= (size_t)tp_size;
+    else if (out->split != TP_REPLICATED) out->shape[0] /= (size_t)tp_size;
+    out->numel = out->shape[0] * out->shape[1];
+    return ZERO_OK;
+}
+
+/* The shard as (part, row range, column range) blocks of the full tensor:
+ * one block for OUT and IN, three (q, k, v) for QKV; to_full chooses the
+ * direction. */
+static void copy_shard(const tp_param_info *info, int tp_size, int tp_rank, float *full, float *shard, int to_full)
+{
+    const size_t rows = info->full.shape[0], cols = info->full.shape[1];
+    if (info->split == TP_REPLICATED) {
+        if (to_full) memcpy(full, shard, sizeof(float) * info->numel);
+        else memcpy(shard, full, sizeof(float) * info->numel);
+        return;
+    }
+    if (info->split == TP_SPLIT_IN) {
+        const size_t w = cols / (size_t)tp_size, c0 = (size_t)tp_rank * w;
+        for (size_t r = 0; r < rows; r++) {
+            float *fr = full + r * cols + c0, *sr = shard + r * w;
+            if (to_full) memcpy(fr, sr, sizeof(float) * w);
+            else memcpy(sr, fr, sizeof(float) * w);
+        }
+        return;
+    }
+    const int parts = info->split == TP_SPLIT_QKV ? 3 : 1;
+    const size_t part_rows = rows / (size_t)parts, h = part_rows / (size_t)tp_size;
+    for (int p = 0; p < parts; p++) {
+        float *fp = full + ((size_t)p * part_rows + (size_t)tp_rank * h) * cols;
+        float *sp = shard + (size_t)p * h * cols;
+        if (to_full) memcpy(fp, sp, sizeof(float) * h * cols);
+        else memcpy(sp, fp, sizeof(float) * h * cols);
+    }
+}
+
+void tp_param_slice(const tp_param_info *info, int tp_size, int tp_rank, const float *full, float *shard)
+{
+    copy_shard(info, tp_size, tp_rank, (float *)full, shard, 0);
+}
+
+void tp_param_unslice(const tp_param_info *info, int tp_size, int tp_rank, const float *shard, float *full)
+{
+    copy_shard(info, tp_size, tp_rank, full, (float *)shard, 1);
+}
+
+zero_status tp_param_gather(zero_comm *tp, const tp_param_info *info, const float *shard, float *full)
+{
+    if (!info || !shard || !full) return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_param_gather: NULL argument");
+    int size = tp ? zero_comm_size(tp) : 1;
+    if (info->split == TP_REPLICATED || size == 1) {
+        if (size == 1 && info->numel != info->full.numel)
+            return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_param_gather: %s: a shard of %zu elements on a tp group of 1",
+                            info->full.name, info->numel);
+        memcpy(full, shard, sizeof(float) * info->full.numel);
+        return ZERO_OK;
+    }
+    float *all = malloc(sizeof(float) * info->numel * (size_t)size);
+    if (!all) return gpt_fail(ZERO_OUT_OF_MEMORY, "tp_param_gather: %s: no memory for %d shards", info->full.name, size);
+    zero_status st = zero_allgather(tp, shard, all, info->numel, ZERO_F32);
+    if (st != ZERO_OK) {
+        free(all);
+        return gpt_fail(st, "tp_param_gather: %s: %s", info->full.name, zero_comm_last_error(tp));
+    }
+    for (int r = 0; r < size; r++) tp_param_unslice(info, size, r, all + (size_t)r * info->numel, full);
+    free(all);
+    return ZERO_OK;
+}

@@ -1,0 +1,485 @@
+/* Tensor- and pipeline-parallel GPT against the single-rank model.
+ *
+ *   test_model_parallel TP PP [engine STAGE STEPS]
+ *
+ * Run under tests/mpirun.sh with world = TP * PP * DP. On the grid
+ * (zero_grid_create: tp fastest, then dp, then pp):
+ *
+ * default mode, per dp replica (each replica runs the same batch):
+ *   - slicing a full tensor into TP shards and back is the identity (bitwise);
+ *   - the loss of M = 3 micro-batches through the GPipe schedule equals the
+ *     single-rank model's mean loss within 1e-5 relative, and every gradient,
+ *     gathered to full shape over tp (wte summed over the embedding group),
+ *     is within 2e-5 * max|ref| + 1e-4 * |ref| elementwise of the single-rank
+ *     gradient (summation order differs: the row-parallel partial products
+ *     are summed by the all-reduce);
+ *   - replicated gradients (LayerNorms, row-parallel biases, wte, wpe, ln_f)
+ *     are bitwise equal on every tp rank;
+ *   - 1F1B gives bitwise the same gradients and loss as GPipe;
+ *   - at TP = PP = 1 everything is bitwise equal to gpt_forward/gpt_backward;
+ *   - misuse fails with the stated status (tp not dividing n_head, more
+ *     stages than blocks, a block out of order).
+ *
+ * engine mode: STEPS AdamW steps with the tp shards of each stage registered
+ * with a ZeRO engine of stage STAGE over the grid's dp group (every dp rank
+ * its own micro-batches; the same batch every step, so the loss falls),
+ * against a world-1 engine on the full model that accumulates all dp x M
+ * micro-batches (gradient_accumulation_steps = dp*M): the loss curve within 2e-5
+ * relative; after the steps, replicated parameters bitwise equal over tp and
+ * the two wte copies bitwise equal between the first and last stage. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <zero/zero.h>
+
+#include "check.h"
+#include "gpt.h"
+#include "pp_gpt.h"
+#include "tp_gpt.h"
+
+#define MP_TRY(call)                                                                                 \
+    do {                                                                                             \
+        zero_status st_ = (call);                                                                    \
+        if (st_ != ZERO_OK) {                                                                        \
+            fprintf(stderr, "[rank %d] %s:%d: %s: %s: %s\n", g_rank, __FILE__, __LINE__, #call,       \
+                    zero_status_name(st_), gpt_last_error()[0] ? gpt_last_error() : zero_last_error()); \
+            return 1;                                                                                \
+        }                                                                                            \
+    } while (0)
+
+static int g_rank;
+
+/* The tiny model: 3 blocks (pp 2 splits them 2 + 1), 4 heads, seq 8 of 12. */
+static const gpt_config g_cfg = {3, 4, 32, 12, 64};
+enum { BATCH = 2, SEQ = 8, MICRO = 3 };
+
+/* ------------------------------------------------------------ data */
+static uint64_t rng_next(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 33;
+}
+static float rng_uniform(uint64_t *s) { return (float)rng_next(s) / 2147483648.0f * 2.0f - 1.0f; }
+
+/* Every parameter of the full model, random enough that biases and
+ * LayerNorm weights are not at their trivial init (so a bias added twice or
+ * never shows). */
+static float **full_params_make(uint64_t seed)
+{
+    size_t np = gpt_num_params(&g_cfg);
+    float **p = calloc(np, sizeof *p);
+    uint64_t s = seed;
+    for (size_t i = 0; i < np; i++) {
+        gpt_param_info info;
+        gpt_param_info_get(&g_cfg, i, &info);
+        p[i] = malloc(sizeof(float) * info.numel);
+        float base = info.init == GPT_INIT_ONES ? 1.0f : 0.0f;
+        float amp = info.init == GPT_INIT_NORMAL ? 0.15f : 0.1f;
+        for (size_t k = 0; k < info.numel; k++) p[i][k] = base + amp * rng_uniform(&s);
+    }
+    return p;
+}
+
+static void full_free(float **p)
+{
+    if (!p) return;
+    for (size_t i = 0; i < gpt_num_params(&g_cfg); i++) free(p[i]);
+    free(p);
+}
+
+/* tokens/targets for n micro-batches; target -1 at one position of micro-batch 0 */
+static void make_batch(int32_t *tok, int32_t *tgt, int n, uint64_t seed)
+{
+    uint64_t s = seed;
+    size_t N = (size_t)n * BATCH * SEQ;
+    for (size_t i = 0; i < N; i++) {
+        tok[i] = (int32_t)(rng_next(&s) % (uint64_t)g_cfg.vocab);
+        tgt[i] = (int32_t)(rng_next(&s) % (uint64_t)g_cfg.vocab);
+    }
+}
+
+/* module-indexed sets from a per-parameter pointer table (NULL = not held) */
+static void sets_from(float **ptr, gpt_tensors *sets)
+{
+    memset(sets, 0, sizeof(gpt_tensors) * (size_t)gpt_num_modules(&g_cfg));
+    for (size_t i = 0; i < gpt_num_params(&g_cfg); i++) {
+        gpt_param_info info;
+        gpt_param_info_get(&g_cfg, i, &info);
+        sets[info.module].t[info.index] = ptr[i];
+    }
+}
+
+/* ------------------------------------------------------------ the parallel rank */
+typedef struct mp_rank {
+    zero_grid grid;
+    zero_comm *embed_group;
+    int tp, pp, tp_rank, pp_rank;
+    int begin, end;
+    tp_param_info *info; /* per full parameter */
+    int *held;           /* on this stage */
+    tp_workspace *ws;
+} mp_rank;
+
+static int mp_setup(mp_rank *r, zero_comm *world, int tp, int pp, pp_schedule kind, int micro)
+{
+    memset(r, 0, sizeof *r);
+    MP_TRY(zero_grid_create(world, tp, pp, &r->grid));
+    r->tp = tp, r->pp = pp, r->tp_rank = r->grid.tp_rank, r->pp_rank = r->grid.pp_rank;
+    MP_TRY(pp_stage_layers(&g_cfg, pp, r->pp_rank, &r->begin, &r->end));
+    MP_TRY(pp_embed_group_create(r->grid.pp, &r->embed_group));
+    size_t np = gpt_num_params(&g_cfg);
+    r->info = calloc(np, sizeof *r->info);
+    r->held = calloc(np, sizeof *r->held);
+    for (size_t i = 0; i < np; i++) {
+        MP_TRY(tp_param_info_get(&g_cfg, tp, r->tp_rank, i, &r->info[i]));
+        r->held[i] = pp_stage_holds(&g_cfg, pp, r->pp_rank, r->info[i].full.module, r->info[i].full.index);
+    }
+    int slots = pp_slots_needed(kind, micro, pp, r->pp_rank);
+    if (kind == PP_1F1B && pp_slots_needed(PP_GPIPE, micro, pp, r->pp_rank) > slots)
+        slots = pp_slots_needed(PP_GPIPE, micro, pp, r->pp_rank); /* the same workspace runs both */
+    MP_TRY(tp_workspace_create(&r->ws, &g_cfg, r->grid.tp, BATCH, SEQ, r->begin, r->end, slots));
+    return 0;
+}
+
+static void mp_teardown(mp_rank *r)
+{
+    tp_workspace_destroy(r->ws);
+    zero_comm_destroy(r->embed_group);
+    zero_grid_destroy(&r->grid);
+    free(r->info);
+    free(r->held);
+}
+
+/* shard buffers for the held parameters (sliced from `full`), NULL elsewhere */
+static float **shards_make(const mp_rank *r, float **full)
+{
+    size_t np = gpt_num_params(&g_cfg);
+    float **s = calloc(np, sizeof *s);
+    for (size_t i = 0; i < np; i++) {
+        if (!r->held[i]) continue;
+        s[i] = calloc(r->info[i].numel, sizeof(float));
+        if (full) tp_param_slice(&r->info[i], r->tp, r->tp_rank, full[i], s[i]);
+    }
+    return s;
+}
+
+/* ------------------------------------------------------------ reference */
+static int reference(float **full, const int32_t *tok, const int32_t *tgt, int micro, float **grads, float *loss)
+{
+    int nm = gpt_num_modules(&g_cfg);
+    gpt_tensors *p = malloc(sizeof *p * nm), *g = malloc(sizeof *g * nm);
+    sets_from(full, p);
+    sets_from(grads, g);
+    gpt_workspace *ws = NULL;
+    MP_TRY(gpt_workspace_create(&ws, &g_cfg, BATCH, SEQ));
+    double sum = 0;
+    for (int m = 0; m < micro; m++) {
+        float l;
+        size_t off = (size_t)m * BATCH * SEQ;
+        MP_TRY(gpt_forward(ws, tok + off, tgt + off, p, &l));
+        MP_TRY(gpt_backward(ws, 1.0f / micro, p, g));
+        sum += l;
+    }
+    *loss = (float)(sum / micro);
+    gpt_workspace_destroy(ws);
+    free(p);
+    free(g);
+    return 0;
+}
+
+/* ------------------------------------------------------------ checks */
+static void check_slicing(const mp_rank *r, float **full)
+{
+    for (size_t i = 0; i < gpt_num_params(&g_cfg); i++) {
+        const tp_param_info *in = &r->info[i];
+        float *back = calloc(in->full.numel, sizeof(float));
+        for (int t = 0; t < r->tp; t++) {
+            tp_param_info ti;
+            CHECK_OK(tp_param_info_get(&g_cfg, r->tp, t, i, &ti));
+            CHECK(ti.numel * (ti.split == TP_REPLICATED ? 1 : (size_t)r->tp) == ti.full.numel);
+            float *sh = malloc(sizeof(float) * ti.numel);
+            tp_param_slice(&ti, r->tp, t, full[i], sh);
+            tp_param_unslice(&ti, r->tp, t, sh, back);
+            free(sh);
+        }
+        CHECK_MSG(memcmp(back, full[i], sizeof(float) * in->full.numel) == 0, "%s: slices do not reassemble",
+                  in->full.name);
+        free(back);
+    }
+}
+
+/* gradients of the held parameters, gathered to full shape; compare to ref */
+static int check_grads(const mp_rank *r, float **shard_grads, float **ref, int bitwise, double *worst)
+{
+    for (size_t i = 0; i < gpt_num_params(&g_cfg); i++) {
+        if (!r->held[i]) continue;
+        const tp_param_info *in = &r->info[i];
+        float *full = malloc(sizeof(float) * in->full.numel);
+        MP_TRY(tp_param_gather(r->grid.tp, in, shard_grads[i], full));
+        float maxref = 0;
+        for (size_t k = 0; k < in->full.numel; k++) maxref = fabsf(ref[i][k]) > maxref ? fabsf(ref[i][k]) : maxref;
+        size_t bad = 0, first = 0;
+        for (size_t k = 0; k < in->full.numel; k++) {
+            double err = fabs((double)full[k] - ref[i][k]);
+            if (maxref > 0 && err / maxref > *worst) *worst = err / maxref;
+            int ok = bitwise ? full[k] == ref[i][k] : err <= 2e-5 * maxref + 1e-4 * fabsf(ref[i][k]);
+            if (!ok && bad++ == 0) first = k;
+        }
+        CHECK_MSG(bad == 0, "%s gradient: %zu of %zu elements off, first [%zu] = %.9g vs reference %.9g (max|ref| %g)",
+                  in->full.name, bad, in->full.numel, first, full[first], ref[i][first], maxref);
+        /* replicated gradients: the same bits on every tp rank */
+        if (in->split == TP_REPLICATED && r->tp > 1) {
+            float *all = malloc(sizeof(float) * in->numel * (size_t)r->tp);
+            MP_TRY(zero_allgather(r->grid.tp, shard_grads[i], all, in->numel, ZERO_F32));
+            for (int t = 0; t < r->tp; t++)
+                CHECK_MSG(memcmp(all + (size_t)t * in->numel, shard_grads[i], sizeof(float) * in->numel) == 0,
+                          "%s: replicated gradient differs between tp rank %d and %d", in->full.name, t, r->tp_rank);
+            free(all);
+        }
+        free(full);
+    }
+    return 0;
+}
+
+static int run_step(mp_rank *r, pp_schedule kind, float **shards, float **grads, const int32_t *tok,
+                    const int32_t *tgt, int micro, float *loss)
+{
+    int nm = gpt_num_modules(&g_cfg);
+    gpt_tensors *p = malloc(sizeof *p * nm), *g = malloc(sizeof *g * nm);
+    sets_from(shards, p);
+    sets_from(grads, g);
+    pp_step_args a = {micro, tok, tgt, 1.0f / micro, p, g};
+    MP_TRY(pp_train_step(r->ws, r->grid.pp, kind, &a, loss));
+    MP_TRY(pp_tied_grad_allreduce(r->embed_group, &g_cfg, &g[GPT_MODULE_EMBED]));
+    free(p);
+    free(g);
+    return 0;
+}
+
+static void check_misuse(mp_rank *r, float **shards)
+{
+    int b, e;
+    CHECK(tp_config_validate(&g_cfg, 3) == ZERO_CONFIG);
+    CHECK(strstr(gpt_last_error(), "n_head") != NULL);
+    CHECK(pp_stage_layers(&g_cfg, 4, 0, &b, &e) == ZERO_CONFIG);
+    gpt_tensors p[5];
+    sets_from(shards, p);
+    /* the stage's last block before its first one */
+    if (r->end - r->begin > 1) {
+        CHECK(tp_forward_block(r->ws, 0, r->end - 1, &p[gpt_module_block(r->end - 1)]) == ZERO_INVALID_STATE);
+        CHECK(strstr(gpt_last_error(), "out of order") != NULL);
+    }
+    CHECK(tp_forward_block(r->ws, 99, r->begin, &p[gpt_module_block(r->begin)]) == ZERO_INVALID_ARGUMENT);
+}
+
+static int grads_mode(zero_comm *world, int tp, int pp)
+{
+    mp_rank r;
+    if (mp_setup(&r, world, tp, pp, PP_1F1B, MICRO)) return 1;
+    size_t np = gpt_num_params(&g_cfg), N = (size_t)MICRO * BATCH * SEQ;
+    float **full = full_params_make(11);
+    int32_t *tok = malloc(sizeof(int32_t) * N), *tgt = malloc(sizeof(int32_t) * N);
+    make_batch(tok, tgt, MICRO, 5);
+    tgt[3] = -1; /* an ignored target */
+
+    float **ref = calloc(np, sizeof *ref);
+    for (size_t i = 0; i < np; i++) ref[i] = calloc(r.info[i].full.numel, sizeof(float));
+    float ref_loss;
+    if (reference(full, tok, tgt, MICRO, ref, &ref_loss)) return 1;
+
+    check_slicing(&r, full);
+    float **shards = shards_make(&r, full);
+    float **g1 = shards_make(&r, NULL), **g2 = shards_make(&r, NULL);
+    float l1, l2;
+    if (run_step(&r, PP_GPIPE, shards, g1, tok, tgt, MICRO, &l1)) return 1;
+    if (run_step(&r, PP_1F1B, shards, g2, tok, tgt, MICRO, &l2)) return 1;
+
+    int exact = tp == 1 && pp == 1;
+    double worst = 0;
+    if (exact) CHECK_MSG(l1 == ref_loss, "loss %.9g vs reference %.9g (expected bitwise)", l1, ref_loss);
+    else CHECK_MSG(fabs(l1 - ref_loss) <= 1e-5 * fabs(ref_loss), "loss %.9g vs reference %.9g", l1, ref_loss);
+    if (check_grads(&r, g1, ref, exact, &worst)) return 1;
+    CHECK_MSG(l2 == l1, "1F1B loss %.9g vs GPipe %.9g", l2, l1);
+    for (size_t i = 0; i < np; i++)
+        if (r.held[i])
+            CHECK_MSG(memcmp(g1[i], g2[i], sizeof(float) * r.info[i].numel) == 0, "%s: 1F1B gradient differs from GPipe",
+                      r.info[i].full.name);
+    check_misuse(&r, shards);
+    double all_worst = worst;
+    MP_TRY(zero_allreduce(world, &worst, &all_worst, 1, ZERO_F64, ZERO_MAX));
+    if (g_rank == 0)
+        printf("tp %d pp %d: loss %.7f (reference %.7f), largest gradient error / max|ref| %.2e\n", tp, pp, l1,
+               ref_loss, all_worst);
+
+    for (size_t i = 0; i < np; i++) {
+        free(ref[i]);
+        free(shards[i]);
+        free(g1[i]);
+        free(g2[i]);
+    }
+    free(ref), free(shards), free(g1), free(g2), free(tok), free(tgt);
+    full_free(full);
+    mp_teardown(&r);
+    return 0;
+}
+
+/* ------------------------------------------------------------ engine mode */
+static int engine_mode(zero_comm *world, int tp, int pp, int stage, int steps)
+{
+    mp_rank r;
+    if (mp_setup(&r, world, tp, pp, PP_1F1B, MICRO)) return 1;
+    const int dp = r.grid.dp_size, dp_rank = r.grid.dp_rank, nm = gpt_num_modules(&g_cfg);
+    const size_t np = gpt_num_params(&g_cfg), per = (size_t)MICRO * BATCH * SEQ;
+    float **full = full_params_make(23);
+    zero_device *dev = NULL;
+    MP_TRY(zero_device_open(&dev, ZERO_DEVICE_CPU, 0));
+
+    /* the parallel engine: this stage's tp shards, over the dp group */
+    zero_config zc = ZERO_CONFIG_INIT;
+    zc.stage = stage;
+    zc.lr = 1e-2;
+    zc.weight_decay = 0.1;
+    zero_engine *e = NULL;
+    MP_TRY(zero_engine_create(&e, &zc, r.grid.dp, dev));
+    int *pid = calloc(np, sizeof *pid), *mod = calloc((size_t)nm, sizeof *mod);
+    char name[32];
+    for (int m = 0; m < nm; m++) {
+        mod[m] = -1;
+        for (size_t i = 0; i < np; i++)
+            if (r.held[i] && r.info[i].full.module == m) {
+                MP_TRY(zero_engine_add_module(e, gpt_module_name(&g_cfg, m, name, sizeof name), &mod[m]));
+                break;
+            }
+    }
+    float **init = shards_make(&r, full);
+    for (size_t i = 0; i < np; i++) {
+        if (!r.held[i]) continue;
+        int64_t shape[2] = {(int64_t)r.info[i].shape[0], (int64_t)r.info[i].shape[1]};
+        MP_TRY(zero_engine_add_param(e, mod[r.info[i].full.module], r.info[i].full.name, r.info[i].full.ndim, shape,
+                                     init[i], &pid[i]));
+    }
+    MP_TRY(zero_engine_finalize(e));
+
+    /* the reference: a world-1 engine over the full model on every rank */
+    zero_comm *self = NULL;
+    MP_TRY(zero_comm_split(world, zero_comm_rank(world), 0, &self));
+    zero_config rc = zc;
+    rc.stage = 0;
+    rc.gradient_accumulation_steps = dp * MICRO;
+    zero_engine *re = NULL;
+    MP_TRY(zero_engine_create(&re, &rc, self, dev));
+    int *rpid = calloc(np, sizeof *rpid), rmod;
+    for (int m = 0; m < nm; m++) MP_TRY(zero_engine_add_module(re, gpt_module_name(&g_cfg, m, name, sizeof name), &rmod));
+    for (size_t i = 0; i < np; i++) {
+        gpt_param_info in = r.info[i].full;
+        int64_t shape[2] = {(int64_t)in.shape[0], (int64_t)in.shape[1]};
+        MP_TRY(zero_engine_add_param(re, in.module, in.name, in.ndim, shape, full[i], &rpid[i]));
+    }
+    MP_TRY(zero_engine_finalize(re));
+    gpt_workspace *rws = NULL;
+    MP_TRY(gpt_workspace_create(&rws, &g_cfg, BATCH, SEQ));
+
+    int32_t *tok = malloc(sizeof(int32_t) * per * dp), *tgt = malloc(sizeof(int32_t) * per * dp);
+    float **pp_ptr = calloc(np, sizeof *pp_ptr), **pg_ptr = calloc(np, sizeof *pg_ptr);
+    float **rp = calloc(np, sizeof *rp), **rg = calloc(np, sizeof *rg);
+    gpt_tensors *rps = malloc(sizeof *rps * nm), *rgs = malloc(sizeof *rgs * nm);
+    double worst = 0;
+    for (int s = 0; s < steps; s++) {
+        /* the same batch every step, so the loss falls; dp rank d takes micro-batches d*M .. d*M+M-1 */
+        make_batch(tok, tgt, MICRO * dp, 100);
+        /* parallel: pointers are fetched every step (stages 2-3 reallocate gradients) */
+        for (size_t i = 0; i < np; i++) {
+            if (!r.held[i]) continue;
+            MP_TRY(zero_engine_param_data(e, pid[i], (void **)&pp_ptr[i]));
+            MP_TRY(zero_engine_param_grad(e, pid[i], (void **)&pg_ptr[i]));
+        }
+        float loss;
+        if (run_step(&r, PP_1F1B, pp_ptr, pg_ptr, tok + dp_rank * per, tgt + dp_rank * per, MICRO, &loss)) return 1;
+        for (int m = 0; m < nm; m++)
+            if (mod[m] >= 0) MP_TRY(zero_engine_grads_ready(e, mod[m]));
+        MP_TRY(zero_engine_step(e, NULL));
+        float mean = 0;
+        MP_TRY(zero_allreduce(r.grid.dp, &loss, &mean, 1, ZERO_F32, ZERO_SUM));
+        mean /= (float)dp;
+
+        /* reference: dp x M micro-steps of the full model */
+        double rsum = 0;
+        for (int k = 0; k < dp * MICRO; k++) {
+            for (size_t i = 0; i < np; i++) {
+                MP_TRY(zero_engine_param_data(re, rpid[i], (void **)&rp[i]));
+                MP_TRY(zero_engine_param_grad(re, rpid[i], (void **)&rg[i]));
+            }
+            sets_from(rp, rps);
+            sets_from(rg, rgs);
+            float l;
+            MP_TRY(gpt_forward(rws, tok + (size_t)k * BATCH * SEQ, tgt + (size_t)k * BATCH * SEQ, rps, &l));
+            MP_TRY(gpt_backward(rws, 1.0f, rps, rgs));
+            for (int m = 0; m < nm; m++) MP_TRY(zero_engine_grads_ready(re, m));
+            rsum += l;
+        }
+        MP_TRY(zero_engine_step(re, NULL));
+        float rloss = (float)(rsum / (dp * MICRO));
+        double rel = fabs(mean - rloss) / fabs(rloss);
+        worst = rel > worst ? rel : worst;
+        CHECK_MSG(rel <= 2e-5, "step %d: loss %.9g vs single-rank %.9g", s, mean, rloss);
+        if (g_rank == 0) printf("step %d: loss %.7f  single-rank %.7f  rel %.1e\n", s, mean, rloss, rel);
+    }
+    /* the copies that must stay in sync did */
+    for (size_t i = 0; i < np; i++) {
+        if (!r.held[i]) continue;
+        MP_TRY(zero_engine_param_data(e, pid[i], (void **)&pp_ptr[i]));
+        size_t n = r.info[i].numel;
+        if (r.info[i].split == TP_REPLICATED && tp > 1) {
+            float *all = malloc(sizeof(float) * n * tp);
+            MP_TRY(zero_allgather(r.grid.tp, pp_ptr[i], all, n, ZERO_F32));
+            for (int t = 0; t < tp; t++)
+                CHECK_MSG(memcmp(all + (size_t)t * n, pp_ptr[i], sizeof(float) * n) == 0,
+                          "%s: tp ranks %d and %d diverged", r.info[i].full.name, t, r.tp_rank);
+            free(all);
+        }
+        if (r.embed_group && r.info[i].full.module == GPT_MODULE_EMBED && r.info[i].full.index == GPT_WTE) {
+            float *both = malloc(sizeof(float) * n * 2);
+            MP_TRY(zero_allgather(r.embed_group, pp_ptr[i], both, n, ZERO_F32));
+            CHECK_MSG(memcmp(both, both + n, sizeof(float) * n) == 0, "wte copies of the first and last stage diverged");
+            free(both);
+        }
+    }
+    if (g_rank == 0) printf("tp %d pp %d dp %d stage %d: %d steps, worst loss rel %.1e\n", tp, pp, dp, stage, steps, worst);
+
+    gpt_workspace_destroy(rws);
+    zero_engine_destroy(re);
+    zero_engine_destroy(e);
+    zero_comm_destroy(self);
+    zero_device_close(dev);
+    for (size_t i = 0; i < np; i++) free(init[i]);
+    free(init), free(pid), free(rpid), free(mod), free(tok), free(tgt), free(pp_ptr), free(pg_ptr), free(rp), free(rg);
+    free(rps), free(rgs);
+    full_free(full);
+    mp_teardown(&r);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: test_model_parallel TP PP [engine STAGE STEPS]\n");
+        return 2;
+    }
+    int tp = atoi(argv[1]), pp = atoi(argv[2]);
+    zero_comm *world = NULL;
+    if (zero_comm_init_world(&world, NULL) != ZERO_OK) {
+        fprintf(stderr, "init_world: %s\n", zero_last_error());
+        return 1;
+    }
+    g_rank = zero_comm_rank(world);
+    check_set_rank(g_rank);
+    int rc;
+    if (argc > 3 && strcmp(argv[3], "engine") == 0)
+        rc = engine_mode(world, tp, pp, argc > 4 ? atoi(argv[4]) : 1, argc > 5 ? atoi(argv[5]) : 4);
+    else
+        rc = grads_mode(world, tp, pp);
+    zero_comm_destroy(world);
+    return rc ? 1 : check_exit();
+}
