@@ -21,7 +21,7 @@
  *     stages than blocks, a block out of order).
  *
  * engine mode: STEPS AdamW steps with the tp shards of each stage registered
- * with a ZeRO engine of stage STAGE over the grid's dp group (every dp rank
+ * (tp_engine_register) with a ZeRO engine of stage STAGE over the grid's dp group (every dp rank
  * its own micro-batches; the same batch every step, so the loss falls),
  * against a world-1 engine on the full model that accumulates all dp x M
  * micro-batches (gradient_accumulation_steps = dp*M): the loss curve within 2e-5
@@ -37,6 +37,7 @@
 #include "check.h"
 #include "gpt.h"
 #include "pp_gpt.h"
+#include "tp_engine.h"
 #include "tp_gpt.h"
 
 #define MP_TRY(call)                                                                                 \
@@ -51,9 +52,11 @@
 
 static int g_rank;
 
-/* The tiny model: 3 blocks (pp 2 splits them 2 + 1), 4 heads, seq 8 of 12. */
-static const gpt_config g_cfg = {3, 4, 32, 12, 64};
-enum { BATCH = 2, SEQ = 8, MICRO = 3 };
+/* The tiny model: 3 blocks (pp 2 splits them 2 + 1), 4 heads, seq 8 of 12.
+ * A stage boundary message is 3*8*64 floats = 6 KiB, above Open MPI's
+ * shared-memory eager limit (4 KiB), so sends really wait for their receive. */
+static const gpt_config g_cfg = {3, 4, 64, 12, 64};
+enum { BATCH = 3, SEQ = 8, MICRO = 3 };
 
 /* ------------------------------------------------------------ data */
 static uint64_t rng_next(uint64_t *s)
@@ -341,25 +344,36 @@ static int engine_mode(zero_comm *world, int tp, int pp, int stage, int steps)
     zc.stage = stage;
     zc.lr = 1e-2;
     zc.weight_decay = 0.1;
+    zc.stage3_param_persistence_threshold = 1u << 30; /* stage 3: every module stays gathered (tp_engine.h) */
+
+    /* tp_engine_register without init tables: the shards of gpt_param_init(seed) */
+    {
+        zero_engine *e0 = NULL;
+        int *pid0 = calloc(np, sizeof *pid0), *mod0 = calloc((size_t)nm, sizeof *mod0);
+        MP_TRY(zero_engine_create(&e0, &zc, r.grid.dp, dev));
+        MP_TRY(tp_engine_register(e0, &g_cfg, tp, r.tp_rank, pp, r.pp_rank, 42, NULL, pid0, mod0));
+        MP_TRY(zero_engine_finalize(e0));
+        for (size_t i = 0; i < np; i++) {
+            CHECK(r.held[i] == (pid0[i] >= 0));
+            if (!r.held[i]) continue;
+            float *want = malloc(sizeof(float) * r.info[i].full.numel), *got = NULL;
+            float *sh = malloc(sizeof(float) * r.info[i].numel);
+            gpt_param_init(&g_cfg, &r.info[i].full, 42, want);
+            tp_param_slice(&r.info[i], tp, r.tp_rank, want, sh);
+            MP_TRY(zero_engine_param_data(e0, pid0[i], (void **)&got));
+            CHECK_MSG(memcmp(got, sh, sizeof(float) * r.info[i].numel) == 0, "%s: registered shard is not the slice",
+                      r.info[i].full.name);
+            free(want), free(sh);
+        }
+        for (int m = 0; m < nm; m++) CHECK((mod0[m] >= 0) == (m == GPT_MODULE_EMBED ? r.held[0] || r.held[1] : r.held[gpt_param_position(&g_cfg, m, 0)]));
+        zero_engine_destroy(e0);
+        free(pid0), free(mod0);
+    }
     zero_engine *e = NULL;
     MP_TRY(zero_engine_create(&e, &zc, r.grid.dp, dev));
     int *pid = calloc(np, sizeof *pid), *mod = calloc((size_t)nm, sizeof *mod);
     char name[32];
-    for (int m = 0; m < nm; m++) {
-        mod[m] = -1;
-        for (size_t i = 0; i < np; i++)
-            if (r.held[i] && r.info[i].full.module == m) {
-                MP_TRY(zero_engine_add_module(e, gpt_module_name(&g_cfg, m, name, sizeof name), &mod[m]));
-                break;
-            }
-    }
-    float **init = shards_make(&r, full);
-    for (size_t i = 0; i < np; i++) {
-        if (!r.held[i]) continue;
-        int64_t shape[2] = {(int64_t)r.info[i].shape[0], (int64_t)r.info[i].shape[1]};
-        MP_TRY(zero_engine_add_param(e, mod[r.info[i].full.module], r.info[i].full.name, r.info[i].full.ndim, shape,
-                                     init[i], &pid[i]));
-    }
+    MP_TRY(tp_engine_register(e, &g_cfg, tp, r.tp_rank, pp, r.pp_rank, 0, (const float *const *)full, pid, mod));
     MP_TRY(zero_engine_finalize(e));
 
     /* the reference: a world-1 engine over the full model on every rank */
@@ -382,7 +396,8 @@ static int engine_mode(zero_comm *world, int tp, int pp, int stage, int steps)
     MP_TRY(gpt_workspace_create(&rws, &g_cfg, BATCH, SEQ));
 
     int32_t *tok = malloc(sizeof(int32_t) * per * dp), *tgt = malloc(sizeof(int32_t) * per * dp);
-    float **pp_ptr = calloc(np, sizeof *pp_ptr), **pg_ptr = calloc(np, sizeof *pg_ptr);
+    float **pp_ptr = calloc(np, sizeof *pp_ptr);
+    gpt_tensors *ps = malloc(sizeof *ps * nm), *gs = malloc(sizeof *gs * nm);
     float **rp = calloc(np, sizeof *rp), **rg = calloc(np, sizeof *rg);
     gpt_tensors *rps = malloc(sizeof *rps * nm), *rgs = malloc(sizeof *rgs * nm);
     double worst = 0;
@@ -390,15 +405,12 @@ static int engine_mode(zero_comm *world, int tp, int pp, int stage, int steps)
         /* the same batch every step, so the loss falls; dp rank d takes micro-batches d*M .. d*M+M-1 */
         make_batch(tok, tgt, MICRO * dp, 100);
         /* parallel: pointers are fetched every step (stages 2-3 reallocate gradients) */
-        for (size_t i = 0; i < np; i++) {
-            if (!r.held[i]) continue;
-            MP_TRY(zero_engine_param_data(e, pid[i], (void **)&pp_ptr[i]));
-            MP_TRY(zero_engine_param_grad(e, pid[i], (void **)&pg_ptr[i]));
-        }
+        MP_TRY(tp_engine_sets(e, &g_cfg, pid, ps, gs));
+        pp_step_args a = {MICRO, tok + dp_rank * per, tgt + dp_rank * per, 1.0f / MICRO, ps, gs};
         float loss;
-        if (run_step(&r, PP_1F1B, pp_ptr, pg_ptr, tok + dp_rank * per, tgt + dp_rank * per, MICRO, &loss)) return 1;
-        for (int m = 0; m < nm; m++)
-            if (mod[m] >= 0) MP_TRY(zero_engine_grads_ready(e, mod[m]));
+        MP_TRY(pp_train_step(r.ws, r.grid.pp, PP_1F1B, &a, &loss));
+        MP_TRY(pp_tied_grad_allreduce(r.embed_group, &g_cfg, &gs[GPT_MODULE_EMBED]));
+        MP_TRY(tp_engine_grads_ready(e, &g_cfg, mod));
         MP_TRY(zero_engine_step(e, NULL));
         float mean = 0;
         MP_TRY(zero_allreduce(r.grid.dp, &loss, &mean, 1, ZERO_F32, ZERO_SUM));
@@ -453,9 +465,8 @@ static int engine_mode(zero_comm *world, int tp, int pp, int stage, int steps)
     zero_engine_destroy(e);
     zero_comm_destroy(self);
     zero_device_close(dev);
-    for (size_t i = 0; i < np; i++) free(init[i]);
-    free(init), free(pid), free(rpid), free(mod), free(tok), free(tgt), free(pp_ptr), free(pg_ptr), free(rp), free(rg);
-    free(rps), free(rgs);
+    free(pid), free(rpid), free(mod), free(tok), free(tgt), free(pp_ptr), free(rp), free(rg);
+    free(rps), free(rgs), free(ps), free(gs);
     full_free(full);
     mp_teardown(&r);
     return 0;

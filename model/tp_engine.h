@@ -1,0 +1,60 @@
+/* One rank's share of the model in a libzero engine: the parameters of its
+ * pipeline stage (pp_stage_holds), as its tensor-parallel shards
+ * (tp_param_info), registered with an engine whose dp group is the grid's
+ * dp group. A trainer with tp/pp calls these where a single-rank trainer
+ * walks gpt_param_info_get itself:
+ *
+ *     zero_engine_create(&e, &zc, grid.dp, dev);
+ *     tp_engine_register(e, &cfg, grid.tp_size, grid.tp_rank, grid.pp_size, grid.pp_rank,
+ *                        seed, NULL, param_ids, module_ids);
+ *     zero_engine_finalize(e);
+ *     per step: tp_engine_sets(e, &cfg, param_ids, params, grads);
+ *               pp_train_step(ws, grid.pp, PP_1F1B, &args, &loss);
+ *               pp_tied_grad_allreduce(embed_group, &cfg, &grads[GPT_MODULE_EMBED]);
+ *               tp_engine_grads_ready(e, &cfg, module_ids);
+ *               zero_engine_step(e, &result);
+ *
+ * Stages 0-2 (parameters stay whole). Stage 3 needs every module gathered
+ * for the whole pipeline step (a schedule touches each module once per
+ * micro-batch, forward and backward): gather them all before tp_engine_sets
+ * and release them after, or set stage3_param_persistence_threshold above
+ * the largest shard. Gradient clipping: the engine's norm is over its dp
+ * group only, so with tp or pp > 1 keep gradient_clipping 0 (see
+ * docs/parallelism.md). Errors: zero_status, message in gpt_last_error(). */
+#ifndef ZERO_MODEL_TP_ENGINE_H
+#define ZERO_MODEL_TP_ENGINE_H
+
+#include <zero/engine.h>
+
+#include "gpt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Before finalize. Adds one engine module per model module this stage
+ * holds (named "embed", "block.3", "final"; the last stage's "embed" holds
+ * only the tied wte copy), in model order, and each held parameter's tp
+ * shard under its GPT-2 name, initialised from full_init[i] (the full
+ * tensor of parameter i, gpt_param_info order) or, when full_init is NULL,
+ * from gpt_param_init(seed) - the same on every rank, sliced. Fills
+ * param_ids (gpt_num_params entries) and module_ids (gpt_num_modules
+ * entries) with engine ids, -1 where not held. */
+zero_status tp_engine_register(zero_engine *e, const gpt_config *cfg, int tp_size, int tp_rank, int pp_size,
+                               int pp_rank, uint64_t seed, const float *const *full_init, int *param_ids,
+                               int *module_ids);
+
+/* The module-indexed pointer sets (gpt_num_modules entries each) of the
+ * held parameters and their gradient buffers (grads may be NULL); other
+ * entries NULL. Call every step: stages 2-3 reallocate gradient buffers. */
+zero_status tp_engine_sets(zero_engine *e, const gpt_config *cfg, const int *param_ids, gpt_tensors *params,
+                           gpt_tensors *grads);
+
+/* COLLECTIVE over the dp group: grads_ready of every held module, in model order. */
+zero_status tp_engine_grads_ready(zero_engine *e, const gpt_config *cfg, const int *module_ids);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
