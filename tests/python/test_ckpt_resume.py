@@ -101,3 +101,29 @@ def test_offline_reshard_resumes_the_same(tmp_path):
                                                       "--resume", src], ranks=2)
     assert [r["loss_text"] for r in metrics(tmp_path / "orig.jsonl")] == \
            [r["loss_text"] for r in metrics(tmp_path / "r3.jsonl")]
+
+
+def test_sigterm_saves_a_checkpoint_and_resumes(tmp_path):
+    """SIGTERM (what mpirun forwards and batch systems send before preemption)
+    stops the run at the end of the step, saves, and exits with 128 + 15."""
+    import signal
+    import subprocess
+    import time
+    from train_helpers import exe
+    ck, m = tmp_path / "ck", tmp_path / "m.jsonl"
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    p = subprocess.Popen([exe("zero-train"), "--plain"] + args(tmp_path) +
+                         ["--steps", "100000", "--checkpoint-dir", str(ck), "--metrics", str(m)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 60
+    while time.time() < deadline and (not m.exists() or m.stat().st_size == 0):
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 128 + signal.SIGTERM, (p.returncode, out, err)
+    last = metrics(m)[-1]["step"]
+    assert f"stopping after step {last} on signal 15" in out
+    assert (ck / "latest").read_text().strip() == f"step-{last:08d}"
+    run_ckpt(["verify", str(ck)])
+    r = run_train(args(tmp_path) + ["--steps", str(last + 2), "--checkpoint-dir", str(ck), "--resume", "auto"])
+    assert f"step {last}" in r.stdout and "2 this run" in r.stdout

@@ -2,6 +2,7 @@
  * progress, periodic checkpoints, the end-of-run summary. */
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -15,13 +16,45 @@ static double cpu_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Sum two scalars over the ranks (the loss and the CPU time of the step). */
-static void allreduce_sum2(run *r, double *a, double *b)
+/* ---------------------------------------------------------------- stopping on a signal
+ * SIGTERM (what mpirun forwards, and what batch systems send before
+ * preemption), SIGINT and SIGUSR1 (SLURM's --signal) ask the run to stop at
+ * the end of the current step: the ranks agree (the flag rides on the
+ * per-step all-reduce), save a checkpoint if a directory is set, print the
+ * summary and exit with 128 + the signal. A second signal is left to its
+ * default action. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
 {
-    double v[2] = {*a, *b}, out[2] = {*a, *b};
-    if (r->world > 1 && zero_allreduce(r->host_comm, v, out, 2, ZERO_F64, ZERO_SUM) != ZERO_OK) out[0] = out[1] = NAN;
-    *a = out[0];
-    *b = out[1];
+    stop_signal = sig;
+    signal(sig, SIG_DFL);
+}
+
+void train_install_stop_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART; /* keep MPI's and our own system calls going */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+}
+
+/* Sum three scalars over the ranks: the loss, the CPU time of the step, and
+ * the stop signal (the largest wins, so every rank sees one if any got one). */
+static void allreduce_step(run *r, double *loss, double *cpu, int *sig)
+{
+    double v[3] = {*loss, *cpu, (double)*sig}, out[3] = {*loss, *cpu, (double)*sig};
+    if (r->world > 1) {
+        if (zero_allreduce(r->host_comm, v, out, 2, ZERO_F64, ZERO_SUM) != ZERO_OK) out[0] = out[1] = NAN;
+        if (zero_allreduce(r->host_comm, v + 2, out + 2, 1, ZERO_F64, ZERO_MAX) != ZERO_OK) out[2] = 0;
+    }
+    *loss = out[0];
+    *cpu = out[1];
+    *sig = (int)out[2];
 }
 
 int train_loop(run *r)
@@ -61,7 +94,8 @@ int train_loop(run *r)
         r->consumed += (uint64_t)c->train_batch_size;
         r->tokens += (uint64_t)c->train_batch_size * (uint64_t)c->seq_len;
         double loss = loss_sum / c->grad_accum, cpu = cpu_s() - c0;
-        allreduce_sum2(r, &loss, &cpu);
+        int sig = (int)stop_signal;
+        allreduce_step(r, &loss, &cpu, &sig);
         loss /= r->world;
         zero_memory_report mem;
         zero_engine_memory_report(r->engine, &mem);
@@ -79,6 +113,13 @@ int train_loop(run *r)
             train_step_stats s = {r->step, c->steps, loss, lr, res.grad_norm, res.loss_scale, res.skipped, dt,
                                   (double)c->train_batch_size * c->seq_len / dt, r->tokens, mn, mx, cpu};
             train_progress_step(&r->progress, &s);
+        }
+        if (sig) {
+            r->stopped_by = sig;
+            if (r->rank == 0)
+                train_progress_note(&r->progress, "stopping after step %lld on signal %d (%s)%s", (long long)r->step,
+                                    sig, strsignal(sig), c->ckpt_dir ? ": saving a checkpoint" : "");
+            break;
         }
         if (c->ckpt_dir && c->ckpt_every > 0 && r->step % c->ckpt_every == 0 && r->step < c->steps &&
             train_save_checkpoint(r) != 0) {

@@ -438,7 +438,9 @@ int main(int argc, char **argv)
         r0printf(&r, stderr, "zero-train: train.metrics_file %s: %s\n", r.cfg.metrics_file, strerror(errno));
         goto done;
     }
+    train_install_stop_signals();
     rc = train_loop(&r) == 0 ? 0 : 1;
+    if (rc == 0 && r.stopped_by) rc = 128 + r.stopped_by;
     train_progress_close(&r.progress);
     if (rc == 0 && dump_logits && train_write_logits(&r, dump_logits) != 0) rc = 1;
 

@@ -31,6 +31,7 @@ typedef struct run {
     int64_t step;       /* optimizer steps done */
     uint64_t consumed;  /* global samples consumed */
     uint64_t tokens;    /* tokens processed, all ranks */
+    int stopped_by;     /* the signal that stopped the run early, or 0 */
 } run;
 
 double train_now_s(void);
@@ -45,7 +46,9 @@ int all_ok(run *r, int ok);
 int train_save_checkpoint(run *r);
 int train_resume(run *r, const char *path);
 
-/* train_loop.c: train up to cfg.steps; write the logits of a fixed batch. */
+/* train_loop.c: train up to cfg.steps (or until a stop signal, see there);
+ * write the logits of a fixed batch. */
+void train_install_stop_signals(void);
 int train_loop(run *r);
 int train_write_logits(run *r, const char *path);
 
