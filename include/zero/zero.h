@@ -14,5 +14,6 @@
 #include <zero/topo.h>
 #include <zero/engine.h>
 #include <zero/checkpoint.h>
+#include <zero/offload.h>
 
 #endif
