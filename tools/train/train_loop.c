@@ -128,6 +128,21 @@ int train_loop(run *r)
         }
     }
     if (c->ckpt_dir && r->step > start_step && train_save_checkpoint(r) != 0) rc = -1;
+    /* every rank's engine memory (now, peak) for the summary */
+    double *mem_all = calloc(2 * (size_t)r->world, sizeof *mem_all);
+    {
+        zero_memory_report me;
+        zero_engine_memory_report(r->engine, &me);
+        double mine[2] = {me.total / 1048576.0, me.peak_total / 1048576.0};
+        if (mem_all && r->world > 1) {
+            if (zero_allgather(r->host_comm, mine, mem_all, 2, ZERO_F64) != ZERO_OK) {
+                free(mem_all);
+                mem_all = NULL;
+            }
+        } else if (mem_all) {
+            memcpy(mem_all, mine, sizeof mine);
+        }
+    }
     if (r->rank == 0) {
         double wall = train_now_s() - t_start;
         zero_memory_report mem;
@@ -147,9 +162,15 @@ int train_loop(run *r)
                mem.bytes[ZERO_MEM_MASTER] / 1048576.0, mem.bytes[ZERO_MEM_MOMENTS] / 1048576.0,
                mem.bytes[ZERO_MEM_BUFFERS] / 1048576.0, mem.peak_total / 1048576.0,
                train_model_workspace_bytes(r->model) / 1048576.0);
+        if (mem_all) {
+            printf("summary: engine memory per rank (MiB, now/peak):");
+            for (int q = 0; q < r->world && q < 16; q++) printf(" %d: %.2f/%.2f", q, mem_all[2 * q], mem_all[2 * q + 1]);
+            printf("%s\n", r->world > 16 ? " ..." : "");
+        }
         if (c->ckpt_dir) printf("summary: checkpoints in %s\n", c->ckpt_dir);
         fflush(stdout);
     }
+    free(mem_all);
 out:
     free(tokens);
     free(targets);
