@@ -313,8 +313,8 @@ static int grads_mode(zero_comm *world, int tp, int pp)
     double all_worst = worst;
     MP_TRY(zero_allreduce(world, &worst, &all_worst, 1, ZERO_F64, ZERO_MAX));
     if (g_rank == 0)
-        printf("tp %d pp %d: loss %.7f (reference %.7f), largest gradient error / max|ref| %.2e\n", tp, pp, l1,
-               ref_loss, all_worst);
+        printf("tp %d pp %d: loss %.7f (reference %.7f, rel %.1e), largest gradient error / max|ref| %.2e\n", tp,
+               pp, l1, ref_loss, fabs(l1 - ref_loss) / fabs(ref_loss), all_worst);
 
     for (size_t i = 0; i < np; i++) {
         free(ref[i]);
