@@ -134,6 +134,7 @@ typedef struct zero_nvme_options {
 ZERO_API zero_status zero_nvme_store_open(zero_nvme_store **out, const zero_nvme_options *options);
 /* Waits (up to timeout_s) for requests still in flight, frees requests never
  * waited for, closes and (unless keep_files) removes the files. NULL accepted.
+ * Destroy the store's swappers first (they hold requests of this store).
  * A request still in flight after the deadline leaks its memory rather than
  * letting the kernel write into freed buffers; the status says so. */
 ZERO_API zero_status zero_nvme_store_close(zero_nvme_store *store);
