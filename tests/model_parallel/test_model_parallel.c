@@ -1,6 +1,6 @@
 /* Tensor- and pipeline-parallel GPT against the single-rank model.
  *
- *   test_model_parallel TP PP [engine STAGE STEPS]
+ *   test_model_parallel TP PP [engine STAGE STEPS | dead]
  *
  * Run under tests/mpirun.sh with world = TP * PP * DP. On the grid
  * (zero_grid_create: tp fastest, then dp, then pp):
@@ -20,6 +20,10 @@
  *   - misuse fails with the stated status (tp not dividing n_head, more
  *     stages than blocks, a block out of order).
  *
+ * dead mode (TP 1, PP = world): the last stage leaves after the set-up;
+ * the first stage's pipeline step fails with TIMEOUT or PEER_FAILURE within
+ * its 1 s deadline + 3 s, naming the transfer and the stage, and tears down.
+ *
  * engine mode: STEPS AdamW steps with the tp shards of each stage registered
  * (tp_engine_register) with a ZeRO engine of stage STAGE over the grid's dp group (every dp rank
  * its own micro-batches; the same batch every step, so the loss falls),
@@ -31,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <zero/zero.h>
 
@@ -328,6 +333,54 @@ static int grads_mode(zero_comm *world, int tp, int pp)
     return 0;
 }
 
+/* ------------------------------------------------------------ a stage leaves */
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+/* The last stage leaves after the set-up; the first stage's pipeline step
+ * fails within the deadline with a message naming the transfer and stage. */
+static int dead_mode(zero_comm *world)
+{
+    const int n = zero_comm_size(world);
+    mp_rank r;
+    if (mp_setup(&r, world, 1, n, PP_GPIPE, MICRO)) return 1;
+    if (r.pp_rank == n - 1) {
+        mp_teardown(&r);
+        return 0;
+    }
+    const double deadline = 1.0;
+    MP_TRY(zero_comm_set_timeout(r.grid.pp, deadline)); /* only now: a loaded machine cannot trip the set-up */
+    float **full = full_params_make(3);
+    float **shards = shards_make(&r, full), **grads = shards_make(&r, NULL);
+    size_t N = (size_t)MICRO * BATCH * SEQ;
+    int32_t *tok = malloc(sizeof(int32_t) * N), *tgt = malloc(sizeof(int32_t) * N);
+    make_batch(tok, tgt, MICRO, 9);
+    gpt_tensors p[5], g[5];
+    sets_from(shards, p);
+    sets_from(grads, g);
+    pp_step_args a = {MICRO, tok, tgt, 1.0f / MICRO, p, g};
+    double t0 = now_s();
+    zero_status st = pp_train_step(r.ws, r.grid.pp, PP_GPIPE, &a, NULL);
+    double dt = now_s() - t0;
+    CHECK_MSG(st == ZERO_TIMEOUT || st == ZERO_PEER_FAILURE, "pp_train_step returned %s: %s", zero_status_name(st),
+              gpt_last_error());
+    CHECK_MSG(strstr(gpt_last_error(), "pipeline") && strstr(gpt_last_error(), "at stage"),
+              "the message names neither the transfer nor the stage: %s", gpt_last_error());
+    CHECK_MSG(dt < deadline + 3.0, "failed after %.2f s for a %.1f s deadline", dt, deadline);
+    fprintf(stderr, "[rank %d] expected failure after %.2f s: %s\n", g_rank, dt, gpt_last_error());
+    t0 = now_s();
+    for (size_t i = 0; i < gpt_num_params(&g_cfg); i++) free(shards[i]), free(grads[i]);
+    free(shards), free(grads), free(tok), free(tgt);
+    full_free(full);
+    mp_teardown(&r);
+    CHECK_MSG(now_s() - t0 < 10.0, "teardown took %.2f s", now_s() - t0);
+    return 0;
+}
+
 /* ------------------------------------------------------------ engine mode */
 static int engine_mode(zero_comm *world, int tp, int pp, int stage, int steps)
 {
@@ -487,7 +540,9 @@ int main(int argc, char **argv)
     g_rank = zero_comm_rank(world);
     check_set_rank(g_rank);
     int rc;
-    if (argc > 3 && strcmp(argv[3], "engine") == 0)
+    if (argc > 3 && strcmp(argv[3], "dead") == 0)
+        rc = dead_mode(world);
+    else if (argc > 3 && strcmp(argv[3], "engine") == 0)
         rc = engine_mode(world, tp, pp, argc > 4 ? atoi(argv[4]) : 1, argc > 5 ? atoi(argv[5]) : 4);
     else
         rc = grads_mode(world, tp, pp);
