@@ -35,8 +35,10 @@ def save(engine, directory, step=None, user=None, keep_last=0, durable=True, com
         step = engine.scalars()["step"]
     comm = comm or engine.comm
     user_json = json.dumps(user).encode() if user is not None else ffi.NULL
-    engine._check(lib.zero_checkpoint_save(engine._live_handle(), comm._live_handle(), str(directory).encode(),
-                                           int(step), user_json, opts))
+    # Checkpoint calls report on the calling thread (zero_last_error), not on
+    # the engine handle, whose message may be stale: plain check() reads the former.
+    check(lib.zero_checkpoint_save(engine._live_handle(), comm._live_handle(), str(directory).encode(),
+                                   int(step), user_json, opts))
     return resolve(directory)
 
 
@@ -44,7 +46,7 @@ def load(engine, path, comm=None):
     _need()
     comm = comm or engine.comm
     out = ffi.new("zero_checkpoint_loaded *")
-    engine._check(lib.zero_checkpoint_load(engine._live_handle(), comm._live_handle(), str(path).encode(), out))
+    check(lib.zero_checkpoint_load(engine._live_handle(), comm._live_handle(), str(path).encode(), out))
     try:
         user = json.loads(string(out.user_json) or "{}")
         return Loaded(out.step, out.world_size, out.stage, user, string(out.path))
