@@ -1,4 +1,5 @@
 /* Registering a rank's stage and tp shards with the engine (tp_engine.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,7 +64,18 @@ zero_status tp_engine_register(zero_engine *e, const gpt_config *cfg, int tp_siz
         int64_t shape[2] = {(int64_t)info.shape[0], (int64_t)info.shape[1]};
         st = zero_engine_add_param(e, module_ids[info.full.module], info.full.name, info.full.ndim, shape, shard,
                                    &param_ids[i]);
-        if (st != ZERO_OK) st = engine_fail(e, st, "tp_engine_register: add_param", info.full.name);
+        if (st != ZERO_OK) {
+            st = engine_fail(e, st, "tp_engine_register: add_param", info.full.name);
+            break;
+        }
+        /* Count each tensor once in the model-parallel norm: tp-replicated
+         * ones on tp rank 0, the tied wte on the first stage (the last
+         * stage's copy is its replica). */
+        int dup = (tp_rank > 0 && info.split == TP_REPLICATED) ||
+                  (pp_size > 1 && pp_rank == pp_size - 1 && info.full.module == GPT_MODULE_EMBED &&
+                   info.full.index == GPT_WTE);
+        if (dup && (st = zero_engine_set_param_duplicate(e, param_ids[i], 1)) != ZERO_OK)
+            st = engine_fail(e, st, "tp_engine_register: set_param_duplicate", info.full.name);
     }
     free(full);
     free(shard);
@@ -101,5 +113,20 @@ zero_status tp_engine_grads_ready(zero_engine *e, const gpt_config *cfg, const i
             return engine_fail(e, st, "tp_engine_grads_ready", gpt_module_name(cfg, m, name, sizeof name));
         }
     }
+    return ZERO_OK;
+}
+
+zero_status tp_engine_mp_create(zero_comm *world, const zero_grid *grid, zero_comm **out)
+{
+    if (!world || !grid || !out)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_engine_mp_create: world, grid or out is NULL");
+    *out = NULL;
+    zero_status st = zero_comm_split(world, grid->dp_rank, zero_comm_rank(world), out);
+    if (st != ZERO_OK)
+        return gpt_fail(st, "tp_engine_mp_create: split of %s by dp rank %d: %s", zero_comm_name(world),
+                        grid->dp_rank, zero_comm_last_error(world));
+    char name[32];
+    snprintf(name, sizeof name, "mp(dp%d)", grid->dp_rank);
+    (void)zero_comm_set_name(*out, name);
     return ZERO_OK;
 }

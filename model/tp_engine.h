@@ -18,9 +18,14 @@
  * for the whole pipeline step (a schedule touches each module once per
  * micro-batch, forward and backward): gather them all before tp_engine_sets
  * and release them after, or set stage3_param_persistence_threshold above
- * the largest shard. Gradient clipping: the engine's norm is over its dp
- * group only, so with tp or pp > 1 keep gradient_clipping 0 (see
- * docs/parallelism.md). Errors: zero_status, message in gpt_last_error(). */
+ * the largest shard. Gradient clipping and the fp16 overflow skip span the
+ * whole model: tp_engine_register marks every replicated copy but one as a
+ * duplicate (zero_engine_set_param_duplicate), and the trainer gives the
+ * engine the model-parallel group before the first step:
+ *     tp_engine_mp_create(world, &grid, &mp); zero_engine_set_model_parallel(e, mp);
+ * Without it the norm covers this rank's dp group only (each tp/pp rank
+ * would clip by a different factor). Errors: zero_status, message in
+ * gpt_last_error(). */
 #ifndef ZERO_MODEL_TP_ENGINE_H
 #define ZERO_MODEL_TP_ENGINE_H
 
@@ -49,6 +54,11 @@ zero_status tp_engine_register(zero_engine *e, const gpt_config *cfg, int tp_siz
  * entries NULL. Call every step: stages 2-3 reallocate gradient buffers. */
 zero_status tp_engine_sets(zero_engine *e, const gpt_config *cfg, const int *param_ids, gpt_tensors *params,
                            gpt_tensors *grads);
+
+/* COLLECTIVE over `world`: the model-parallel group of this rank, the ranks
+ * sharing its dp rank (tp x pp of them, in world order), named "mp(dpN)";
+ * destroy with zero_comm_destroy after the engine. */
+zero_status tp_engine_mp_create(zero_comm *world, const zero_grid *grid, zero_comm **out);
 
 /* COLLECTIVE over the dp group: grads_ready of every held module, in model order. */
 zero_status tp_engine_grads_ready(zero_engine *e, const gpt_config *cfg, const int *module_ids);

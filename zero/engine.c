@@ -152,6 +152,7 @@ void zero_engine_destroy(zero_engine *e)
         engine_host_free(e, ZERO_MEM_OTHER, p->numel * sizeof(float), p->init);
         free(p->name);
     }
+    free(e->mp_buf);
     uint64_t S = e->shard, P = e->padded;
     size_t d = e->dsize;
     int st = e->cfg.stage;

@@ -23,6 +23,7 @@ typedef struct zero_param {
     uint64_t numel;
     float *init;      /* host copy of the initial values until finalize; NULL = zeros */
     int persistent;   /* numel < stage3_param_persistence_threshold */
+    int duplicate;    /* another mp rank counts this tensor in the norm */
     /* plan */
     int bucket;
     uint64_t flat_off;   /* first element in the flat layout */
@@ -130,6 +131,9 @@ struct zero_engine {
     zero_engine_stats stats;
     double norm_buf;      /* the step's scalar all-reduce: not on the stack, since a
                              timed-out op may still be written by the transport */
+    zero_comm *mp;        /* model-parallel group for the norm (borrowed); NULL: none */
+    double *mp_buf;       /* host: mp size + 1 doubles for its all-gather (model_parallel.c) */
+    int num_duplicates;   /* params marked duplicate */
 
     /* scalars */
     int64_t step;
@@ -206,6 +210,11 @@ void gather_free_all(zero_engine *e);
 /* Cast bucket b's updated fp32 region to the compute dtype and make the
  * params whole where the stage keeps them whole (collective at 1-3). */
 zero_status step_propagate_bucket(zero_engine *e, const zero_bucket *b, const char *what);
+
+/* ---------------------------------------------------------------- model_parallel.c */
+/* Replace *total (this dp group's sum of squares) by the sum over the mp
+ * group, added in mp rank order. No-op without an mp group. */
+zero_status mp_norm_reduce(zero_engine *e, double *total, const char *what);
 
 /* ---------------------------------------------------------------- optim.c */
 zero_status optim_update(zero_engine *e, float *p, const float *g, float *m1, float *m2, size_t n,

@@ -72,6 +72,28 @@ zero_status step_propagate_bucket(zero_engine *e, const zero_bucket *b, const ch
     }
 }
 
+/* Bucket b's sum of squares without the parameters marked duplicate (the
+ * whole-chunk sum `whole` stays when it has none): the counted parameters'
+ * owned ranges, in order. Non-finite values of duplicates were already
+ * flagged by the whole-chunk pass. */
+static double norm_without_duplicates(zero_engine *e, const zero_bucket *b, double whole, zero_status *st)
+{
+    int any = 0;
+    for (int i = b->first_param; i < b->first_param + b->num_params; i++) any |= e->params[i].duplicate;
+    if (!any) return whole;
+    double s = 0.0;
+    for (int i = b->first_param; i < b->first_param + b->num_params; i++) {
+        const zero_param *p = &e->params[i];
+        if (p->duplicate || p->own_end == p->own_begin) continue;
+        double ps = 0.0;
+        int nf = 0;
+        *st = zero_sumsq(e->dev, e->gacc + p->shard_off, ZERO_F32, p->own_end - p->own_begin, &ps, &nf, NULL);
+        if (*st != ZERO_OK) return 0.0;
+        s += ps;
+    }
+    return s;
+}
+
 zero_status zero_engine_step(zero_engine *e, zero_step_result *out)
 {
     ZERO_TRY(engine_check_usable(e, WHAT, 1));
@@ -101,13 +123,16 @@ zero_status zero_engine_step(zero_engine *e, zero_step_result *out)
         int nf = 0;
         zero_status st = zero_sumsq(e->dev, e->gacc + b->shard_off, ZERO_F32, b->chunk, &s, &nf, NULL);
         if (st != ZERO_OK) return zero_fail_forward(&e->err, st, WHAT ": gradient norm: ");
+        if (e->num_duplicates > 0) s = norm_without_duplicates(e, b, s, &st);
+        if (st != ZERO_OK) return zero_fail_forward(&e->err, st, WHAT ": gradient norm: ");
         local += s;
         nonfinite |= nf;
     }
     if (nonfinite) local = INFINITY;
     e->norm_buf = local;
     ZERO_TRY(engine_allreduce_host(e, &e->norm_buf, 1, ZERO_F64, ZERO_SUM, WHAT));
-    const double total = e->norm_buf;
+    double total = e->norm_buf;
+    ZERO_TRY(mp_norm_reduce(e, &total, WHAT)); /* tp/pp: over dp x mp, overflow included */
     zero_status st;
 
     const double scale_used = e->loss_scale;

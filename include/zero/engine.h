@@ -250,6 +250,34 @@ typedef struct zero_step_result {
  * A comm failure is reported as "engine step: <the comm's message>". */
 ZERO_API zero_status zero_engine_step(zero_engine *e, zero_step_result *out);
 
+/* ----------------------------------------------------- model parallelism
+ * With tensor or pipeline parallelism each dp group holds only part of the
+ * model, so the global gradient norm (clipping) and the fp16 overflow
+ * decision must also span the model-parallel (mp) group: the ranks that
+ * share this rank's dp rank (tp x pp ranks; e.g. zero_comm_split(world,
+ * dp_rank, world_rank)). Tensors held whole by several mp ranks (tp-
+ * replicated LayerNorms and biases, the last pipeline stage's tied copy of
+ * wte) must count once: mark every copy but one as a duplicate.
+ *
+ * step() then computes this rank's sum of squares over its shard (minus the
+ * owned parts of duplicate parameters; their non-finite values still count
+ * as an overflow), all-reduces it over dp as before, all-gathers the dp sums
+ * over mp (one more scalar collective) and adds them in mp rank order, so
+ * every rank of the world gets the bitwise-same norm, clip factor and skip
+ * decision: an fp16 overflow on any tp/pp rank skips the step everywhere.
+ * The gradient average stays over dp only. */
+
+/* Borrow `mp` (NULL: none, the default) for the norm; it must outlive the
+ * engine and carry the engine's memory like the dp comm. Every rank of the
+ * world must call step() the same number of times. Not collective; before
+ * or after finalize, before the first step that should use it. */
+ZERO_API zero_status zero_engine_set_model_parallel(zero_engine *e, zero_comm *mp);
+
+/* duplicate = 1: this rank's copy of `param` duplicates one that another mp
+ * rank counts; leave it out of the norm. Default 0. Not collective; set the
+ * same on every rank of the dp group (they hold the same tensors). */
+ZERO_API zero_status zero_engine_set_param_duplicate(zero_engine *e, int param, int duplicate);
+
 /* Discard accumulated gradients: zero the fp32 shard and every gradient
  * buffer; the micro-step count restarts. Not collective. */
 ZERO_API zero_status zero_engine_zero_grad(zero_engine *e);

@@ -382,7 +382,7 @@ static int dead_mode(zero_comm *world)
 }
 
 /* ------------------------------------------------------------ engine mode */
-static int engine_mode(zero_comm *world, int tp, int pp, int stage, int steps)
+static int engine_mode(zero_comm *world, int tp, int pp, int stage, int steps, double clip)
 {
     mp_rank r;
     if (mp_setup(&r, world, tp, pp, PP_1F1B, MICRO)) return 1;
@@ -398,6 +398,7 @@ static int engine_mode(zero_comm *world, int tp, int pp, int stage, int steps)
     zc.lr = 1e-2;
     zc.weight_decay = 0.1;
     zc.stage3_param_persistence_threshold = 1u << 30; /* stage 3: every module stays gathered (tp_engine.h) */
+    zc.gradient_clipping = clip;
 
     /* tp_engine_register without init tables: the shards of gpt_param_init(seed) */
     {
@@ -428,6 +429,12 @@ static int engine_mode(zero_comm *world, int tp, int pp, int stage, int steps)
     char name[32];
     MP_TRY(tp_engine_register(e, &g_cfg, tp, r.tp_rank, pp, r.pp_rank, 0, (const float *const *)full, pid, mod));
     MP_TRY(zero_engine_finalize(e));
+    /* the global norm over dp x (tp x pp); replicated copies counted once */
+    zero_comm *mpg = NULL;
+    MP_TRY(tp_engine_mp_create(world, &r.grid, &mpg));
+    CHECK(zero_comm_size(mpg) == tp * pp);
+    MP_TRY(zero_engine_set_model_parallel(e, mpg));
+    int clipped = 0;
 
     /* the reference: a world-1 engine over the full model on every rank */
     zero_comm *self = NULL;
@@ -464,7 +471,8 @@ static int engine_mode(zero_comm *world, int tp, int pp, int stage, int steps)
         MP_TRY(pp_train_step(r.ws, r.grid.pp, PP_1F1B, &a, &loss));
         MP_TRY(pp_tied_grad_allreduce(r.embed_group, &g_cfg, &gs[GPT_MODULE_EMBED]));
         MP_TRY(tp_engine_grads_ready(e, &g_cfg, mod));
-        MP_TRY(zero_engine_step(e, NULL));
+        zero_step_result res;
+        MP_TRY(zero_engine_step(e, &res));
         float mean = 0;
         MP_TRY(zero_allreduce(r.grid.dp, &loss, &mean, 1, ZERO_F32, ZERO_SUM));
         mean /= (float)dp;
@@ -484,7 +492,27 @@ static int engine_mode(zero_comm *world, int tp, int pp, int stage, int steps)
             for (int m = 0; m < nm; m++) MP_TRY(zero_engine_grads_ready(re, m));
             rsum += l;
         }
-        MP_TRY(zero_engine_step(re, NULL));
+        zero_step_result rres;
+        MP_TRY(zero_engine_step(re, &rres));
+        /* the same norm as the full model, and bitwise the same on every rank of the world */
+        double nrel = fabs(res.grad_norm - rres.grad_norm) / rres.grad_norm;
+        CHECK_MSG(nrel <= 1e-5, "step %d: grad norm %.9g vs single-rank %.9g", s, res.grad_norm, rres.grad_norm);
+        CHECK_MSG(fabs(res.clip_coef - rres.clip_coef) <= 1e-5 * rres.clip_coef, "step %d: clip coef %.9g vs %.9g",
+                  s, res.clip_coef, rres.clip_coef);
+        {
+            int W = zero_comm_size(world);
+            double *norms = malloc(sizeof(double) * (size_t)W);
+            MP_TRY(zero_allgather(world, &res.grad_norm, norms, 1, ZERO_F64));
+            for (int w = 0; w < W; w++)
+                CHECK_MSG(memcmp(&norms[w], &res.grad_norm, sizeof(double)) == 0,
+                          "step %d: grad norm on world rank %d (%.17g) differs from rank %d's (%.17g)", s, w, norms[w],
+                          g_rank, res.grad_norm);
+            free(norms);
+        }
+        clipped += rres.clip_coef < 1.0;
+        if (g_rank == 0)
+            printf("step %d: grad norm %.9g single-rank %.9g (rel %.1e) clip %.4f\n", s, res.grad_norm, rres.grad_norm,
+                   nrel, res.clip_coef);
         float rloss = (float)(rsum / (dp * MICRO));
         double rel = fabs(mean - rloss) / fabs(rloss);
         worst = rel > worst ? rel : worst;
@@ -511,17 +539,81 @@ static int engine_mode(zero_comm *world, int tp, int pp, int stage, int steps)
             free(both);
         }
     }
-    if (g_rank == 0) printf("tp %d pp %d dp %d stage %d: %d steps, worst loss rel %.1e\n", tp, pp, dp, stage, steps, worst);
+    if (clip > 0) CHECK_MSG(clipped == steps, "clipping engaged in %d of %d steps (clip %g too large)", clipped, steps, clip);
+    if (g_rank == 0)
+        printf("tp %d pp %d dp %d stage %d clip %g: %d steps, worst loss rel %.1e\n", tp, pp, dp, stage, clip, steps,
+               worst);
 
     gpt_workspace_destroy(rws);
     zero_engine_destroy(re);
     zero_engine_destroy(e);
+    zero_comm_destroy(mpg);
     zero_comm_destroy(self);
     zero_device_close(dev);
     free(pid), free(rpid), free(mod), free(tok), free(tgt), free(pp_ptr), free(rp), free(rg);
     free(rps), free(rgs), free(ps), free(gs);
     full_free(full);
     mp_teardown(&r);
+    return 0;
+}
+
+/* ------------------------------------------------------------ overflow mode */
+/* fp16 engines over the grid's dp group, one small tensor per rank: world
+ * rank 1 (tp rank 1 of dp rank 0 when TP > 1) writes an inf into its
+ * gradient. With the mp group every rank of the world skips the step and
+ * lowers its scale; without it (the control) only that rank's dp group does. */
+static int overflow_mode(zero_comm *world, int tp, int pp)
+{
+    zero_grid grid;
+    MP_TRY(zero_grid_create(world, tp, pp, &grid));
+    zero_comm *mpg = NULL;
+    MP_TRY(tp_engine_mp_create(world, &grid, &mpg));
+    zero_device *dev = NULL;
+    MP_TRY(zero_device_open(&dev, ZERO_DEVICE_CPU, 0));
+    const int W = zero_comm_size(world);
+    for (int with_mp = 1; with_mp >= 0; with_mp--) {
+        zero_config zc = ZERO_CONFIG_INIT;
+        zc.stage = 2;
+        zc.compute_dtype = ZERO_F16;
+        zc.hysteresis = 1;
+        zero_engine *e = NULL;
+        int mod, pid;
+        int64_t shape[1] = {16};
+        float init[16];
+        for (int i = 0; i < 16; i++) init[i] = 0.01f * (float)i;
+        MP_TRY(zero_engine_create(&e, &zc, grid.dp, dev));
+        MP_TRY(zero_engine_add_module(e, "m", &mod));
+        MP_TRY(zero_engine_add_param(e, mod, "w", 1, shape, init, &pid));
+        MP_TRY(zero_engine_finalize(e));
+        if (with_mp) MP_TRY(zero_engine_set_model_parallel(e, mpg));
+        uint16_t *g = NULL;
+        MP_TRY(zero_engine_param_grad(e, pid, (void **)&g));
+        for (int i = 0; i < 16; i++) g[i] = 0x3c00; /* 1.0 */
+        if (g_rank == 1) g[5] = 0x7c00;             /* +inf */
+        MP_TRY(zero_engine_grads_ready(e, mod));
+        zero_step_result res;
+        MP_TRY(zero_engine_step(e, &res));
+        int *skipped = malloc(sizeof(int) * (size_t)W);
+        MP_TRY(zero_allgather(world, &res.skipped, skipped, 1, ZERO_I32));
+        for (int w = 0; w < W; w++) {
+            /* world rank w shares rank 1's dp group when its pp and tp ranks match rank 1's */
+            int same_dp_group = (w % tp == 1 % tp) && (w / (W / pp) == 1 / (W / pp));
+            int want = with_mp || same_dp_group;
+            CHECK_MSG(skipped[w] == want, "%s mp group: world rank %d skipped=%d, expected %d",
+                      with_mp ? "with" : "without", w, skipped[w], want);
+        }
+        if (res.skipped) CHECK(res.next_loss_scale == res.loss_scale / 2);
+        if (g_rank == 0)
+            printf("overflow on world rank 1, %s mp group: skipped on ranks", with_mp ? "with" : "without");
+        for (int w = 0; w < W && g_rank == 0; w++)
+            if (skipped[w]) printf(" %d", w);
+        if (g_rank == 0) printf("\n");
+        free(skipped);
+        zero_engine_destroy(e);
+    }
+    zero_device_close(dev);
+    zero_comm_destroy(mpg);
+    zero_grid_destroy(&grid);
     return 0;
 }
 
@@ -543,7 +635,10 @@ int main(int argc, char **argv)
     if (argc > 3 && strcmp(argv[3], "dead") == 0)
         rc = dead_mode(world);
     else if (argc > 3 && strcmp(argv[3], "engine") == 0)
-        rc = engine_mode(world, tp, pp, argc > 4 ? atoi(argv[4]) : 1, argc > 5 ? atoi(argv[5]) : 4);
+        rc = engine_mode(world, tp, pp, argc > 4 ? atoi(argv[4]) : 1, argc > 5 ? atoi(argv[5]) : 4,
+                         argc > 6 ? atof(argv[6]) : 0.0);
+    else if (argc > 3 && strcmp(argv[3], "overflow") == 0)
+        rc = overflow_mode(world, tp, pp);
     else
         rc = grads_mode(world, tp, pp);
     zero_comm_destroy(world);
