@@ -102,8 +102,10 @@ static zero_status open_one_file(zero_nvme_store *s, nvme_file *f)
         return zero_fail(NULL, ZERO_IO, "zero_nvme_store_open: cannot create %s: %s", f->path, strerror(errno));
     int r;
     if (s->opt.preallocate) {
-        r = posix_fallocate(f->fd, 0, (off_t)f->capacity);
-        if (r == EOPNOTSUPP || r == EINVAL) r = ftruncate(f->fd, (off_t)f->capacity) ? errno : 0;
+        /* fallocate(2), not posix_fallocate: where the file system cannot
+         * preallocate, glibc's emulation would write the whole capacity. */
+        r = fallocate(f->fd, 0, 0, (off_t)f->capacity) ? errno : 0;
+        if (r == EOPNOTSUPP || r == ENOSYS) r = ftruncate(f->fd, (off_t)f->capacity) ? errno : 0;
     } else {
         r = ftruncate(f->fd, (off_t)f->capacity) ? errno : 0;
     }

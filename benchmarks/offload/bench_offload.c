@@ -91,7 +91,7 @@ static raw_result raw_dd(const char *dir, size_t total, size_t block, void *buf)
         exit(1);
     }
     if (!direct) fprintf(stderr, "raw: %s refuses O_DIRECT; buffered\n", dir);
-    if (posix_fallocate(fd, 0, (off_t)total) != 0 && ftruncate(fd, (off_t)total) != 0) {
+    if (fallocate(fd, 0, 0, (off_t)total) != 0 && ftruncate(fd, (off_t)total) != 0) {
         fprintf(stderr, "raw: cannot size %s\n", path);
         exit(1);
     }
