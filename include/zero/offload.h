@@ -16,8 +16,9 @@
  * zero_last_error() hold a message naming the call, the tensor, the file,
  * the offset and the byte count. Nothing here prints or aborts.
  *
- * Thread safety: each handle may be used by one thread at a time (the store
- * runs one internal completion thread of its own). */
+ * Thread safety: a host pool may be used from any number of threads; a
+ * store or a swapper by one thread at a time (the store runs one internal
+ * completion thread of its own). */
 #ifndef ZERO_OFFLOAD_H
 #define ZERO_OFFLOAD_H
 
