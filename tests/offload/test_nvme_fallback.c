@@ -1,8 +1,10 @@
 /* White box: the store built with ZERO_NVME_TEST_REFUSE_DIRECT, where
  * open(O_DIRECT) fails with EINVAL as on a file system without direct I/O
- * (tmpfs before Linux 6.6). AUTO falls back to buffered I/O with exactly one
- * warning and round trips bitwise; REQUIRED fails with ZERO_UNSUPPORTED and
- * leaves no file. Also /dev/shm itself (the real thing): a round trip, and
+ * (tmpfs before Linux 6.6), and ZERO_NVME_TEST_REFUSE_URING, where
+ * io_uring_queue_init fails with EPERM as under a seccomp profile. AUTO falls
+ * back to buffered pread/pwrite with exactly one O_DIRECT warning and round
+ * trips bitwise; DIRECT_REQUIRED and IO_URING fail with ZERO_UNSUPPORTED and
+ * leave no file. Also /dev/shm itself (the real thing): a round trip, and
  * one warning exactly when the kernel refused O_DIRECT there. */
 #include "nvme_common.h"
 #include "tmpdir.h"
@@ -28,7 +30,7 @@ static void run(const char *parent, int injected)
         zero_nvme_store_info info;
         CHECK_OK(zero_nvme_store_get_info(s, &info));
         int warned = atomic_load(&warnings_seen) - w0;
-        if (injected) CHECK(info.uses_direct == 0);
+        if (injected) CHECK(info.uses_direct == 0 && info.uses_uring == 0);
         CHECK_MSG(warned == (info.uses_direct ? 0 : 1), "%d warnings, direct %d", warned, info.uses_direct);
         fprintf(stderr, "%s: io %d, direct %d, uring %d\n", dir, io, info.uses_direct, info.uses_uring);
         roundtrip(s, "a", 1, 0, 1);
@@ -45,6 +47,10 @@ static void run(const char *parent, int injected)
         zero_nvme_store *s = NULL;
         CHECK(zero_nvme_store_open(&s, &o) == ZERO_UNSUPPORTED && s == NULL);
         CHECK(strstr(zero_last_error(), "O_DIRECT") != NULL);
+        o.direct = ZERO_NVME_DIRECT_AUTO;
+        o.io = ZERO_NVME_IO_URING;
+        CHECK(zero_nvme_store_open(&s, &o) == ZERO_UNSUPPORTED && s == NULL);
+        CHECK_MSG(strstr(zero_last_error(), "io_uring") != NULL, "%s", zero_last_error());
     }
     CHECK(tmpdir_count(dir) == 0);
     tmpdir_remove(dir);
