@@ -352,7 +352,8 @@ zero_status zero_nvme_io_start_(zero_nvme_store *s)
     return ZERO_OK;
 #else
     if (s->opt.io == ZERO_NVME_IO_URING)
-        return zero_fail(NULL, ZERO_UNSUPPORTED, "zero_nvme_store_open: io_uring requested, but this libzero was built without liburing");
+        return zero_fail(NULL, ZERO_UNSUPPORTED,
+                         "zero_nvme_store_open: io_uring requested, but this libzero was built without liburing");
     return ZERO_OK;
 #endif
 }

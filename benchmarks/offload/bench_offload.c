@@ -411,7 +411,8 @@ int main(int argc, char **argv)
         return 1;
     }
     fprintf(f, "{\n  \"benchmark\": \"zero-bench-offload\",\n  \"dir\": \"%s\",\n  \"io\": \"%s\",\n", dir, io_name);
-    fprintf(f, "  \"total_bytes\": %zu,\n  \"tensor_bytes\": %zu,\n  \"reps\": %d,\n  \"raw\": [\n", total, tensor, reps);
+    fprintf(f, "  \"total_bytes\": %zu,\n  \"tensor_bytes\": %zu,\n  \"reps\": %d,\n  \"raw\": [\n", total, tensor,
+            reps);
     for (int b = 0; b < nblock; b++)
         fprintf(f, "    {\"block_kib\": %d, \"first_write_gbs\": %.4f, \"write_gbs\": %.4f, \"read_gbs\": %.4f}%s\n",
                 blocks[b], raw[b].first_gbs, raw[b].write_gbs,
@@ -423,14 +424,16 @@ int main(int argc, char **argv)
         fprintf(f,
                 "    {\"qd\": %d, \"block_kib\": %d, \"first_write_gbs\": %.4f, \"first_write_ratio\": %.3f, "
                 "\"write_gbs\": %.4f, \"read_gbs\": %.4f, \"write_ratio\": %.3f, "
-                "\"read_ratio\": %.3f, \"write_vs_same_block\": %.3f, \"read_vs_same_block\": %.3f, \"wrong\": %ld}%s\n",
+                "\"read_ratio\": %.3f, \"write_vs_same_block\": %.3f, \"read_vs_same_block\": %.3f, "
+                "\"wrong\": %ld}%s\n",
                 res[i].qd, res[i].block_kib, res[i].first_gbs, res[i].first_gbs / best_f, res[i].write_gbs,
                 res[i].read_gbs, res[i].write_gbs / best_w,
                 res[i].read_gbs / best_r, res[i].write_gbs / raw[b].write_gbs, res[i].read_gbs / raw[b].read_gbs,
                 res[i].wrong, i + 1 < nres ? "," : "");
     }
     fprintf(f,
-            "  ],\n  \"swapper\": {\"chunks\": %d, \"chunk_bytes\": %zu, \"depth\": %d, \"qd\": %d, \"block_kib\": 1024, "
+            "  ],\n  \"swapper\": {\"chunks\": %d, \"chunk_bytes\": %zu, \"depth\": %d, \"qd\": %d, "
+            "\"block_kib\": 1024, "
             "\"compute_reps\": %d, \"io_s\": %.4f, \"compute_s\": %.4f, \"serialized_s\": %.4f, \"pipelined_s\": %.4f, "
             "\"ideal_s\": %.4f, \"speedup\": %.3f, \"overlap\": %.3f, \"wait_s\": %.4f, \"io_hidden\": %.3f, "
             "\"wrong\": %ld}\n}\n",
