@@ -1,7 +1,7 @@
 /* The NVMe store, run once per I/O engine (argv[1]: uring | sync):
  * bitwise round trips of 1 byte .. 5 MiB from aligned and unaligned buffers
  * (the file holds the bytes plus zero padding), hundreds of requests
- * outstanding at once, exact byte counters, queue depth changes, files
+ * outstanding at once, random churn against a model, exact byte counters, queue depth changes, files
  * removed at close (kept on request), and the error paths: a missing or
  * unwritable directory, ENOSPC at open, an undefined or never-written
  * tensor, a file truncated behind the store (a short read naming the file),
@@ -121,6 +121,85 @@ static void test_many_outstanding(const char *dir)
         free(src[i]);
         free(dst[i]);
     }
+}
+
+/* Churn: 2000 random operations over 48 tensors - writes, reads, waits in
+ * random order, queue depth changed while requests are in flight - with a
+ * model of each tensor's last written bytes; every completed read must equal
+ * it bitwise. At most one request per tensor is in flight (the store's rule). */
+static void test_random_churn(const char *dir)
+{
+    enum { T = 48, MAXB = 70000 };
+    zero_nvme_options o = ZERO_NVME_OPTIONS_INIT;
+    o.dir = dir;
+    o.name = "churn";
+    o.capacity = 8u << 20;
+    o.num_files = 2;
+    o.queue_depth = 3;
+    o.block_bytes = 16384;
+    o.io = engine;
+    zero_nvme_store *s = NULL;
+    CHECK_OK(zero_nvme_store_open(&s, &o));
+    if (!s) return;
+    zero_nvme_tensor t[T];
+    size_t bytes[T];
+    unsigned char *model[T], *buf[T];
+    zero_nvme_request *rq[T];
+    int kind[T], written[T]; /* kind: 0 idle, 1 write in flight, 2 read in flight */
+    uint64_t x = 42;
+    for (int i = 0; i < T; i++) {
+        x = x * 6364136223846793005ull + 1;
+        bytes[i] = 1 + (size_t)((x >> 33) % MAXB);
+        model[i] = calloc(1, bytes[i]);
+        buf[i] = malloc(bytes[i] + 1) + (i % 2); /* half of them unaligned */
+        rq[i] = NULL;
+        kind[i] = written[i] = 0;
+        char name[32];
+        snprintf(name, sizeof name, "c%d", i);
+        CHECK_OK(zero_nvme_define(s, name, bytes[i], &t[i]));
+    }
+    int bad = 0, reads = 0;
+    for (int step = 0; step < 2000; step++) {
+        x = x * 6364136223846793005ull + 1;
+        int i = (int)((x >> 33) % T), what = (int)((x >> 20) % 8);
+        if (what == 7) {
+            CHECK_OK(zero_nvme_store_set_queue_depth(s, 1 + (int)((x >> 40) % 16)));
+        } else if (kind[i] != 0) {
+            CHECK_OK(zero_nvme_wait(s, rq[i], 0));
+            if (kind[i] == 2) {
+                bad += memcmp(buf[i], model[i], bytes[i]) != 0;
+                reads++;
+            } else {
+                written[i] = 1;
+            }
+            kind[i] = 0;
+        } else if (what < 4 || !written[i]) {
+            pattern(buf[i], bytes[i], (uint64_t)step);
+            memcpy(model[i], buf[i], bytes[i]);
+            CHECK_OK(zero_nvme_write_async(s, t[i], buf[i], &rq[i]));
+            kind[i] = 1;
+        } else {
+            memset(buf[i], 0x5A, bytes[i]);
+            CHECK_OK(zero_nvme_read_async(s, t[i], buf[i], &rq[i]));
+            kind[i] = 2;
+        }
+    }
+    for (int i = 0; i < T; i++) {
+        if (kind[i]) CHECK_OK(zero_nvme_wait(s, rq[i], 0));
+        if (kind[i] == 2) bad += memcmp(buf[i], model[i], bytes[i]) != 0;
+    }
+    CHECK_MSG(bad == 0 && reads > 100, "%d of %d reads differ from the last write", bad, reads);
+    for (int i = 0; i < T; i++) {
+        unsigned char *check = malloc(bytes[i]);
+        if (written[i] || kind[i] == 1) {
+            CHECK_OK(zero_nvme_read(s, t[i], check));
+            CHECK(memcmp(check, model[i], bytes[i]) == 0);
+        }
+        free(check);
+        free(model[i]);
+        free(buf[i] - (i % 2));
+    }
+    CHECK_OK(zero_nvme_store_close(s));
 }
 
 static void test_keep_files(const char *dir)
@@ -344,6 +423,7 @@ int main(int argc, char **argv)
     }
     test_roundtrips(dir);
     test_many_outstanding(dir);
+    test_random_churn(dir);
     test_keep_files(dir);
     test_bad_dirs(dir);
     test_enospc();
