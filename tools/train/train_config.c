@@ -297,7 +297,7 @@ int train_default_corpus(char *out, size_t n, char *note, size_t note_size)
 
 /* ---------------------------------------------------------------- parse */
 
-int train_config_parse(train_config *c, json_t *root, int dp, char *err, size_t n)
+int train_config_parse(train_config *c, json_t *root, int world, char *err, size_t n)
 {
     memset(c, 0, sizeof *c);
     if (!json_is_object(root)) return cfail(err, n, "config: the top level must be a JSON object");
@@ -321,6 +321,20 @@ int train_config_parse(train_config *c, json_t *root, int dp, char *err, size_t 
     c->comm_backend = strdup("auto");
     c->data_path = strdup("auto");
     c->data_suffixes_auto = 1;
+    c->tp = c->pp = 1;
+
+    /* ------------------------------------------------ model parallelism: the dp size comes first */
+    {
+        json_t *m0 = json_object_get(root, "model");
+        if (json_is_object(m0) && (get_int32(m0, "model", "tp", &c->tp, 1, 1024, err, n) ||
+                                   get_int32(m0, "model", "pp", &c->pp, 1, 1024, err, n)))
+            return -1;
+        if (world % (c->tp * c->pp))
+            return cfail(err, n, "model.tp %d * model.pp %d: the world size %d must equal dp * tp * pp",
+                         c->tp, c->pp, world);
+    }
+    const int dp = world / (c->tp * c->pp);
+    c->dp = dp;
 
     /* ------------------------------------------------ batch sizes (DeepSpeed's rule) */
     int64_t tbs = 0, mbs = 0, gas = 0;
@@ -370,7 +384,7 @@ int train_config_parse(train_config *c, json_t *root, int dp, char *err, size_t 
         get_section(root, "optimizer", &opt, err, n))
         return -1;
     if (model) {
-        static const char *const keys[] = {"n_layer", "n_head", "d_model", "seq_len", "vocab", NULL};
+        static const char *const keys[] = {"n_layer", "n_head", "d_model", "seq_len", "vocab", "tp", "pp", NULL};
         if (check_keys(model, "model", keys, err, n) ||
             get_int32(model, "model", "n_layer", &c->n_layer, 1, 1024, err, n) ||
             get_int32(model, "model", "n_head", &c->n_head, 1, 1024, err, n) ||
@@ -381,6 +395,10 @@ int train_config_parse(train_config *c, json_t *root, int dp, char *err, size_t 
     }
     if (c->d_model % c->n_head)
         return cfail(err, n, "model.d_model: %d is not divisible by model.n_head %d", c->d_model, c->n_head);
+    if (c->n_head % c->tp)
+        return cfail(err, n, "model.tp: %d does not divide model.n_head %d", c->tp, c->n_head);
+    if (c->n_layer < c->pp)
+        return cfail(err, n, "model.pp: %d stages need model.n_layer >= %d (got %d)", c->pp, c->pp, c->n_layer);
 
     /* ------------------------------------------------ data */
     if (data) {
@@ -444,6 +462,13 @@ int train_config_parse(train_config *c, json_t *root, int dp, char *err, size_t 
                 return -1;
         }
     }
+    if (c->tp * c->pp > 1 && (c->ckpt_dir || c->resume))
+        return cfail(err, n,
+                     "train.%s: checkpoints are not supported with model.tp %d / model.pp %d > 1 yet "
+                     "(remove train.checkpoint.dir and train.resume)",
+                     c->ckpt_dir ? "checkpoint.dir" : "resume", c->tp, c->pp);
+    if (c->tp * c->pp > 1 && strcmp(c->device, "cpu") != 0)
+        return cfail(err, n, "train.device: \"%s\": model.tp / model.pp > 1 run on the CPU only", c->device);
     json_t *spp = json_object_get(root, "steps_per_print");
     if (spp) {
         if (train && json_object_get(train, "log_every"))
@@ -473,8 +498,9 @@ int train_config_parse(train_config *c, json_t *root, int dp, char *err, size_t 
     json_object_set_new(e, "train_batch_size", json_integer(c->train_batch_size));
     json_object_set_new(e, "train_micro_batch_size_per_gpu", json_integer(c->micro_batch));
     json_object_set_new(e, "gradient_accumulation_steps", json_integer(c->grad_accum));
-    json_object_set_new(e, "model", json_pack("{s:i,s:i,s:i,s:i,s:i}", "n_layer", c->n_layer, "n_head", c->n_head,
-                                              "d_model", c->d_model, "seq_len", c->seq_len, "vocab", c->vocab));
+    json_object_set_new(e, "model", json_pack("{s:i,s:i,s:i,s:i,s:i,s:i,s:i}", "n_layer", c->n_layer, "n_head",
+                                              c->n_head, "d_model", c->d_model, "seq_len", c->seq_len, "vocab",
+                                              c->vocab, "tp", c->tp, "pp", c->pp));
     json_t *sfx = json_array();
     if (c->data_suffixes)
         for (char **s = c->data_suffixes; *s; s++) json_array_append_new(sfx, json_string(*s));

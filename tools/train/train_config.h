@@ -38,6 +38,8 @@ typedef struct train_config {
     int train_batch_size, micro_batch, grad_accum;
     /* model */
     int n_layer, n_head, d_model, seq_len, vocab;
+    /* model parallelism (model.tp, model.pp; Megatron's grid order); dp = world / (tp * pp) */
+    int tp, pp, dp;
     /* data */
     char *data_path;          /* "auto" = the default corpus */
     char **data_suffixes;     /* NULL-terminated; NULL with data_suffixes_auto */
@@ -66,8 +68,8 @@ typedef struct train_config {
 /* The built-in config used when no --config is given. */
 extern const char train_default_config_json[];
 
-/* Parse and validate `root` (not consumed) for a run on `dp` data-parallel
- * ranks. Returns 0, or -1 with a message naming the key in err. */
+/* Parse and validate `root` (not consumed) for a run on `world` ranks:
+ * dp = world / (model.tp * model.pp) data-parallel ranks. Returns 0, or -1 with a message naming the key in err. */
 int train_config_parse(train_config *cfg, json_t *root, int dp, char *err, size_t err_size);
 void train_config_free(train_config *cfg);
 

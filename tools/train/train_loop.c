@@ -61,7 +61,9 @@ int train_loop(run *r)
 {
     const train_config *c = &r->cfg;
     size_t per = (size_t)c->micro_batch * (size_t)c->seq_len;
-    int32_t *tokens = malloc(per * sizeof *tokens), *targets = malloc(per * sizeof *targets);
+    /* with tp/pp the pipeline takes all of a step's micro-batches at once */
+    size_t nbuf = r->par ? per * (size_t)c->grad_accum : per;
+    int32_t *tokens = malloc(nbuf * sizeof *tokens), *targets = malloc(nbuf * sizeof *targets);
     char err[ERRMAX];
     double t_start = train_now_s(), first_loss = NAN, last_loss = NAN;
     int64_t start_step = r->step;
@@ -73,8 +75,21 @@ int train_loop(run *r)
         zero_engine_set_lr(r->engine, lr);
         float dloss = (float)zero_engine_loss_scale(r->engine);
         double loss_sum = 0;
-        for (int m = 0; m < c->grad_accum; m++) {
-            train_data_micro_batch(r->data, r->consumed, c->micro_batch, r->world, r->rank, m, tokens, targets);
+        if (r->par) {
+            /* this dp rank's micro-batches; the tp and pp ranks of one dp rank read the same ones */
+            for (int m = 0; m < c->grad_accum; m++)
+                train_data_micro_batch(r->data, r->consumed, c->micro_batch, r->dp, r->dp_rank, m, tokens + m * per,
+                                       targets + m * per);
+            float loss = 0;
+            if (train_parallel_micro_steps(r->par, tokens, targets, &loss, err, sizeof err) != 0) {
+                fprintf(stderr, "zero-train: rank %d, step %lld: %s\n", r->rank, (long long)r->step + 1, err);
+                rc = -1;
+                goto out;
+            }
+            loss_sum = (double)loss * c->grad_accum;
+        }
+        for (int m = 0; m < c->grad_accum && !r->par; m++) {
+            train_data_micro_batch(r->data, r->consumed, c->micro_batch, r->dp, r->dp_rank, m, tokens, targets);
             float loss = 0;
             if (train_model_micro_step(r->model, tokens, targets, dloss, &loss, err, sizeof err) != ZERO_OK) {
                 fprintf(stderr, "zero-train: rank %d, step %lld: %s\n", r->rank, (long long)r->step + 1, err);
@@ -96,7 +111,7 @@ int train_loop(run *r)
         double loss = loss_sum / c->grad_accum, cpu = cpu_s() - c0;
         int sig = (int)stop_signal;
         allreduce_step(r, &loss, &cpu, &sig);
-        loss /= r->world;
+        loss /= r->world; /* every tp/pp rank of a dp replica holds the same loss: the mean over dp */
         zero_memory_report mem;
         zero_engine_memory_report(r->engine, &mem);
         double mib = (double)mem.total / (1024.0 * 1024.0), mn = mib, mx = mib;
@@ -161,7 +176,8 @@ int train_loop(run *r)
                mem.bytes[ZERO_MEM_PARAMS] / 1048576.0, mem.bytes[ZERO_MEM_GRADS] / 1048576.0,
                mem.bytes[ZERO_MEM_MASTER] / 1048576.0, mem.bytes[ZERO_MEM_MOMENTS] / 1048576.0,
                mem.bytes[ZERO_MEM_BUFFERS] / 1048576.0, mem.peak_total / 1048576.0,
-               train_model_workspace_bytes(r->model) / 1048576.0);
+               r->par ? train_parallel_workspace_bytes(r->par) / 1048576.0
+                      : train_model_workspace_bytes(r->model) / 1048576.0);
         if (mem_all) {
             printf("summary: engine memory per rank (MiB, now/peak):");
             for (int q = 0; q < r->world && q < 16; q++) printf(" %d: %.2f/%.2f", q, mem_all[2 * q], mem_all[2 * q + 1]);

@@ -316,6 +316,17 @@ int main(int argc, char **argv)
     }
     r.zcfg.gradient_accumulation_steps = r.cfg.grad_accum;
     r.zcfg.lr = r.cfg.lr;
+    const int model_parallel = r.cfg.tp * r.cfg.pp > 1;
+    if (model_parallel && r.zcfg.compute_dtype != ZERO_F32) {
+        r0printf(&r, stderr, "zero-train: config: %s.enabled: model.tp / model.pp > 1 compute in fp32 only "
+                             "(the tensor/pipeline runtime has no 16-bit path)\n",
+                 r.zcfg.compute_dtype == ZERO_F16 ? "fp16" : "bf16");
+        goto done;
+    }
+    if (model_parallel && dump_logits) {
+        r0printf(&r, stderr, "zero-train: --dump-logits is not supported with model.tp / model.pp > 1\n");
+        goto done;
+    }
     {
         json_t *eng = engine_effective(&r.zcfg);
         json_object_update(r.cfg.effective, eng);
@@ -392,27 +403,48 @@ int main(int argc, char **argv)
     }
 
     /* engine and model */
-    {
+    gpt_config g = {r.cfg.n_layer, r.cfg.n_head, r.cfg.d_model, r.cfg.seq_len, r.cfg.vocab};
+    r.dp = r.world;
+    r.dp_rank = r.rank;
+    if (model_parallel) {
+        /* the grid, the engine over its dp group, this rank's stage and tp shards */
+        int ok = train_parallel_create(&r.par, r.host_comm, &g, r.cfg.tp, r.cfg.pp, r.cfg.micro_batch,
+                                       r.cfg.grad_accum, r.cfg.seed, &r.zcfg, r.dev, &r.engine, err, sizeof err) == 0;
+        if (!ok) rank_error(&r, "%s", err);
+        if (!all_ok(&r, ok)) goto done;
+        r.dp = train_parallel_dp_size(r.par);
+        r.dp_rank = train_parallel_dp_rank(r.par);
+    } else {
         int ok = zero_engine_create(&r.engine, &r.zcfg, r.comm, r.dev) == ZERO_OK;
         if (!ok) rank_error(&r, "engine: %s", zero_last_error());
         if (!all_ok(&r, ok)) goto done;
     }
-    gpt_config g = {r.cfg.n_layer, r.cfg.n_head, r.cfg.d_model, r.cfg.seq_len, r.cfg.vocab};
-    if (train_model_create(&r.model, &g, r.cfg.micro_batch, r.cfg.seed, r.engine, r.dev, cuda, err, sizeof err) !=
-        ZERO_OK) {
+    if (!model_parallel &&
+        train_model_create(&r.model, &g, r.cfg.micro_batch, r.cfg.seed, r.engine, r.dev, cuda, err, sizeof err) !=
+            ZERO_OK) {
         fprintf(stderr, "zero-train: rank %d: %s\n", r.rank, err);
         goto done;
     }
     {
         zero_plan_info plan;
         zero_engine_plan_info(r.engine, &plan);
+        double full_numel = 0;
+        for (size_t i = 0; i < gpt_num_params(&g); i++) {
+            gpt_param_info pi;
+            if (gpt_param_info_get(&g, i, &pi) == ZERO_OK) full_numel += (double)pi.numel;
+        }
         r0printf(&r, stdout,
                  "model: GPT %d layers, %d heads, d_model %d, seq_len %d, vocab %d: %.3f M parameters\n"
-                 "engine: ZeRO stage %d on %d rank%s (%s), %s compute, micro-batch %d x %d accumulation x %d ranks = "
-                 "%d sequences per step\n",
-                 g.n_layer, g.n_head, g.d_model, g.seq_len, g.vocab, plan.numel / 1e6, plan.stage, r.world,
-                 r.world > 1 ? "s" : "", cuda ? "cuda" : "cpu", zero_dtype_name(plan.compute_dtype),
-                 r.cfg.micro_batch, r.cfg.grad_accum, r.world, r.cfg.train_batch_size);
+                 "engine: ZeRO stage %d on %d rank%s (%s), %s compute, micro-batch %d x %d accumulation x %d "
+                 "ranks = %d sequences per step\n",
+                 g.n_layer, g.n_head, g.d_model, g.seq_len, g.vocab, full_numel / 1e6, plan.stage, r.dp,
+                 r.dp > 1 ? "s" : "", cuda ? "cuda" : "cpu", zero_dtype_name(plan.compute_dtype),
+                 r.cfg.micro_batch, r.cfg.grad_accum, r.dp, r.cfg.train_batch_size);
+        if (model_parallel)
+            r0printf(&r, stdout,
+                     "model parallel: tp %d x pp %d x dp %d (Megatron order: tp fastest, then dp, then pp), 1F1B "
+                     "over %d micro-batches; rank 0 holds %.3f M parameters of its stage's tp shards\n",
+                     r.cfg.tp, r.cfg.pp, r.dp, r.cfg.grad_accum, plan.numel / 1e6);
     }
 
     /* resume */
@@ -446,7 +478,8 @@ int main(int argc, char **argv)
 
 done:
     train_model_destroy(r.model);
-    zero_engine_destroy(r.engine);
+    if (r.par) train_parallel_destroy(r.par); /* owns the engine */
+    else zero_engine_destroy(r.engine);
     train_data_close(r.data);
     if (r.comm && r.comm != r.host_comm) zero_comm_destroy(r.comm);
     zero_device_close(r.dev);

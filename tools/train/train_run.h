@@ -11,6 +11,7 @@
 #include "train_config.h"
 #include "train_data.h"
 #include "train_model.h"
+#include "train_parallel.h"
 #include "train_progress.h"
 
 #define ERRMAX 1024
@@ -21,7 +22,9 @@ typedef struct run {
     zero_comm *host_comm; /* carries host scalars (== comm on the CPU) */
     zero_device *dev;
     zero_engine *engine;
-    train_model *model;
+    train_model *model;   /* tp = pp = 1 */
+    train_parallel *par;  /* model.tp or model.pp > 1 (then model is NULL) */
+    int dp, dp_rank;      /* the data-parallel size and rank: the data loader's slice */
     train_data *data;
     train_config cfg;
     zero_config zcfg;

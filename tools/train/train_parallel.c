@@ -1,0 +1,143 @@
+/* zero-train with tensor / pipeline parallelism (train_parallel.h). */
+#include "train_parallel.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pp_gpt.h"
+#include "tp_engine.h"
+#include "tp_gpt.h"
+
+struct train_parallel {
+    gpt_config cfg;
+    int micro_batches;
+    zero_grid grid;
+    zero_comm *embed;   /* the tied-embedding group {first, last stage}; NULL elsewhere */
+    zero_comm *mp;      /* tp x pp ranks of this dp rank: the engine's norm group */
+    zero_engine *engine;
+    tp_workspace *ws;
+    int *param_ids, *module_ids;
+    gpt_tensors *params, *grads;
+};
+
+static int pfail(char *err, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+#define PTRY(call, what)                                                                                          \
+    do {                                                                                                          \
+        if ((call) != ZERO_OK) {                                                                                  \
+            pfail(err, en, "%s: %s", what, gpt_last_error()[0] ? gpt_last_error() : zero_last_error());           \
+            goto fail;                                                                                            \
+        }                                                                                                         \
+    } while (0)
+
+int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_config *cfg, int tp, int pp, int micro,
+                          int micro_batches, uint64_t seed, const zero_config *zc, zero_device *dev,
+                          zero_engine **engine, char *err, size_t en)
+{
+    *out = NULL;
+    *engine = NULL;
+    train_parallel *p = calloc(1, sizeof *p);
+    if (!p) return pfail(err, en, "model parallel: out of memory");
+    p->cfg = *cfg;
+    p->micro_batches = micro_batches;
+    const int nm = gpt_num_modules(cfg);
+    p->param_ids = calloc(gpt_num_params(cfg), sizeof *p->param_ids);
+    p->module_ids = calloc((size_t)nm, sizeof *p->module_ids);
+    p->params = calloc((size_t)nm, sizeof *p->params);
+    p->grads = calloc((size_t)nm, sizeof *p->grads);
+    if (!p->param_ids || !p->module_ids || !p->params || !p->grads) {
+        pfail(err, en, "model parallel: out of memory");
+        goto fail;
+    }
+    PTRY(zero_grid_create(world, tp, pp, &p->grid), "grid");
+    PTRY(pp_embed_group_create(p->grid.pp, &p->embed), "pipeline embedding group");
+    PTRY(tp_engine_mp_create(world, &p->grid, &p->mp), "model-parallel group");
+    int b, e;
+    PTRY(pp_stage_layers(cfg, pp, p->grid.pp_rank, &b, &e), "pipeline stages");
+    PTRY(tp_workspace_create(&p->ws, cfg, p->grid.tp, micro, cfg->seq_len, b, e,
+                             pp_slots_needed(PP_1F1B, micro_batches, pp, p->grid.pp_rank)),
+         "tp workspace");
+    zero_config c = *zc;
+    c.gradient_accumulation_steps = 1; /* the schedule accumulates the micro-batches (dloss 1/M) */
+    PTRY(zero_engine_create(&p->engine, &c, p->grid.dp, dev), "engine");
+    PTRY(tp_engine_register(p->engine, cfg, tp, p->grid.tp_rank, pp, p->grid.pp_rank, seed, NULL, p->param_ids,
+                            p->module_ids),
+         "registering the stage's tp shards");
+    if (zero_engine_finalize(p->engine) != ZERO_OK) {
+        pfail(err, en, "engine finalize: %s", zero_engine_last_error(p->engine));
+        goto fail;
+    }
+    if (zero_engine_set_model_parallel(p->engine, p->mp) != ZERO_OK) {
+        pfail(err, en, "engine set_model_parallel: %s", zero_engine_last_error(p->engine));
+        goto fail;
+    }
+    *engine = p->engine;
+    *out = p;
+    return 0;
+fail:
+    train_parallel_destroy(p);
+    return -1;
+}
+
+void train_parallel_destroy(train_parallel *p)
+{
+    if (!p) return;
+    zero_engine_destroy(p->engine);
+    tp_workspace_destroy(p->ws);
+    zero_comm_destroy(p->mp);
+    zero_comm_destroy(p->embed);
+    zero_grid_destroy(&p->grid);
+    free(p->param_ids);
+    free(p->module_ids);
+    free(p->params);
+    free(p->grads);
+    free(p);
+}
+
+int train_parallel_dp_size(const train_parallel *p) { return p->grid.dp_size; }
+int train_parallel_dp_rank(const train_parallel *p) { return p->grid.dp_rank; }
+size_t train_parallel_workspace_bytes(const train_parallel *p) { return tp_workspace_bytes(p->ws); }
+
+/* Stage 3 with a pipeline: the schedule touches every module of the stage
+ * in each micro-batch, forward and backward, so all of them stay gathered
+ * for the whole step (tp_engine.h's rule) and are released before step().
+ * At stages 0-2 gather and release only validate. */
+static int gather_all(train_parallel *p, int gather, char *err, size_t en)
+{
+    const int nm = gpt_num_modules(&p->cfg);
+    for (int k = 0; k < nm; k++) {
+        int m = gather ? k : nm - 1 - k;
+        if (p->module_ids[m] < 0) continue;
+        zero_status s = gather ? zero_engine_gather(p->engine, p->module_ids[m])
+                               : zero_engine_release(p->engine, p->module_ids[m]);
+        if (s != ZERO_OK)
+            return pfail(err, en, "engine %s of module %d: %s", gather ? "gather" : "release", m,
+                         zero_engine_last_error(p->engine));
+    }
+    return 0;
+}
+
+int train_parallel_micro_steps(train_parallel *p, const int32_t *tokens, const int32_t *targets, float *loss,
+                               char *err, size_t en)
+{
+    if (gather_all(p, 1, err, en)) return -1;
+    if (tp_engine_sets(p->engine, &p->cfg, p->param_ids, p->params, p->grads) != ZERO_OK)
+        return pfail(err, en, "%s", gpt_last_error());
+    pp_step_args a = {p->micro_batches, tokens, targets, 1.0f / (float)p->micro_batches, p->params, p->grads};
+    if (pp_train_step(p->ws, p->grid.pp, PP_1F1B, &a, loss) != ZERO_OK)
+        return pfail(err, en, "pipeline step: %s", gpt_last_error());
+    if (pp_tied_grad_allreduce(p->embed, &p->cfg, &p->grads[GPT_MODULE_EMBED]) != ZERO_OK)
+        return pfail(err, en, "tied embedding gradient: %s", gpt_last_error());
+    if (tp_engine_grads_ready(p->engine, &p->cfg, p->module_ids) != ZERO_OK)
+        return pfail(err, en, "%s", gpt_last_error());
+    return gather_all(p, 0, err, en);
+}

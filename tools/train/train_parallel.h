@@ -1,0 +1,40 @@
+/* zero-train with tensor and/or pipeline parallelism (model.tp, model.pp):
+ * the grid (zero_grid_create: tp fastest, then dp, then pp), the engine
+ * over the grid's dp group holding this rank's stage and tp shards
+ * (model/tp_engine.h), the model-parallel group for the global gradient
+ * norm, and one step = the pipeline schedule (1F1B) over the
+ * gradient_accumulation_steps micro-batches of this dp rank.
+ * See docs/zero-train.md "Tensor and pipeline parallelism". */
+#ifndef TRAIN_PARALLEL_H
+#define TRAIN_PARALLEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <zero/zero.h>
+
+#include "gpt.h"
+
+typedef struct train_parallel train_parallel;
+
+/* COLLECTIVE over `world`. Creates the grid, the engine (config `zc`,
+ * whose gradient_accumulation_steps is forced to 1: the pipeline
+ * accumulates the micro-batches itself) on `dev` (CPU, fp32 compute),
+ * registers and finalizes. *engine is owned by the returned object. */
+int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_config *cfg, int tp, int pp,
+                          int micro, int micro_batches, uint64_t seed, const zero_config *zc, zero_device *dev,
+                          zero_engine **engine, char *err, size_t err_size);
+void train_parallel_destroy(train_parallel *p); /* NULL accepted */
+
+int train_parallel_dp_size(const train_parallel *p);
+int train_parallel_dp_rank(const train_parallel *p);
+size_t train_parallel_workspace_bytes(const train_parallel *p);
+
+/* COLLECTIVE. Forward and backward of this dp rank's micro_batches
+ * micro-batches (tokens/targets: micro_batches x micro x seq) through the
+ * pipeline, gradients into the engine and grads-ready; the caller then
+ * calls zero_engine_step. `loss`: the mean loss of the micro-batches, the
+ * same on every rank of this dp replica. */
+int train_parallel_micro_steps(train_parallel *p, const int32_t *tokens, const int32_t *targets, float *loss,
+                               char *err, size_t err_size);
+
+#endif
