@@ -561,7 +561,8 @@ static int engine_mode(zero_comm *world, int tp, int pp, int stage, int steps, d
 /* fp16 engines over the grid's dp group, one small tensor per rank: world
  * rank 1 (tp rank 1 of dp rank 0 when TP > 1) writes an inf into its
  * gradient. With the mp group every rank of the world skips the step and
- * lowers its scale; without it (the control) only that rank's dp group does. */
+ * lowers its scale; without it (the control) only that rank's dp group does.
+ * First, on one rank: a duplicate parameter is left out of the norm exactly. */
 static int overflow_mode(zero_comm *world, int tp, int pp)
 {
     zero_grid grid;
@@ -571,6 +572,38 @@ static int overflow_mode(zero_comm *world, int tp, int pp)
     zero_device *dev = NULL;
     MP_TRY(zero_device_open(&dev, ZERO_DEVICE_CPU, 0));
     const int W = zero_comm_size(world);
+    {
+        /* duplicates leave the norm exactly: a (grads 1) and b (grads 2) share a bucket; with b
+         * a duplicate the norm is sqrt(4) = 2, without sqrt(4 + 16); a bad id names itself */
+        zero_comm *self = NULL;
+        MP_TRY(zero_comm_split(world, g_rank, 0, &self));
+        zero_config zc = ZERO_CONFIG_INIT;
+        zc.stage = 1;
+        zero_engine *e = NULL;
+        int mod, pa, pb;
+        int64_t shape[1] = {4};
+        MP_TRY(zero_engine_create(&e, &zc, self, dev));
+        MP_TRY(zero_engine_add_module(e, "m", &mod));
+        MP_TRY(zero_engine_add_param(e, mod, "a", 1, shape, NULL, &pa));
+        MP_TRY(zero_engine_add_param(e, mod, "b", 1, shape, NULL, &pb));
+        MP_TRY(zero_engine_set_param_duplicate(e, pb, 1));
+        MP_TRY(zero_engine_finalize(e));
+        CHECK(zero_engine_set_param_duplicate(e, 7, 1) == ZERO_INVALID_ARGUMENT &&
+              strstr(zero_engine_last_error(e), "parameter 7") != NULL);
+        for (int dup = 1; dup >= 0; dup--) {
+            MP_TRY(zero_engine_set_param_duplicate(e, pb, dup));
+            float *ga = NULL, *gb = NULL;
+            MP_TRY(zero_engine_param_grad(e, pa, (void **)&ga));
+            MP_TRY(zero_engine_param_grad(e, pb, (void **)&gb));
+            for (int i = 0; i < 4; i++) ga[i] = 1.0f, gb[i] = 2.0f;
+            MP_TRY(zero_engine_grads_ready(e, mod));
+            zero_step_result res;
+            MP_TRY(zero_engine_step(e, &res));
+            CHECK_MSG(res.grad_norm == (dup ? 2.0 : sqrt(20.0)), "duplicate=%d: grad norm %.17g", dup, res.grad_norm);
+        }
+        zero_engine_destroy(e);
+        zero_comm_destroy(self);
+    }
     for (int with_mp = 1; with_mp >= 0; with_mp--) {
         zero_config zc = ZERO_CONFIG_INIT;
         zc.stage = 2;
