@@ -78,6 +78,14 @@ typedef struct zero_engine zero_engine;
 
 /* ================================================================= config */
 
+/* Where the fp32 master weights and optimizer moments of a rank's shard live
+ * (DeepSpeed's offload_optimizer.device). */
+typedef enum zero_offload_device {
+    ZERO_OFFLOAD_NONE = 0, /* device memory, updated by the device's kernel */
+    ZERO_OFFLOAD_CPU = 1,  /* pinned, NUMA-local host pool, updated by the CPU AdamW/SGD */
+    ZERO_OFFLOAD_NVME = 2, /* files under offload_nvme_path, swapped through host buffers */
+} zero_offload_device;
+
 typedef enum zero_optimizer_kind {
     ZERO_OPTIM_ADAMW = 0, /* torch.optim.AdamW: decoupled weight decay, bias correction */
     ZERO_OPTIM_SGD = 1,   /* torch.optim.SGD: momentum, dampening, nesterov, L2 weight decay */
@@ -126,6 +134,17 @@ typedef struct zero_config {
     int loss_scale_window;   /* 1000 */
     int hysteresis;          /* 2 */
     double min_loss_scale;   /* 1 */
+
+    /* ---- appended: optimizer state offload (DeepSpeed's
+     * zero_optimization.offload_optimizer, zero_optimization.sub_group_size
+     * and aio). See "optimizer offload" below and docs/offload.md. */
+    zero_offload_device offload_optimizer_device; /* ZERO_OFFLOAD_NONE; CPU and NVME need stage 1..3 */
+    char offload_nvme_path[256];      /* nvme: existing directory for the swap files ("" otherwise) */
+    int offload_pin_memory;           /* accepted (DeepSpeed's default 0); the pool is pinned on CUDA anyway */
+    int offload_buffer_count;         /* nvme: swap buffers in host memory (reads ahead = count - 2); 4 */
+    uint64_t sub_group_size;          /* nvme: elements per stored chunk of the shard; 1e9 */
+    uint64_t aio_block_size;          /* nvme: bytes per I/O segment, a multiple of 4096; 1 MiB */
+    int aio_queue_depth;              /* nvme: segments in flight, 1..128; 8 */
 } zero_config;
 
 #define ZERO_CONFIG_VERSION 1u
@@ -133,7 +152,8 @@ typedef struct zero_config {
     {                                                                                             \
         sizeof(zero_config), ZERO_CONFIG_VERSION, 0, 500000000u, 500000000u, 0, 1, 50000000u,      \
             1000000000u, 100000u, ZERO_OPTIM_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, 0.0, 0.0, 0,     \
-            0.0, 1, ZERO_F32, 0.0, 16, 1000, 2, 1.0                                               \
+            0.0, 1, ZERO_F32, 0.0, 16, 1000, 2, 1.0, ZERO_OFFLOAD_NONE, "", 0, 4, 1000000000u,     \
+            1048576u, 8                                                                           \
     }
 
 /* Fill `config` (already initialised with ZERO_CONFIG_INIT, whose values stay
@@ -243,7 +263,8 @@ typedef struct zero_step_result {
  * grads_ready on every module with parameters, and no stage-3 module
  * gathered. Waits for reductions in flight, unscales and averages, computes
  * the global gradient norm (one scalar all-reduce, which also carries the
- * fp16 overflow flag of every rank), clips, runs AdamW or SGD on the own
+ * fp16 overflow flag of every rank; plus one scalar all-gather over the
+ * model-parallel group when one is set, see below), clips, runs AdamW or SGD on the own
  * shard, casts to the compute dtype and (stages 0-2) all-gathers the updated
  * parameters; then zeroes the gradient shard. A skipped fp16 step changes no
  * parameter and no moment and lowers the loss scale. `out` may be NULL.
@@ -345,6 +366,43 @@ ZERO_API zero_status zero_engine_memory_report(const zero_engine *e, zero_memory
 ZERO_API zero_status zero_memory_estimate(uint64_t numel, int dp, int stage, zero_dtype dtype,
                                           zero_optimizer_kind optimizer, int sgd_momentum,
                                           zero_memory_report *out);
+
+/* ----------------------------------------------------- optimizer offload
+ * With offload_optimizer_device != NONE the fp32 master weights and moments
+ * of the shard leave the memory report's MASTER and MOMENTS categories
+ * (those read 0: they are not in device memory) and are counted here:
+ *
+ *   CPU:  host_bytes = the pool: each state array of shard_numel floats
+ *         rounded up to 4096 (master only for 16-bit compute on the CPU
+ *         device, where fp32 params are their own master; on CUDA always a
+ *         host master) [+ CUDA: one staging chunk for the gradient].
+ *   NVME: the shard is cut into chunks of sub_group_size elements (the last
+ *         shorter); chunk i of len_i elements is one stored tensor
+ *         [master | moment1 | moment2] (the states the optimizer has; the
+ *         master always, fp32 compute included), so
+ *           nvme_bytes = sum_i roundup(states * len_i * 4, 4096)
+ *         and the host buffers are
+ *           host_bytes = (offload_buffer_count + 1) * roundup(states * chunk_numel * 4, 4096)
+ *         (the swapper's buffer_count buffers and one for checkpoint access
+ *         and initialisation) [+ CUDA: one gradient staging chunk].
+ * Stage 1..3 only (stage 0 keeps the state whole on every rank). Results
+ * are bitwise those of the non-offloaded engine: same kernel, same order. */
+typedef struct zero_offload_report {
+    zero_offload_device device;
+    uint64_t host_bytes;     /* host pool bytes in use now */
+    uint64_t host_peak;      /* most host pool bytes in use at once */
+    uint64_t host_capacity;  /* the pool's reservation */
+    uint64_t nvme_bytes;     /* bytes the stored chunks occupy (padded) */
+    uint64_t nvme_written;   /* bytes written / read by the store since finalize */
+    uint64_t nvme_read;
+    uint64_t chunk_numel;    /* elements per chunk (nvme; the shard for cpu) */
+    uint64_t num_chunks;
+    int states;              /* fp32 arrays per element kept offloaded (master + moments) */
+    int buffer_count;        /* nvme: swap buffers */
+} zero_offload_report;
+
+/* After finalize. device NONE: everything 0. */
+ZERO_API zero_status zero_engine_offload_report(const zero_engine *e, zero_offload_report *out);
 
 /* ================================================================= introspection */
 
