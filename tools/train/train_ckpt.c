@@ -7,10 +7,21 @@
 
 #include "train_run.h"
 
+/* The model's shape as checkpoints record it: model.tp / model.pp are the
+ * run's layout, not the model (and checkpoints are refused unless both are
+ * 1), so they stay out: older checkpoints compare equal. New reference. */
+static json_t *model_shape(const run *r)
+{
+    json_t *m = json_deep_copy(json_object_get(r->cfg.effective, "model"));
+    json_object_del(m, "tp");
+    json_object_del(m, "pp");
+    return m;
+}
+
 static char *user_state_json(const run *r)
 {
-    json_t *model = json_object_get(r->cfg.effective, "model");
-    json_t *u = json_pack("{s:O,s:{s:I,s:I,s:s,s:s},s:{s:I,s:I},s:s}", "model", model, "data", "consumed",
+    json_t *model = model_shape(r);
+    json_t *u = json_pack("{s:o,s:{s:I,s:I,s:s,s:s},s:{s:I,s:I},s:s}", "model", model, "data", "consumed",
                           (json_int_t)r->consumed, "seed", (json_int_t)r->cfg.seed, "path", r->corpus, "fingerprint",
                           "", "train", "step", (json_int_t)r->step, "tokens", (json_int_t)r->tokens, "rng",
                           "none: the loader is a pure function of (seed, consumed) and the model has no dropout");
@@ -52,7 +63,7 @@ int train_resume(run *r, const char *path)
     json_error_t je;
     json_t *u = json_loads(l.user_json, 0, &je);
     json_t *model = json_object_get(u, "model");
-    json_t *mine = json_object_get(r->cfg.effective, "model");
+    json_t *mine = model_shape(r);
     int rc = 0;
     if (!json_equal(model, mine)) {
         char *a = json_dumps(model, JSON_COMPACT | JSON_SORT_KEYS), *b = json_dumps(mine, JSON_COMPACT | JSON_SORT_KEYS);
@@ -81,6 +92,7 @@ int train_resume(run *r, const char *path)
                  (long long)r->step, l.world_size, l.stage);
     }
     json_decref(u);
+    json_decref(mine);
     zero_checkpoint_loaded_free(&l);
     return rc;
 }
