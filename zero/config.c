@@ -1,5 +1,6 @@
 /* Validation of a zero_config before an engine is built from it. */
 #include <math.h>
+#include <string.h>
 
 #include "engine_internal.h"
 
@@ -37,6 +38,24 @@ zero_status config_validate(const zero_config *c, zero_errbuf *err)
     if (c->loss_scale_window < 1) BAD("loss_scale_window must be >= 1, got %d", c->loss_scale_window);
     if (c->hysteresis < 1) BAD("hysteresis must be >= 1, got %d", c->hysteresis);
     if (!(c->min_loss_scale > 0)) BAD("min_loss_scale must be > 0, got %g", c->min_loss_scale);
+    if (c->offload_optimizer_device != ZERO_OFFLOAD_NONE && c->offload_optimizer_device != ZERO_OFFLOAD_CPU &&
+        c->offload_optimizer_device != ZERO_OFFLOAD_NVME)
+        BAD("offload_optimizer.device %d unknown (none, cpu, nvme)", (int)c->offload_optimizer_device);
+    if (c->offload_optimizer_device != ZERO_OFFLOAD_NONE && c->stage < 1)
+        BAD("offload_optimizer needs stage 1..3 (stage 0 keeps the optimizer state whole on every rank)");
+    if (c->offload_optimizer_device == ZERO_OFFLOAD_NVME) {
+        if (!memchr(c->offload_nvme_path, '\0', sizeof c->offload_nvme_path) || !c->offload_nvme_path[0])
+            BAD("offload_optimizer.nvme_path must be set (an existing directory) for device nvme");
+        if (c->offload_buffer_count < 3)
+            BAD("offload_optimizer.buffer_count must be >= 3 (one read ahead, the chunk being updated, one "
+                "write behind), got %d", c->offload_buffer_count);
+        if (c->sub_group_size < 1) BAD("sub_group_size must be >= 1 element");
+        if (c->aio_block_size < 4096 || c->aio_block_size % 4096)
+            BAD("aio.block_size must be a positive multiple of 4096, got %llu",
+                (unsigned long long)c->aio_block_size);
+        if (c->aio_queue_depth < 1 || c->aio_queue_depth > 128)
+            BAD("aio.queue_depth must be 1..128, got %d", c->aio_queue_depth);
+    }
 #undef BAD
     return ZERO_OK;
 }

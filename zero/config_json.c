@@ -87,6 +87,38 @@ static zero_status unknown_key(const char *sec, const char *key, const char *kno
 
 /* ---------------------------------------------------------------- sections */
 
+/* zero_optimization.offload_optimizer {device, nvme_path, pin_memory,
+ * buffer_count, ratio, fast_init}. */
+static zero_status parse_offload_optimizer(const json_t *obj, zero_config *c)
+{
+    static const char sec[] = "zero_optimization.offload_optimizer";
+    static const char known[] = "device, nvme_path, pin_memory, buffer_count, fast_init";
+    if (!json_is_object(obj)) return bad_value(sec, NULL, "an object", obj);
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)obj, key, v) {
+        zero_status st = ZERO_OK;
+        int flag = 0;
+        if (!strcmp(key, "device")) {
+            const char *d = json_is_string(v) ? json_string_value(v) : NULL;
+            if (d && !strcasecmp(d, "none")) c->offload_optimizer_device = ZERO_OFFLOAD_NONE;
+            else if (d && !strcasecmp(d, "cpu")) c->offload_optimizer_device = ZERO_OFFLOAD_CPU;
+            else if (d && !strcasecmp(d, "nvme")) c->offload_optimizer_device = ZERO_OFFLOAD_NVME;
+            else st = bad_value(sec, key, "\"none\", \"cpu\" or \"nvme\"", v);
+        } else if (!strcmp(key, "nvme_path")) {
+            if (json_is_null(v)) c->offload_nvme_path[0] = '\0';
+            else if (!json_is_string(v) || json_string_length(v) >= sizeof c->offload_nvme_path)
+                st = bad_value(sec, key, "a directory path (a string of at most 255 bytes)", v);
+            else memcpy(c->offload_nvme_path, json_string_value(v), json_string_length(v) + 1);
+        } else if (!strcmp(key, "pin_memory")) st = get_bool(sec, key, v, &c->offload_pin_memory);
+        else if (!strcmp(key, "buffer_count")) st = get_int(sec, key, v, 3, 1 << 20, &c->offload_buffer_count);
+        else if (!strcmp(key, "fast_init")) st = get_bool(sec, key, v, &flag); /* accepted; no effect */
+        else st = unknown_key(sec, key, known);
+        if (st != ZERO_OK) return st;
+    }
+    return ZERO_OK;
+}
+
 static zero_status parse_zero_optimization(const json_t *obj, zero_config *c)
 {
     static const char sec[] = "zero_optimization";
@@ -94,7 +126,7 @@ static zero_status parse_zero_optimization(const json_t *obj, zero_config *c)
         "stage, reduce_bucket_size, allgather_bucket_size, overlap_comm, contiguous_gradients, "
         "stage3_prefetch_bucket_size, stage3_max_live_parameters, stage3_param_persistence_threshold, "
         "allgather_partitions, reduce_scatter, stage3_max_reuse_distance, "
-        "stage3_gather_16bit_weights_on_model_save, round_robin_gradients";
+        "stage3_gather_16bit_weights_on_model_save, round_robin_gradients, offload_optimizer, sub_group_size";
     if (!json_is_object(obj)) return bad_value(sec, NULL, "an object", obj);
     const char *key;
     json_t *v;
@@ -124,9 +156,36 @@ static zero_status parse_zero_optimization(const json_t *obj, zero_config *c)
         } else if (!strcmp(key, "stage3_gather_16bit_weights_on_model_save") ||
                    !strcmp(key, "round_robin_gradients")) {
             st = get_bool(sec, key, v, &flag); /* accepted; no effect on the engine */
+        } else if (!strcmp(key, "offload_optimizer")) {
+            st = parse_offload_optimizer(v, c);
+        } else if (!strcmp(key, "sub_group_size")) {
+            st = get_u64(sec, key, v, 1, &c->sub_group_size);
         } else {
             st = unknown_key(sec, key, known);
         }
+        if (st != ZERO_OK) return st;
+    }
+    return ZERO_OK;
+}
+
+static zero_status parse_aio(const json_t *obj, zero_config *c)
+{
+    static const char sec[] = "aio";
+    static const char known[] = "block_size, queue_depth, single_submit, overlap_events, thread_count";
+    if (!json_is_object(obj)) return bad_value(sec, NULL, "an object", obj);
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)obj, key, v) {
+        zero_status st = ZERO_OK;
+        int flag = 0;
+        if (!strcmp(key, "block_size")) {
+            st = get_u64(sec, key, v, 4096, &c->aio_block_size);
+            if (st == ZERO_OK && c->aio_block_size % 4096) st = bad_value(sec, key, "a multiple of 4096 (bytes)", v);
+        } else if (!strcmp(key, "queue_depth")) st = get_int(sec, key, v, 1, 128, &c->aio_queue_depth);
+        else if (!strcmp(key, "single_submit") || !strcmp(key, "overlap_events"))
+            st = get_bool(sec, key, v, &flag); /* accepted: the store's completion thread always overlaps */
+        else if (!strcmp(key, "thread_count")) st = get_int(sec, key, v, 1, 1 << 10, &flag); /* accepted */
+        else st = unknown_key(sec, key, known);
         if (st != ZERO_OK) return st;
     }
     return ZERO_OK;
@@ -237,6 +296,7 @@ zero_status zero_config_from_json(zero_config *config, const char *json_text)
     int bf16 = -1, fp16 = -1;
     if (st == ZERO_OK && (v = json_object_get(root, "zero_optimization"))) st = parse_zero_optimization(v, &c);
     if (st == ZERO_OK && (v = json_object_get(root, "optimizer"))) st = parse_optimizer(v, &c);
+    if (st == ZERO_OK && (v = json_object_get(root, "aio"))) st = parse_aio(v, &c);
     if (st == ZERO_OK && (v = json_object_get(root, "gradient_clipping")))
         st = get_num("gradient_clipping", NULL, v, 0, INFINITY, 1, &c.gradient_clipping);
     if (st == ZERO_OK && (v = json_object_get(root, "gradient_accumulation_steps")))

@@ -161,6 +161,7 @@ void zero_engine_destroy(zero_engine *e)
     engine_free(e, ZERO_MEM_PARAMS, e->persist_numel * d, e->persist);
     engine_free(e, ZERO_MEM_GRADS, P * d, e->grads_full);
     engine_free(e, ZERO_MEM_GRADS, S * 4, e->gacc);
+    offload_teardown(e); /* pool-placed master/moments are returned with the pool */
     uint64_t state_numel = st == 0 ? P : S;
     engine_free(e, ZERO_MEM_MASTER, state_numel * 4, e->master);
     engine_free(e, ZERO_MEM_MOMENTS, state_numel * 4, e->m1);
@@ -278,10 +279,14 @@ static zero_status alloc_buffers(zero_engine *e)
     }
     if (stage < 2) ZERO_TRY(engine_alloc(e, ZERO_MEM_GRADS, P * d, &e->grads_full));
     ZERO_TRY(engine_alloc(e, ZERO_MEM_GRADS, S * 4, (void **)&e->gacc));
-    if (!e->own_master) ZERO_TRY(engine_alloc(e, ZERO_MEM_MASTER, state_numel * 4, (void **)&e->master));
+    /* Offloaded master and moments are not device memory: offload_opt.c
+     * places them (host pool or NVMe store) and reports them apart. */
+    const int offloaded = e->cfg.offload_optimizer_device != ZERO_OFFLOAD_NONE;
+    if (!e->own_master && !offloaded)
+        ZERO_TRY(engine_alloc(e, ZERO_MEM_MASTER, state_numel * 4, (void **)&e->master));
     int moments = e->cfg.optimizer == ZERO_OPTIM_ADAMW ? 2 : (e->cfg.momentum > 0 ? 1 : 0);
-    if (moments >= 1) ZERO_TRY(engine_alloc(e, ZERO_MEM_MOMENTS, state_numel * 4, (void **)&e->m1));
-    if (moments >= 2) ZERO_TRY(engine_alloc(e, ZERO_MEM_MOMENTS, state_numel * 4, (void **)&e->m2));
+    if (moments >= 1 && !offloaded) ZERO_TRY(engine_alloc(e, ZERO_MEM_MOMENTS, state_numel * 4, (void **)&e->m1));
+    if (moments >= 2 && !offloaded) ZERO_TRY(engine_alloc(e, ZERO_MEM_MOMENTS, state_numel * 4, (void **)&e->m2));
     e->num_slots = e->cfg.overlap_comm ? 2 : 1;
     for (int s = 0; s < e->num_slots; s++) {
         ZERO_TRY(engine_alloc(e, ZERO_MEM_BUFFERS, e->max_bucket * 4, (void **)&e->slots[s].send));
@@ -289,7 +294,7 @@ static zero_status alloc_buffers(zero_engine *e)
                               (void **)&e->slots[s].recv));
         e->slots[s].bucket = -1;
     }
-    return ZERO_OK;
+    return offload_setup(e);
 }
 
 /* Write fp32 values of a whole bucket (staged in device memory) into every
@@ -304,6 +309,7 @@ zero_status layout_load_bucket(zero_engine *e, const zero_bucket *b, const float
         if (e->cfg.stage == 0) st = zero_memcpy(e->dev, e->master + b->flat_off, full, b->numel * 4);
         else st = zero_memcpy(e->dev, e->master + b->shard_off, own, b->chunk * 4);
     }
+    if (e->off_walk) ZERO_TRY(offload_state_io(e, 0, b->shard_off, b->chunk, (float *)own, 1, "engine finalize"));
     if (st == ZERO_OK && e->cfg.stage < 3)
         st = zero_cast(e->dev, full, ZERO_F32, elem_ptr(e, e->params_full, b->flat_off), dt, b->numel, NULL);
     if (st == ZERO_OK && e->cfg.stage == 3) {

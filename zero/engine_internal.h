@@ -135,6 +135,20 @@ struct zero_engine {
     double *mp_buf;       /* host: mp size + 1 doubles for its all-gather (model_parallel.c) */
     int num_duplicates;   /* params marked duplicate */
 
+    /* optimizer offload (offload_opt.c). `off_walk`: the step walks the
+     * shard chunk by chunk with host-resident state (nvme, or cpu on CUDA);
+     * otherwise cpu offload just places master/m1/m2 in the pool. */
+    struct zero_host_pool *off_pool;
+    struct zero_nvme_store *off_store;
+    struct zero_nvme_swapper *off_swapper;
+    int32_t *off_chunks;      /* nvme tensors, one per chunk */
+    uint64_t off_chunk_numel, off_num_chunks;
+    int off_walk;
+    int off_states;           /* fp32 arrays per chunk: master (+ m1 (+ m2)) */
+    float *off_host[3];       /* cpu on CUDA: host master, m1, m2 (shard_numel each) */
+    float *off_bounce;        /* nvme: one chunk, for init and state access */
+    float *off_grad;          /* CUDA: host staging for a chunk of the gradient */
+
     /* scalars */
     int64_t step;
     int64_t skipped;
@@ -219,5 +233,22 @@ zero_status mp_norm_reduce(zero_engine *e, double *total, const char *what);
 /* ---------------------------------------------------------------- optim.c */
 zero_status optim_update(zero_engine *e, float *p, const float *g, float *m1, float *m2, size_t n,
                          float grad_scale);
+/* The CPU kernel whatever the device (offloaded state lives in host memory). */
+zero_status optim_update_host(zero_engine *e, float *p, const float *g, float *m1, float *m2, size_t n,
+                              float grad_scale);
+
+/* ---------------------------------------------------------------- offload_opt.c */
+/* After the plan, instead of device master/moments: the pool, the store
+ * and the chunk tensors (every chunk written once, zeros). */
+zero_status offload_setup(zero_engine *e);
+void offload_teardown(zero_engine *e);
+/* n floats of state index k (0 master, 1 moment1, 2 moment2) at shard
+ * offset off, to (write = 0) or from `buf` (host or device memory). */
+zero_status offload_state_io(zero_engine *e, int k, uint64_t off, uint64_t n, float *buf, int write,
+                             const char *what);
+/* Cast bucket b's master (from the offloaded state) into the params. */
+zero_status offload_cast_bucket(zero_engine *e, const zero_bucket *b, const char *what);
+/* The optimizer update and propagation of every bucket, chunk by chunk. */
+zero_status offload_step(zero_engine *e, float grad_scale, const char *what);
 
 #endif

@@ -2,6 +2,8 @@
  * ZeRO paper's formula it is compared with. */
 #include <string.h>
 
+#include <zero/offload.h>
+
 #include "engine_internal.h"
 
 zero_status zero_engine_memory_report(const zero_engine *e, zero_memory_report *out)
@@ -51,5 +53,37 @@ zero_status zero_engine_get_stats(const zero_engine *e, zero_engine_stats *out)
 {
     if (!e || !out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine get_stats: NULL argument");
     *out = e->stats;
+    return ZERO_OK;
+}
+
+zero_status zero_engine_offload_report(const zero_engine *e, zero_offload_report *out)
+{
+    if (!e || !out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine offload_report: NULL argument");
+    memset(out, 0, sizeof *out);
+    out->device = e->cfg.offload_optimizer_device;
+    if (!e->finalized || out->device == ZERO_OFFLOAD_NONE) return ZERO_OK;
+    zero_engine *me = (zero_engine *)e; /* the pool and store calls take non-const handles; they only read */
+    if (me->off_pool) {
+        zero_host_pool_stats ps;
+        if (zero_host_pool_get_stats(me->off_pool, &ps) != ZERO_OK)
+            return zero_fail(&me->err, ZERO_INTERNAL, "engine offload_report: %s",
+                             zero_host_pool_last_error(me->off_pool));
+        out->host_bytes = ps.in_use;
+        out->host_peak = ps.peak_in_use;
+        out->host_capacity = ps.capacity;
+    }
+    if (me->off_store) {
+        zero_nvme_store_info si;
+        if (zero_nvme_store_get_info(me->off_store, &si) != ZERO_OK)
+            return zero_fail(&me->err, ZERO_INTERNAL, "engine offload_report: %s",
+                             zero_nvme_store_last_error(me->off_store));
+        out->nvme_bytes = si.used;
+        out->nvme_written = si.bytes_written;
+        out->nvme_read = si.bytes_read;
+        out->buffer_count = e->cfg.offload_buffer_count;
+    }
+    out->chunk_numel = e->off_chunk_numel;
+    out->num_chunks = e->off_num_chunks;
+    out->states = e->off_states;
     return ZERO_OK;
 }

@@ -52,3 +52,14 @@ zero_status optim_update(zero_engine *e, float *p, const float *g, float *m1, fl
     else zero_cpu_sgd(&h, p, g, m1, n);
     return ZERO_OK;
 }
+
+zero_status optim_update_host(zero_engine *e, float *p, const float *g, float *m1, float *m2, size_t n,
+                              float grad_scale)
+{
+    if (n == 0) return ZERO_OK;
+    zero_optim_hyper h;
+    make_hyper(e, grad_scale, &h);
+    if (e->cfg.optimizer == ZERO_OPTIM_ADAMW) zero_cpu_adamw(&h, p, g, m1, m2, n);
+    else zero_cpu_sgd(&h, p, g, m1, n);
+    return ZERO_OK;
+}

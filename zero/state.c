@@ -27,6 +27,12 @@ static zero_status state_locate(zero_engine *e, zero_state_kind kind, int param,
     const zero_param *p = &e->params[param];
     *count = (size_t)(p->own_end - p->own_begin);
     if (*count && !buf) return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: buffer is NULL", what);
+    if (e->off_walk) { /* offloaded: the caller goes through the store (offload_state_io) */
+        *where = NULL;
+        if ((int)kind < e->off_states) return ZERO_OK;
+        return zero_fail(&e->err, ZERO_NOT_FOUND, "%s: the optimizer keeps no %s state (parameter '%s')", what,
+                         kind_name(kind), p->name);
+    }
     *where = layout_param_state(e, kind, p);
     if (!*where)
         return zero_fail(&e->err, ZERO_NOT_FOUND, "%s: the optimizer keeps no %s state (parameter '%s')", what,
@@ -40,6 +46,8 @@ zero_status zero_engine_state_get(zero_engine *e, zero_state_kind kind, int para
     size_t n;
     ZERO_TRY(state_locate(e, kind, param, out, "engine state_get", &src, &n));
     if (!n) return ZERO_OK;
+    if (e->off_walk)
+        return offload_state_io(e, (int)kind, e->params[param].shard_off, n, out, 0, "engine state_get");
     ZERO_TRY(engine_sync_device(e, "engine state_get"));
     zero_status st = zero_memcpy(e->dev, out, src, n * sizeof(float));
     if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine state_get: ");
@@ -52,6 +60,8 @@ zero_status zero_engine_state_set(zero_engine *e, zero_state_kind kind, int para
     size_t n;
     ZERO_TRY(state_locate(e, kind, param, in, "engine state_set", &dst, &n));
     if (!n) return ZERO_OK;
+    if (e->off_walk)
+        return offload_state_io(e, (int)kind, e->params[param].shard_off, n, (float *)in, 1, "engine state_set");
     ZERO_TRY(engine_sync_device(e, "engine state_set"));
     zero_status st = zero_memcpy(e->dev, dst, in, n * sizeof(float));
     if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine state_set: ");
@@ -80,6 +90,7 @@ zero_status zero_engine_params_changed(zero_engine *e)
                 if (st != ZERO_OK) return engine_comm_failed(e, st, what);
             }
         }
+        if (e->off_walk) ZERO_TRY(offload_cast_bucket(e, b, what)); /* the master is in the store */
         ZERO_TRY(step_propagate_bucket(e, b, what));
     }
     return engine_sync_device(e, what);
@@ -100,8 +111,13 @@ zero_status zero_engine_read_param(zero_engine *e, int param, float *out)
     if (e->cfg.stage == 0) {
         whole = layout_master(e, b);
     } else {
+        const float *own = layout_master(e, b);
+        if (e->off_walk) { /* this rank's part comes from the store */
+            ZERO_TRY(offload_state_io(e, 0, b->shard_off, b->chunk, e->slots[0].recv, 0, what));
+            own = e->slots[0].recv;
+        }
         ZERO_TRY(engine_sync_device(e, what));
-        zero_status st = zero_allgather(e->dp, layout_master(e, b), e->slots[0].send, b->chunk, ZERO_F32);
+        zero_status st = zero_allgather(e->dp, own, e->slots[0].send, b->chunk, ZERO_F32);
         if (st != ZERO_OK) return engine_comm_failed(e, st, what);
         whole = e->slots[0].send;
     }

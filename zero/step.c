@@ -165,7 +165,9 @@ zero_status zero_engine_step(zero_engine *e, zero_step_result *out)
     const float grad_scale = (float)(inv * res.clip_coef);
 
     e->step++;
-    for (int bi = 0; bi < e->num_buckets; bi++) {
+    /* Offloaded state in host memory or on NVMe: chunk by chunk (offload_opt.c). */
+    if (e->off_walk) ZERO_TRY(offload_step(e, grad_scale, WHAT));
+    for (int bi = 0; !e->off_walk && bi < e->num_buckets; bi++) {
         const zero_bucket *b = &e->buckets[bi];
         const float *g = e->gacc + b->shard_off;
         if (c->stage == 0) {

@@ -1,0 +1,350 @@
+/* Optimizer state offload (offload_optimizer.device cpu / nvme) on the CPU
+ * device, at this world size:
+ *
+ *  - bitwise: K steps with the state on NVMe (chunks of an odd
+ *    sub_group_size that cut buckets and parameters, buffer_count 3 and 4)
+ *    or in the host pool give the same fp32 master weights, compute-dtype
+ *    params, gradient norms and optimizer state (state_get of every param
+ *    and kind) as the engine without offload; stages 1-3, f32 and bf16,
+ *    AdamW and SGD with momentum;
+ *  - accounting: the memory report's master and moment bytes are 0, every
+ *    other category equals the non-offloaded engine's; the offload report's
+ *    host bytes are exactly the declared buffers and its NVMe bytes the
+ *    formula of engine.h;
+ *  - checkpoints: the state of a non-offloaded engine copied with
+ *    state_get / state_set (+ scalars, params_changed) into an NVMe-offloaded
+ *    one continues bitwise like the original;
+ *  - config: stage 0 with offload, nvme without a path, buffer_count < 3
+ *    are refused; a missing directory fails finalize naming it.
+ *
+ *   test_engine_offload   (under tests/mpirun.sh N) */
+#include <unistd.h>
+
+#include "eng_util.h"
+
+#define STEPS 3
+#define SUBGROUP 173 /* elements per stored chunk: cuts buckets and params */
+
+typedef struct variant {
+    const char *name;
+    zero_dtype dtype;
+    int gas;
+    double clip;
+    int overlap;
+    zero_optimizer_kind opt;
+} variant;
+
+static const variant variants[] = {
+    {"f32 adamw", ZERO_F32, 1, 0.0, 0, ZERO_OPTIM_ADAMW},
+    {"bf16 adamw gas2 clip overlap", ZERO_BF16, 2, 0.05, 1, ZERO_OPTIM_ADAMW},
+    {"f32 sgd-momentum clip", ZERO_F32, 1, 0.05, 0, ZERO_OPTIM_SGD},
+    {"bf16 sgd-momentum gas2", ZERO_BF16, 2, 0.0, 1, ZERO_OPTIM_SGD},
+};
+
+static char g_dir[200]; /* room for a suffix in offload_nvme_path[256] */
+
+static zero_config make_config(const variant *v, int stage, zero_offload_device off, int buffer_count)
+{
+    zero_config c = ZERO_CONFIG_INIT;
+    c.stage = stage;
+    c.reduce_bucket_size = ENG_BUCKET;
+    c.stage3_param_persistence_threshold = ENG_PERSIST;
+    c.stage3_prefetch_bucket_size = 1500;
+    c.stage3_max_live_parameters = 6000;
+    c.overlap_comm = v->overlap;
+    c.compute_dtype = v->dtype;
+    c.gradient_accumulation_steps = v->gas;
+    c.gradient_clipping = v->clip;
+    c.optimizer = v->opt;
+    c.lr = 0.01;
+    c.momentum = 0.9;
+    c.weight_decay = 0.01;
+    c.offload_optimizer_device = off;
+    if (off == ZERO_OFFLOAD_NVME) {
+        snprintf(c.offload_nvme_path, sizeof c.offload_nvme_path, "%s", g_dir);
+        c.offload_buffer_count = buffer_count;
+        c.sub_group_size = SUBGROUP;
+        c.aio_queue_depth = 4;
+        c.aio_block_size = 8192;
+    }
+    return c;
+}
+
+typedef struct outcome {
+    float *master, *params, *state; /* state: every param's owned part of master, m1, m2 (absent: skipped) */
+    uint64_t n, nstate;
+    double norms[STEPS];
+    zero_memory_report mem;
+    zero_offload_report off;
+    zero_plan_info plan;
+    int ok;
+} outcome;
+
+static int num_moments(const zero_config *c)
+{
+    return c->optimizer == ZERO_OPTIM_ADAMW ? 2 : (c->momentum > 0 ? 1 : 0);
+}
+
+static float *collect_state(zero_engine *e, const zero_config *c, uint64_t *count)
+{
+    uint64_t n = 0;
+    const int kinds = 1 + num_moments(c);
+    for (int p = 0; p < zero_engine_num_params(e); p++) {
+        zero_param_info pi;
+        zero_engine_param_info(e, p, &pi);
+        n += (pi.owned_end - pi.owned_begin) * (uint64_t)kinds;
+    }
+    float *all = calloc(n ? n : 1, sizeof *all);
+    uint64_t off = 0;
+    for (int p = 0; p < zero_engine_num_params(e); p++) {
+        zero_param_info pi;
+        zero_engine_param_info(e, p, &pi);
+        for (int k = 0; k < kinds; k++) {
+            CHECK_OK(zero_engine_state_get(e, (zero_state_kind)k, p, all + off));
+            off += pi.owned_end - pi.owned_begin;
+        }
+        if (kinds < 3) {
+            float dummy[1];
+            zero_status st = zero_engine_state_get(e, ZERO_STATE_MOMENT2, p, dummy);
+            CHECK_MSG(st == ZERO_NOT_FOUND || pi.owned_end == pi.owned_begin,
+                      "state_get of an absent moment2: %s", zero_status_name(st));
+        }
+    }
+    *count = n;
+    return all;
+}
+
+static outcome run(const zero_config *cfg, zero_comm *comm, zero_device *dev, const eng_run *r)
+{
+    outcome o = {0};
+    zero_engine *e = NULL;
+    CHECK_OK(zero_engine_create(&e, cfg, comm, dev));
+    if (!e) return o;
+    zero_status st = eng_register(e, 1);
+    if (st == ZERO_OK) st = zero_engine_finalize(e);
+    for (int s = 1; st == ZERO_OK && s <= STEPS; s++) {
+        zero_step_result res;
+        st = eng_train_step(e, dev, cfg, r, s, &res);
+        o.norms[s - 1] = res.grad_norm;
+    }
+    if (st != ZERO_OK) {
+        CHECK_MSG(0, "stage %d offload %d run failed: %s: %s", cfg->stage, (int)cfg->offload_optimizer_device,
+                  zero_status_name(st), zero_engine_last_error(e));
+        zero_engine_destroy(e);
+        return o;
+    }
+    CHECK_OK(zero_engine_memory_report(e, &o.mem));
+    CHECK_OK(zero_engine_offload_report(e, &o.off));
+    CHECK_OK(zero_engine_plan_info(e, &o.plan));
+    o.master = eng_collect_master(e, &o.n);
+    o.params = eng_collect_params(e, dev, cfg->compute_dtype);
+    o.state = collect_state(e, cfg, &o.nstate);
+    o.ok = 1;
+    zero_engine_destroy(e);
+    return o;
+}
+
+static void outcome_free(outcome *o)
+{
+    free(o->master);
+    free(o->params);
+    free(o->state);
+}
+
+static uint64_t round4k(uint64_t x) { return (x + 4095) / 4096 * 4096; }
+
+/* The offload report against engine.h's formulas. */
+static void check_accounting(const char *name, const zero_config *c, const outcome *ref, const outcome *o)
+{
+    CHECK_MSG(o->mem.bytes[ZERO_MEM_MASTER] == 0 && o->mem.bytes[ZERO_MEM_MOMENTS] == 0,
+              "%s: offloaded master/moments still in the memory report (%llu, %llu)", name,
+              (unsigned long long)o->mem.bytes[ZERO_MEM_MASTER], (unsigned long long)o->mem.bytes[ZERO_MEM_MOMENTS]);
+    CHECK_MSG(o->mem.peak[ZERO_MEM_MASTER] == 0 && o->mem.peak[ZERO_MEM_MOMENTS] == 0, "%s: master/moment peak", name);
+    for (int k = 0; k < ZERO_MEM_CATEGORY_COUNT; k++) {
+        if (k == ZERO_MEM_MASTER || k == ZERO_MEM_MOMENTS) continue;
+        CHECK_MSG(o->mem.bytes[k] == ref->mem.bytes[k], "%s: category %d: %llu bytes, %llu without offload", name, k,
+                  (unsigned long long)o->mem.bytes[k], (unsigned long long)ref->mem.bytes[k]);
+    }
+    CHECK_MSG(ref->mem.total - o->mem.total ==
+                  ref->mem.bytes[ZERO_MEM_MASTER] + ref->mem.bytes[ZERO_MEM_MOMENTS],
+              "%s: total moved by more than master + moments", name);
+    const uint64_t S = o->plan.shard_numel;
+    const int moments = num_moments(c);
+    CHECK(o->off.device == c->offload_optimizer_device);
+    if (c->offload_optimizer_device == ZERO_OFFLOAD_CPU) {
+        const int arrays = (c->compute_dtype == ZERO_F32 ? 0 : 1) + moments;
+        CHECK_MSG(o->off.host_bytes == (uint64_t)arrays * round4k(S * 4),
+                  "%s: cpu host bytes %llu, expected %d arrays of %llu elements", name,
+                  (unsigned long long)o->off.host_bytes, arrays, (unsigned long long)S);
+        /* the pool holds exactly what was moved out of the report */
+        CHECK(o->off.host_bytes >= ref->mem.bytes[ZERO_MEM_MASTER] + ref->mem.bytes[ZERO_MEM_MOMENTS]);
+        CHECK(o->off.nvme_bytes == 0);
+        return;
+    }
+    const int states = 1 + moments;
+    const uint64_t cn = S < SUBGROUP ? S : SUBGROUP;
+    uint64_t nvme = 0, chunks = 0;
+    for (uint64_t lo = 0; lo < S; lo += cn, chunks++) nvme += round4k((uint64_t)states * (S - lo < cn ? S - lo : cn) * 4);
+    CHECK_MSG(o->off.nvme_bytes == nvme, "%s: nvme bytes %llu, formula %llu", name,
+              (unsigned long long)o->off.nvme_bytes, (unsigned long long)nvme);
+    CHECK(o->off.num_chunks == chunks && o->off.chunk_numel == cn && o->off.states == states);
+    const uint64_t host = (uint64_t)(c->offload_buffer_count + 1) * round4k((uint64_t)states * cn * 4);
+    CHECK_MSG(o->off.host_bytes == host && o->off.host_peak == host && o->off.host_capacity == host,
+              "%s: nvme host bytes %llu (peak %llu, capacity %llu), declared %llu", name,
+              (unsigned long long)o->off.host_bytes, (unsigned long long)o->off.host_peak,
+              (unsigned long long)o->off.host_capacity, (unsigned long long)host);
+    /* every step read and wrote every chunk once (plus init writes and state reads) */
+    CHECK(o->off.nvme_read >= STEPS * nvme && o->off.nvme_written >= (STEPS + 1) * nvme);
+}
+
+static void compare(const char *name, const outcome *ref, const outcome *o)
+{
+    long d = eng_first_diff(o->master, ref->master, ref->n);
+    CHECK_MSG(d < 0, "%s: master differs at element %ld: %.9g vs %.9g", name, d, d < 0 ? 0.0 : o->master[d],
+              d < 0 ? 0.0 : ref->master[d]);
+    d = eng_first_diff(o->params, ref->params, ref->n);
+    CHECK_MSG(d < 0, "%s: params differ at element %ld", name, d);
+    CHECK_MSG(!memcmp(o->norms, ref->norms, sizeof ref->norms), "%s: grad norms differ", name);
+    CHECK_MSG(o->nstate == ref->nstate, "%s: state sizes differ", name);
+    if (o->nstate == ref->nstate) {
+        d = eng_first_diff(o->state, ref->state, ref->nstate);
+        CHECK_MSG(d < 0, "%s: optimizer state (state_get) differs at %ld", name, d);
+    }
+}
+
+/* A non-offloaded engine's state moved into an NVMe-offloaded one through
+ * state_get / state_set; one more step on both: the same bits. */
+static void check_restore(zero_comm *comm, zero_device *dev, int stage)
+{
+    const variant *v = &variants[1];
+    const int rank = zero_comm_rank(comm);
+    eng_run r = {{rank}, 1, 0, 0, 0};
+    zero_config ca = make_config(v, stage, ZERO_OFFLOAD_NONE, 4);
+    zero_config cb = make_config(v, stage, ZERO_OFFLOAD_NVME, 4);
+    zero_engine *a = NULL, *b = NULL;
+    CHECK_OK(zero_engine_create(&a, &ca, comm, dev));
+    CHECK_OK(zero_engine_create(&b, &cb, comm, dev));
+    if (!a || !b) goto out;
+    CHECK_OK(eng_register(a, 1));
+    CHECK_OK(zero_engine_finalize(a));
+    CHECK_OK(eng_register(b, 1));
+    CHECK_OK(zero_engine_finalize(b));
+    zero_step_result res;
+    for (int s = 1; s <= 2; s++) CHECK_OK(eng_train_step(a, dev, &ca, &r, s, &res));
+    for (int p = 0; p < zero_engine_num_params(a); p++) {
+        zero_param_info pi;
+        zero_engine_param_info(a, p, &pi);
+        float *buf = malloc((pi.owned_end - pi.owned_begin + 1) * sizeof *buf);
+        for (int k = 0; k < 3; k++) {
+            CHECK_OK(zero_engine_state_get(a, (zero_state_kind)k, p, buf));
+            CHECK_OK(zero_engine_state_set(b, (zero_state_kind)k, p, buf));
+        }
+        free(buf);
+    }
+    zero_engine_scalars sc;
+    CHECK_OK(zero_engine_get_scalars(a, &sc));
+    CHECK_OK(zero_engine_set_scalars(b, &sc));
+    CHECK_OK(zero_engine_params_changed(b));
+    CHECK_OK(eng_train_step(a, dev, &ca, &r, 3, &res));
+    CHECK_OK(eng_train_step(b, dev, &cb, &r, 3, &res));
+    uint64_t n = 0;
+    float *ma = eng_collect_master(a, &n), *mb = eng_collect_master(b, &n);
+    float *pa = eng_collect_params(a, dev, v->dtype), *pb = eng_collect_params(b, dev, v->dtype);
+    long d = eng_first_diff(mb, ma, n);
+    CHECK_MSG(d < 0, "stage %d restore into nvme: master differs at %ld", stage, d);
+    d = eng_first_diff(pb, pa, n);
+    CHECK_MSG(d < 0, "stage %d restore into nvme: params differ at %ld", stage, d);
+    free(ma);
+    free(mb);
+    free(pa);
+    free(pb);
+out:
+    zero_engine_destroy(a);
+    zero_engine_destroy(b);
+}
+
+static void check_config_errors(zero_comm *comm, zero_device *dev)
+{
+    zero_config c = make_config(&variants[0], 0, ZERO_OFFLOAD_CPU, 4);
+    zero_engine *e = NULL;
+    CHECK(zero_engine_create(&e, &c, comm, dev) == ZERO_CONFIG);
+    CHECK_MSG(strstr(zero_last_error(), "stage 1..3") != NULL, "stage 0: %s", zero_last_error());
+    c = make_config(&variants[0], 1, ZERO_OFFLOAD_NVME, 4);
+    c.offload_nvme_path[0] = '\0';
+    CHECK(zero_engine_create(&e, &c, comm, dev) == ZERO_CONFIG);
+    CHECK_MSG(strstr(zero_last_error(), "nvme_path") != NULL, "no path: %s", zero_last_error());
+    c = make_config(&variants[0], 1, ZERO_OFFLOAD_NVME, 2);
+    CHECK(zero_engine_create(&e, &c, comm, dev) == ZERO_CONFIG);
+    CHECK_MSG(strstr(zero_last_error(), "buffer_count") != NULL, "buffer_count: %s", zero_last_error());
+    /* a directory that does not exist: finalize fails naming it */
+    c = make_config(&variants[0], 2, ZERO_OFFLOAD_NVME, 4);
+    snprintf(c.offload_nvme_path, sizeof c.offload_nvme_path, "%s/does-not-exist", g_dir);
+    CHECK_OK(zero_engine_create(&e, &c, comm, dev));
+    if (!e) return;
+    CHECK_OK(eng_register(e, 1));
+    zero_status st = zero_engine_finalize(e);
+    CHECK_MSG(st == ZERO_IO && strstr(zero_engine_last_error(e), "does-not-exist") &&
+                  strstr(zero_engine_last_error(e), "optimizer offload"),
+              "missing dir: %s: %s", zero_status_name(st), zero_engine_last_error(e));
+    zero_engine_destroy(e);
+}
+
+int main(void)
+{
+    zero_comm_config ccfg = ZERO_COMM_CONFIG_INIT;
+    ccfg.timeout_s = 60;
+    zero_comm *world = NULL;
+    if (zero_comm_init_world(&world, &ccfg) != ZERO_OK) {
+        fprintf(stderr, "init_world: %s\n", zero_last_error());
+        return 1;
+    }
+    const int rank = zero_comm_rank(world);
+    check_set_rank(rank);
+    zero_device *dev = NULL;
+    if (zero_device_open(&dev, ZERO_DEVICE_CPU, -1) != ZERO_OK) {
+        fprintf(stderr, "device_open: %s\n", zero_last_error());
+        zero_comm_destroy(world);
+        return 1;
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(g_dir, sizeof g_dir, "%s/zero-offload-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(g_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+
+    eng_run r = {{rank}, 1, 0, 0, 0};
+    for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
+        const variant *v = &variants[vi];
+        for (int stage = 1; stage <= 3; stage++) {
+            zero_config cref = make_config(v, stage, ZERO_OFFLOAD_NONE, 4);
+            outcome ref = run(&cref, world, dev, &r);
+            if (!ref.ok) continue;
+            const int bc = 3 + (int)((vi + (size_t)stage) % 2); /* buffer_count 3 and 4 */
+            zero_config cn = make_config(v, stage, ZERO_OFFLOAD_NVME, bc);
+            zero_config cc = make_config(v, stage, ZERO_OFFLOAD_CPU, 4);
+            const zero_config *cfgs[2] = {&cn, &cc};
+            for (int k = 0; k < 2; k++) {
+                char name[160];
+                snprintf(name, sizeof name, "%s stage %d %s%s", v->name, stage, k ? "cpu" : "nvme",
+                         k ? "" : (bc == 3 ? " (buffer_count 3)" : " (buffer_count 4)"));
+                outcome o = run(cfgs[k], world, dev, &r);
+                if (o.ok) {
+                    compare(name, &ref, &o);
+                    check_accounting(name, cfgs[k], &ref, &o);
+                }
+                outcome_free(&o);
+            }
+            CHECK_MSG(ref.master[0] != eng_init_value(0, 0), "%s: parameters did not change", v->name);
+            outcome_free(&ref);
+        }
+    }
+    for (int stage = 1; stage <= 3; stage++) check_restore(world, dev, stage);
+    check_config_errors(world, dev);
+
+    rmdir(g_dir); /* the stores removed their files */
+    CHECK_MSG(access(g_dir, F_OK) != 0, "swap files left in %s", g_dir);
+    zero_device_close(dev);
+    zero_comm_destroy(world);
+    return check_exit();
+}
