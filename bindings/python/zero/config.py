@@ -66,6 +66,8 @@ class Config:
             return _OPTIMIZER_NAMES.get(v, v)
         if name == "compute_dtype":
             return string(lib.zero_dtype_name(v))
+        if isinstance(v, ffi.CData) and ffi.typeof(v).kind == "array":  # char[N] (offload_nvme_path)
+            return ffi.string(v).decode("utf-8")
         return v
 
     def __setattr__(self, name, value):
@@ -77,6 +79,8 @@ class Config:
             value = OPTIMIZERS[value.lower()]
         elif name == "compute_dtype":
             value = zero_dtype(value)
+        elif isinstance(value, str):  # a char[N] field (offload_nvme_path)
+            value = value.encode("utf-8")
         try:
             setattr(self._c, name, value)
         except (TypeError, OverflowError) as exc:
