@@ -263,6 +263,44 @@ out:
     zero_engine_destroy(b);
 }
 
+/* DeepSpeed's keys through zero_config_from_json. */
+static void check_json(void)
+{
+    zero_config c = ZERO_CONFIG_INIT;
+    CHECK(c.offload_optimizer_device == ZERO_OFFLOAD_NONE && c.offload_buffer_count == 4 &&
+          c.sub_group_size == 1000000000u && c.aio_block_size == 1048576u && c.aio_queue_depth == 8);
+    CHECK_OK(zero_config_from_json(&c, "{\"zero_optimization\": {\"stage\": 3, \"sub_group_size\": 1e6,"
+                                       " \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/nv\","
+                                       " \"pin_memory\": true, \"buffer_count\": 5}},"
+                                       " \"aio\": {\"block_size\": 262144, \"queue_depth\": 16,"
+                                       " \"single_submit\": false, \"overlap_events\": true}}"));
+    CHECK(c.offload_optimizer_device == ZERO_OFFLOAD_NVME && !strcmp(c.offload_nvme_path, "/nv") &&
+          c.offload_pin_memory == 1 && c.offload_buffer_count == 5 && c.sub_group_size == 1000000 &&
+          c.aio_block_size == 262144 && c.aio_queue_depth == 16);
+    CHECK_OK(zero_config_from_json(&c, "{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\"}}}"));
+    CHECK(c.offload_optimizer_device == ZERO_OFFLOAD_CPU);
+    static const struct {
+        const char *doc, *needle;
+    } bad[] = {
+        {"{\"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": {\"device\": \"disk\"}}}",
+         "zero_optimization.offload_optimizer.device"},
+        {"{\"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": {\"devise\": \"cpu\"}}}",
+         "offload_optimizer.devise: unknown key"},
+        {"{\"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": {\"device\": \"nvme\"}}}", "nvme_path"},
+        {"{\"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {\"device\": \"cpu\"}}}", "stage 1..3"},
+        {"{\"aio\": {\"block_size\": 1000}}", "aio.block_size"},
+        {"{\"aio\": {\"queue_depth\": 0}}", "aio.queue_depth"},
+        {"{\"aio\": {\"blocksize\": 4096}}", "aio.blocksize: unknown key"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        zero_config d = ZERO_CONFIG_INIT;
+        zero_status st = zero_config_from_json(&d, bad[i].doc);
+        CHECK_MSG(st == ZERO_CONFIG && strstr(zero_last_error(), bad[i].needle), "%s: %s: %s", bad[i].doc,
+                  zero_status_name(st), zero_last_error());
+        CHECK(d.offload_optimizer_device == ZERO_OFFLOAD_NONE); /* unchanged on failure */
+    }
+}
+
 static void check_config_errors(zero_comm *comm, zero_device *dev)
 {
     zero_config c = make_config(&variants[0], 0, ZERO_OFFLOAD_CPU, 4);
@@ -341,6 +379,7 @@ int main(void)
     }
     for (int stage = 1; stage <= 3; stage++) check_restore(world, dev, stage);
     check_config_errors(world, dev);
+    check_json();
 
     rmdir(g_dir); /* the stores removed their files */
     CHECK_MSG(access(g_dir, F_OK) != 0, "swap files left in %s", g_dir);
