@@ -1,6 +1,7 @@
 """zero-train with tensor / pipeline parallelism (model.tp, model.pp): 4 ranks on the grid
 train like 1 rank on the same samples, with gradient clipping engaged (the engine's norm
-spans dp x tp x pp), and bad grids are rejected naming the key."""
+spans dp x tp x pp), resume from per-position checkpoints continues bitwise, and bad grids
+are rejected naming the key."""
 import os
 import sys
 
@@ -27,9 +28,9 @@ def run(tmp_path, name, extra, ranks):
 def test_parallel_matches_one_rank(tmp_path, tp, pp, stage):
     dp = 4 // (tp * pp)
     accum = 4 // dp  # 16 sequences per step: micro 4 x accum x dp
-    par, p = run(tmp_path, "par", ["--set", f"model.tp={tp}", "--set", f"model.pp={pp}", "--stage", str(stage),
+    par, p = run(tmp_path, "par", ["--steps", str(STEPS), "--set", f"model.tp={tp}", "--set", f"model.pp={pp}", "--stage", str(stage),
                                    "--grad-accum", str(accum)], ranks=4)
-    ref, _ = run(tmp_path, "ref", ["--stage", str(stage), "--grad-accum", "4"], ranks=1)
+    ref, _ = run(tmp_path, "ref", ["--steps", str(STEPS), "--stage", str(stage), "--grad-accum", "4"], ranks=1)
     assert f"tp {tp} x pp {pp} x dp {dp}" in p.stdout
     assert [r["step"] for r in par] == list(range(1, STEPS + 1))
     for a, b in zip(par, ref):
@@ -48,10 +49,26 @@ def test_parallel_matches_one_rank(tmp_path, tp, pp, stage):
     (["--set", "model.tp=3"], "world size 4 must equal dp * tp * pp"),
     (["--set", "model.tp=4", "--set", "model.n_head=2"], "model.tp: 4 does not divide model.n_head 2"),
     (["--set", "model.pp=4"], "model.pp: 4 stages need model.n_layer >= 4"),
-    (["--set", "model.tp=2", "--checkpoint-dir", "CKPT"], "train.checkpoint.dir: checkpoints are not supported"),
     (["--set", "model.pp=2", "--set", "bf16.enabled=true"], "bf16.enabled: model.tp / model.pp > 1"),
 ])
 def test_bad_grid_is_rejected(tmp_path, extra, needle):
-    extra = [str(tmp_path / "ck") if a == "CKPT" else a for a in extra]
     p = run_train(TINY + ["--steps", "1", "--data", corpus(tmp_path)] + extra, ranks=4, check=False)
     assert p.returncode != 0 and needle in p.stderr, p.stderr
+
+
+def test_resume_tp2_pp2_is_bitwise(tmp_path):
+    """Each tp/pp position saves its dp group's engine under <dir>/tp<T>-pp<P>; 3 steps + resume
+    + 3 steps give bitwise the losses of 6 straight steps. A run on another grid refuses it."""
+    grid = ["--set", "model.tp=2", "--set", "model.pp=2", "--grad-accum", "2", "--stage", "3"]
+    ck = str(tmp_path / "ck")
+    straight, _ = run(tmp_path, "straight", grid + ["--steps", "6"], ranks=4)
+    run(tmp_path, "first", grid + ["--steps", "3", "--checkpoint-dir", ck], ranks=4)
+    assert sorted(os.listdir(ck)) == ["tp0-pp0", "tp0-pp1", "tp1-pp0", "tp1-pp1"]
+    resumed, p = run(tmp_path, "resumed", grid + ["--steps", "6", "--checkpoint-dir", ck, "--resume", "auto"],
+                     ranks=4)
+    assert "resumed from" in p.stdout and "step 3" in p.stdout
+    assert [r["step"] for r in resumed] == [4, 5, 6]
+    assert [r["loss_text"] for r in resumed] == [r["loss_text"] for r in straight[3:]]
+    bad = run_train(TINY + ["--data", corpus(tmp_path), "--steps", "8", "--set", "model.tp=2", "--grad-accum", "2",
+                            "--resume", ck], ranks=4, check=False)
+    assert bad.returncode != 0 and "holds another model" in bad.stderr, bad.stderr

@@ -29,6 +29,10 @@ static char *user_state_json(const run *r)
     snprintf(fp, sizeof fp, "%016llx", (unsigned long long)r->fingerprint);
     json_object_set_new(json_object_get(u, "data"), "fingerprint", json_string(fp));
     json_object_set(u, "config", r->cfg.effective);
+    if (r->par) /* which part of the model this tp/pp position's checkpoint holds */
+        json_object_set_new(u, "parallel",
+                            json_pack("{s:i,s:i,s:i,s:i}", "tp", r->cfg.tp, "pp", r->cfg.pp, "tp_rank",
+                                      train_parallel_tp_rank(r->par), "pp_rank", train_parallel_pp_rank(r->par)));
     char *s = json_dumps(u, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(u);
     return s;
@@ -40,22 +44,58 @@ int train_save_checkpoint(run *r)
     zero_checkpoint_options o = ZERO_CHECKPOINT_OPTIONS_INIT;
     o.keep_last = r->cfg.ckpt_keep;
     double t0 = train_now_s();
-    zero_status s = zero_checkpoint_save(r->engine, r->host_comm, r->cfg.ckpt_dir, r->step, user, &o);
-    free(user);
-    if (s != ZERO_OK) {
-        fprintf(stderr, "zero-train: rank %d: checkpoint save failed: %s\n", r->rank, zero_last_error());
-        return -1;
+    /* tp/pp: every tp/pp position saves its dp group's engine under <dir>/tp<T>-pp<P> */
+    char sub[1100];
+    const char *dir = r->cfg.ckpt_dir;
+    zero_comm *comm = r->host_comm;
+    if (r->par) {
+        train_parallel_ckpt_dir(r->par, dir, sub, sizeof sub);
+        dir = sub;
+        comm = train_parallel_dp_comm(r->par);
     }
+    zero_status s = zero_checkpoint_save(r->engine, comm, dir, r->step, user, &o);
+    free(user);
+    int ok = s == ZERO_OK;
+    if (!ok) fprintf(stderr, "zero-train: rank %d: checkpoint save failed: %s\n", r->rank, zero_last_error());
+    if (r->par) ok = all_ok(r, ok); /* every dp group agreed within itself; now the whole grid */
+    if (!ok) return -1;
     if (r->rank == 0)
-        train_progress_note(&r->progress, "checkpoint: %s/step-%08lld (%.2f s)", r->cfg.ckpt_dir, (long long)r->step,
-                            train_now_s() - t0);
+        train_progress_note(&r->progress, "checkpoint: %s%s/step-%08lld (%.2f s)", r->cfg.ckpt_dir,
+                            r->par ? "/tp*-pp*" : "", (long long)r->step, train_now_s() - t0);
     return 0;
 }
 
+static int resume_one(run *r, const char *path);
+
+/* tp/pp: each position loads the latest of <path>/tp<T>-pp<P>; the grid then
+ * checks that every position resumed, and at the same step. */
 int train_resume(run *r, const char *path)
 {
+    if (!r->par) return resume_one(r, path);
+    char sub[1100];
+    train_parallel_ckpt_dir(r->par, path, sub, sizeof sub);
+    int ok = resume_one(r, sub) == 0;
+    if (!all_ok(r, ok)) {
+        if (ok) r0printf(r, stderr, "zero-train: resume from %s failed on another tp/pp position\n", path);
+        return -1;
+    }
+    double mine[2] = {(double)r->step, -(double)r->step}, ext[2] = {mine[0], mine[1]};
+    if (r->world > 1 && zero_allreduce(r->host_comm, mine, ext, 2, ZERO_F64, ZERO_MAX) != ZERO_OK) return -1;
+    if (ext[0] != -ext[1]) {
+        r0printf(r, stderr,
+                 "zero-train: resume from %s: the tp/pp positions' latest checkpoints are at different steps "
+                 "(%lld to %lld); pass one step directory per position or delete the newer ones\n",
+                 path, (long long)-ext[1], (long long)ext[0]);
+        return -1;
+    }
+    return 0;
+}
+
+static int resume_one(run *r, const char *path)
+{
     zero_checkpoint_loaded l;
-    zero_status s = zero_checkpoint_load(r->engine, r->host_comm, path, &l);
+    zero_comm *comm = r->par ? train_parallel_dp_comm(r->par) : r->host_comm;
+    zero_status s = zero_checkpoint_load(r->engine, comm, path, &l);
     if (s != ZERO_OK) {
         r0printf(r, stderr, "zero-train: resume from %s failed: %s\n", path, zero_last_error());
         return -1;
@@ -72,6 +112,16 @@ int train_resume(run *r, const char *path)
         free(a);
         free(b);
         rc = -1;
+    }
+    if (rc == 0 && r->par) {
+        json_t *par = json_object_get(u, "parallel");
+        if (json_integer_value(json_object_get(par, "tp")) != r->cfg.tp ||
+            json_integer_value(json_object_get(par, "pp")) != r->cfg.pp) {
+            fprintf(stderr, "zero-train: rank %d: %s was saved with model.tp %lld / model.pp %lld, this run has %d / %d\n",
+                    r->rank, l.path, (long long)json_integer_value(json_object_get(par, "tp")),
+                    (long long)json_integer_value(json_object_get(par, "pp")), r->cfg.tp, r->cfg.pp);
+            rc = -1;
+        }
     }
     json_t *d = json_object_get(u, "data"), *t = json_object_get(u, "train");
     if (rc == 0) {

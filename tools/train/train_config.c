@@ -462,11 +462,6 @@ int train_config_parse(train_config *c, json_t *root, int world, char *err, size
                 return -1;
         }
     }
-    if (c->tp * c->pp > 1 && (c->ckpt_dir || c->resume))
-        return cfail(err, n,
-                     "train.%s: checkpoints are not supported with model.tp %d / model.pp %d > 1 yet "
-                     "(remove train.checkpoint.dir and train.resume)",
-                     c->ckpt_dir ? "checkpoint.dir" : "resume", c->tp, c->pp);
     if (c->tp * c->pp > 1 && strcmp(c->device, "cpu") != 0)
         return cfail(err, n, "train.device: \"%s\": model.tp / model.pp > 1 run on the CPU only", c->device);
     json_t *spp = json_object_get(root, "steps_per_print");

@@ -459,7 +459,22 @@ int main(int argc, char **argv)
             }
             path = r.cfg.ckpt_dir;
         }
-        if (try_auto && zero_checkpoint_resolve(path, resolved, sizeof resolved) != ZERO_OK) {
+        int found = 1;
+        if (try_auto) {
+            char sub[1100];
+            if (r.par) train_parallel_ckpt_dir(r.par, path, sub, sizeof sub);
+            found = zero_checkpoint_resolve(r.par ? sub : path, resolved, sizeof resolved) == ZERO_OK;
+            if (r.par) { /* every tp/pp position must agree: all resume or none */
+                int32_t f[2] = {found, -found}, g2[2];
+                if (zero_allreduce(r.host_comm, f, g2, 2, ZERO_I32, ZERO_MAX) != ZERO_OK) goto done;
+                if (g2[0] != -g2[1]) {
+                    r0printf(&r, stderr, "zero-train: train.resume \"auto\": only some tp/pp positions have a "
+                                         "checkpoint in %s/tp*-pp*\n", path);
+                    goto done;
+                }
+            }
+        }
+        if (!found) {
             r0printf(&r, stdout, "no checkpoint in %s yet: starting from step 0\n", path);
         } else if (train_resume(&r, path) != 0) {
             goto done;

@@ -105,6 +105,14 @@ void train_parallel_destroy(train_parallel *p)
 
 int train_parallel_dp_size(const train_parallel *p) { return p->grid.dp_size; }
 int train_parallel_dp_rank(const train_parallel *p) { return p->grid.dp_rank; }
+int train_parallel_tp_rank(const train_parallel *p) { return p->grid.tp_rank; }
+int train_parallel_pp_rank(const train_parallel *p) { return p->grid.pp_rank; }
+zero_comm *train_parallel_dp_comm(const train_parallel *p) { return p->grid.dp; }
+
+void train_parallel_ckpt_dir(const train_parallel *p, const char *dir, char *out, size_t n)
+{
+    snprintf(out, n, "%s/tp%d-pp%d", dir, p->grid.tp_rank, p->grid.pp_rank);
+}
 size_t train_parallel_workspace_bytes(const train_parallel *p) { return tp_workspace_bytes(p->ws); }
 
 /* Stage 3 with a pipeline: the schedule touches every module of the stage

@@ -26,6 +26,12 @@ int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_conf
 void train_parallel_destroy(train_parallel *p); /* NULL accepted */
 
 int train_parallel_dp_size(const train_parallel *p);
+int train_parallel_tp_rank(const train_parallel *p);
+int train_parallel_pp_rank(const train_parallel *p);
+/* The grid's dp group (MPI, host memory): the comm of this rank's checkpoints. */
+zero_comm *train_parallel_dp_comm(const train_parallel *p);
+/* "<dir>/tp<T>-pp<P>": where this rank's tp/pp position keeps its checkpoints. */
+void train_parallel_ckpt_dir(const train_parallel *p, const char *dir, char *out, size_t out_size);
 int train_parallel_dp_rank(const train_parallel *p);
 size_t train_parallel_workspace_bytes(const train_parallel *p);
 
