@@ -6,5 +6,6 @@
 int bench_cmd_estimate(int argc, char **argv);
 int bench_cmd_memory(int argc, char **argv);
 int bench_cmd_steptime(int argc, char **argv);
+int bench_cmd_offload(int argc, char **argv);
 
 #endif
