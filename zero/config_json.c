@@ -88,7 +88,7 @@ static zero_status unknown_key(const char *sec, const char *key, const char *kno
 /* ---------------------------------------------------------------- sections */
 
 /* zero_optimization.offload_optimizer {device, nvme_path, pin_memory,
- * buffer_count, ratio, fast_init}. */
+ * buffer_count, fast_init}; DeepSpeed's partial offload `ratio` is not supported. */
 static zero_status parse_offload_optimizer(const json_t *obj, zero_config *c)
 {
     static const char sec[] = "zero_optimization.offload_optimizer";
