@@ -161,7 +161,9 @@ typedef struct zero_config {
  * JSON document: zero_optimization{...}, optimizer{type, params{...}},
  * gradient_clipping, gradient_accumulation_steps, bf16{enabled},
  * fp16{enabled, loss_scale, initial_scale_power, loss_scale_window,
- * hysteresis, min_loss_scale}. Other top-level keys are ignored (the caller
+ * hysteresis, min_loss_scale}, zero_optimization.offload_optimizer{device,
+ * nvme_path, pin_memory, buffer_count}, zero_optimization.sub_group_size,
+ * aio{block_size, queue_depth}. Other top-level keys are ignored (the caller
  * validates its own). An unknown key inside these sections, a wrong type or
  * an out-of-range value fails with ZERO_CONFIG and a message naming the key
  * path, e.g. `zero_optimization.stage: expected an integer 0..3, got "three"`
