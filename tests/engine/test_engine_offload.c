@@ -17,7 +17,9 @@
  *  - config: stage 0 with offload, nvme without a path, buffer_count < 3
  *    are refused; a missing directory fails finalize naming it.
  *
- *   test_engine_offload   (under tests/mpirun.sh N) */
+ *   test_engine_offload [cpu | cuda nccl | cuda staged]   (under tests/mpirun.sh N;
+ *   cuda: skipped without a GPU; there the reference is the CUDA kernel's step
+ *   and the offloaded state is updated by the CPU kernel) */
 #include <unistd.h>
 
 #include "eng_util.h"
@@ -42,6 +44,7 @@ static const variant variants[] = {
 };
 
 static char g_dir[200]; /* room for a suffix in offload_nvme_path[256] */
+static int g_cuda;     /* CUDA device: host master always, plus a gradient staging chunk */
 
 static zero_config make_config(const variant *v, int stage, zero_offload_device off, int buffer_count)
 {
@@ -172,7 +175,7 @@ static void check_accounting(const char *name, const zero_config *c, const outco
     const int moments = num_moments(c);
     CHECK(o->off.device == c->offload_optimizer_device);
     if (c->offload_optimizer_device == ZERO_OFFLOAD_CPU) {
-        const int arrays = (c->compute_dtype == ZERO_F32 ? 0 : 1) + moments;
+        const int arrays = g_cuda ? 2 + moments : (c->compute_dtype == ZERO_F32 ? 0 : 1) + moments;
         CHECK_MSG(o->off.host_bytes == (uint64_t)arrays * round4k(S * 4),
                   "%s: cpu host bytes %llu, expected %d arrays of %llu elements", name,
                   (unsigned long long)o->off.host_bytes, arrays, (unsigned long long)S);
@@ -188,7 +191,8 @@ static void check_accounting(const char *name, const zero_config *c, const outco
     CHECK_MSG(o->off.nvme_bytes == nvme, "%s: nvme bytes %llu, formula %llu", name,
               (unsigned long long)o->off.nvme_bytes, (unsigned long long)nvme);
     CHECK(o->off.num_chunks == chunks && o->off.chunk_numel == cn && o->off.states == states);
-    const uint64_t host = (uint64_t)(c->offload_buffer_count + 1) * round4k((uint64_t)states * cn * 4);
+    const uint64_t host = (uint64_t)(c->offload_buffer_count + 1) * round4k((uint64_t)states * cn * 4) +
+                          (g_cuda ? round4k(cn * 4) : 0);
     CHECK_MSG(o->off.host_bytes == host && o->off.host_peak == host && o->off.host_capacity == host,
               "%s: nvme host bytes %llu (peak %llu, capacity %llu), declared %llu", name,
               (unsigned long long)o->off.host_bytes, (unsigned long long)o->off.host_peak,
@@ -327,22 +331,25 @@ static void check_config_errors(zero_comm *comm, zero_device *dev)
     zero_engine_destroy(e);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    g_cuda = argc > 1 && !strcmp(argv[1], "cuda");
+    if (g_cuda && !zero_cuda_available()) CHECK_SKIP("no CUDA device");
     zero_comm_config ccfg = ZERO_COMM_CONFIG_INIT;
     ccfg.timeout_s = 60;
+    if (g_cuda) ccfg.backend = argc > 2 && !strcmp(argv[2], "nccl") ? ZERO_BACKEND_NCCL : ZERO_BACKEND_STAGED;
     zero_comm *world = NULL;
     if (zero_comm_init_world(&world, &ccfg) != ZERO_OK) {
         fprintf(stderr, "init_world: %s\n", zero_last_error());
-        return 1;
+        return g_cuda ? 77 : 1;
     }
     const int rank = zero_comm_rank(world);
     check_set_rank(rank);
     zero_device *dev = NULL;
-    if (zero_device_open(&dev, ZERO_DEVICE_CPU, -1) != ZERO_OK) {
+    if (zero_device_open(&dev, g_cuda ? ZERO_DEVICE_CUDA : ZERO_DEVICE_CPU, -1) != ZERO_OK) {
         fprintf(stderr, "device_open: %s\n", zero_last_error());
         zero_comm_destroy(world);
-        return 1;
+        return g_cuda ? 77 : 1;
     }
     const char *tmp = getenv("TMPDIR");
     snprintf(g_dir, sizeof g_dir, "%s/zero-offload-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");

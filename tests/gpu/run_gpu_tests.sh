@@ -93,6 +93,7 @@ gpu_check model_gpt_cuda "$build/tests/model/test_gpt_cuda"
 # device-buffer collectives. NCCL at world size 1, STAGED at world size 2.
 gpu_check engine_equiv_nccl_np1 tests/mpirun.sh 1 "$build/tests/engine/test_engine_equiv" cuda nccl
 gpu_check engine_equiv_staged_np2 tests/mpirun.sh 2 "$build/tests/engine/test_engine_equiv" cuda staged
+gpu_check engine_offload_nccl_np1 tests/mpirun.sh 1 "$build/tests/engine/test_engine_offload" cuda nccl
 
 # ---------------------------------------------------------------- zero-train (CUDA)
 # world 1 (NCCL) fp32/bf16: the loss falls, fp32 first loss == CPU's within
