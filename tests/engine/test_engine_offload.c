@@ -13,7 +13,8 @@
  *    formula of engine.h;
  *  - checkpoints: the state of a non-offloaded engine copied with
  *    state_get / state_set (+ scalars, params_changed) into an NVMe-offloaded
- *    one continues bitwise like the original;
+ *    one continues bitwise like the original; a checkpoint saved by an
+ *    NVMe engine and loaded into a plain and an NVMe engine too (stages 2, 3);
  *  - config: stage 0 with offload, nvme without a path, buffer_count < 3
  *    are refused; a missing directory fails finalize naming it.
  *
@@ -305,6 +306,64 @@ static void check_json(void)
     }
 }
 
+/* A checkpoint saved by an NVMe-offloaded engine (state read from the
+ * store), loaded into a non-offloaded and into an NVMe-offloaded engine
+ * (state written to the store): one more step on all three, the same bits. */
+static void check_checkpoint(zero_comm *comm, zero_device *dev, int stage)
+{
+    if (g_cuda) return; /* checkpoints want a host-memory dp comm; the CPU run covers the store path */
+    const variant *v = &variants[1];
+    const int rank = zero_comm_rank(comm);
+    eng_run r = {{rank}, 1, 0, 0, 0};
+    zero_config cn = make_config(v, stage, ZERO_OFFLOAD_NVME, 3), c0 = make_config(v, stage, ZERO_OFFLOAD_NONE, 4);
+    const zero_config *cfg[3] = {&cn, &c0, &cn};
+    zero_engine *e[3] = {NULL, NULL, NULL};
+    char dir[256] = {0};
+    if (rank == 0) {
+        snprintf(dir, sizeof dir, "%s/ckpt-XXXXXX", g_dir);
+        CHECK(mkdtemp(dir) != NULL);
+    }
+    CHECK_OK(zero_broadcast(comm, dir, dir, sizeof dir, ZERO_U8, 0));
+    for (int k = 0; k < 3; k++) {
+        CHECK_OK(zero_engine_create(&e[k], cfg[k], comm, dev));
+        if (!e[k]) goto out;
+        CHECK_OK(eng_register(e[k], 1));
+        CHECK_OK(zero_engine_finalize(e[k]));
+    }
+    zero_step_result res;
+    for (int s = 1; s <= 2; s++) CHECK_OK(eng_train_step(e[0], dev, &cn, &r, s, &res));
+    zero_checkpoint_options o = ZERO_CHECKPOINT_OPTIONS_INIT;
+    o.durable = 0;
+    CHECK_OK(zero_checkpoint_save(e[0], comm, dir, 2, NULL, &o));
+    for (int k = 1; k < 3; k++) CHECK_OK(zero_checkpoint_load(e[k], comm, dir, NULL));
+    for (int k = 0; k < 3; k++) CHECK_OK(eng_train_step(e[k], dev, cfg[k], &r, 3, &res));
+    uint64_t n = 0;
+    float *m[3], *p[3];
+    for (int k = 0; k < 3; k++) {
+        m[k] = eng_collect_master(e[k], &n);
+        p[k] = eng_collect_params(e[k], dev, v->dtype);
+    }
+    for (int k = 1; k < 3; k++) {
+        long d = eng_first_diff(m[k], m[0], n);
+        CHECK_MSG(d < 0, "stage %d checkpoint of an nvme engine loaded into %s: master differs at %ld", stage,
+                  k == 1 ? "none" : "nvme", d);
+        d = eng_first_diff(p[k], p[0], n);
+        CHECK_MSG(d < 0, "stage %d checkpoint into %s: params differ at %ld", stage, k == 1 ? "none" : "nvme", d);
+    }
+    for (int k = 0; k < 3; k++) {
+        free(m[k]);
+        free(p[k]);
+    }
+out:
+    for (int k = 0; k < 3; k++) zero_engine_destroy(e[k]);
+    CHECK_OK(zero_barrier(comm));
+    if (rank == 0 && dir[0]) {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        CHECK(system(cmd) == 0);
+    }
+}
+
 static void check_config_errors(zero_comm *comm, zero_device *dev)
 {
     zero_config c = make_config(&variants[0], 0, ZERO_OFFLOAD_CPU, 4);
@@ -385,6 +444,7 @@ int main(int argc, char **argv)
         }
     }
     for (int stage = 1; stage <= 3; stage++) check_restore(world, dev, stage);
+    for (int stage = 2; stage <= 3; stage++) check_checkpoint(world, dev, stage);
     check_config_errors(world, dev);
     check_json();
 
