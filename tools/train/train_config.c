@@ -28,7 +28,7 @@ const char train_default_config_json[] =
 
 /* Keys the engine checks itself (zero_config_from_json). */
 static const char *const engine_keys[] = {"optimizer", "gradient_clipping", "bf16", "fp16",
-                                          "zero_optimization", NULL};
+                                          "zero_optimization", "aio", NULL};
 
 static int cfail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int cfail(char *err, size_t n, const char *fmt, ...)
@@ -304,7 +304,7 @@ int train_config_parse(train_config *c, json_t *root, int world, char *err, size
     static const char *const top_keys[] = {"train_batch_size", "train_micro_batch_size_per_gpu",
                                            "gradient_accumulation_steps", "optimizer", "scheduler",
                                            "gradient_clipping", "bf16", "fp16", "zero_optimization",
-                                           "steps_per_print", "model", "data", "train", NULL};
+                                           "steps_per_print", "aio", "model", "data", "train", NULL};
     if (check_keys(root, "", top_keys, err, n)) return -1;
 
     /* defaults */
