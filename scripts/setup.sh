@@ -10,6 +10,7 @@ packages=(
   libopenblas-dev                       # CPU sgemm
   libjansson-dev                        # JSON configs
   python3 python3-dev python3-numpy python3-cffi python3-pytest
+  python3-pip python3-setuptools python3-wheel   # the bindings' pip-wheel test
   python3-torch                         # the correctness reference (CPU)
   python3-matplotlib                    # benchmark charts
 )

@@ -1,11 +1,16 @@
 """Add up meson's testlog.json files and pytest's JUnit XML into one line,
-"N passed, N failed, N skipped", and exit 1 if anything failed."""
+"N passed, N failed, N skipped", and exit 1 if anything failed.
+--extra-failed N adds N failures counted by the caller (a failed build)."""
 import json
 import sys
 import xml.etree.ElementTree as ET
 
 passed = failed = skipped = 0
-for path in sys.argv[1:]:
+args = sys.argv[1:]
+if args[:1] == ["--extra-failed"]:
+    failed += int(args[1])  # e.g. a build that failed before any test ran
+    args = args[2:]
+for path in args:
     try:
         if path.endswith(".json"):
             with open(path) as f:
