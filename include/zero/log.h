@@ -19,7 +19,9 @@ typedef enum zero_log_level {
 typedef void (*zero_log_fn)(zero_log_level level, const char *message, void *user);
 
 /* Install a handler receiving messages at `max_level` or more severe.
- * NULL removes it (the default: silence). Process-wide. */
+ * NULL removes it (the default: silence). Process-wide. Call it before
+ * starting work that logs from other threads (NVMe completion threads, ...):
+ * the handler is read without a lock. */
 ZERO_API void zero_set_log_handler(zero_log_fn fn, zero_log_level max_level, void *user);
 
 /* A ready-made handler that writes "libzero[level]: message" to stderr. */

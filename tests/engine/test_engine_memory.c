@@ -10,6 +10,7 @@
  *                             reported total, and peak resident memory by
  *                             the reported peak, within 3% */
 #include <malloc.h>
+#include <unistd.h>
 
 #include "eng_util.h"
 
@@ -157,7 +158,7 @@ static long rss_bytes(void)
     if (!f) return -1;
     if (fscanf(f, "%ld %ld", &pages, &res) != 2) res = -1;
     fclose(f);
-    return res * 4096;
+    return res < 0 ? -1 : res * sysconf(_SC_PAGESIZE);
 }
 
 /* Peak resident memory (VmHWM) since the last reset_peak(); -1 if unknown. */

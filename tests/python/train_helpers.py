@@ -81,19 +81,30 @@ def metrics(path):
 
 def read_safetensors(path):
     """Parse a safetensors file with struct + json + torch.frombuffer (Debian has no
-    python3-safetensors): 8-byte little-endian header length, JSON header, raw data."""
+    python3-safetensors): 8-byte little-endian header length, JSON header, raw data.
+    Enforces what the reference loader enforces: the tensors' byte ranges, sorted by
+    offset, tile the data section exactly, and each range holds 4 * prod(shape) bytes."""
     data = open(path, "rb").read()
     (n,) = struct.unpack("<Q", data[:8])
+    assert 8 + n <= len(data), "header runs past the end of the file"
     header = json.loads(data[8:8 + n])
     meta = header.pop("__metadata__", {})
     out = {}
     base = 8 + n
-    for name, t in header.items():
+    expect = 0
+    for name, t in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
         assert t["dtype"] == "F32", f"{name}: dtype {t['dtype']}"
         b, e = t["data_offsets"]
+        numel = 1
+        for d in t["shape"]:
+            numel *= d
+        assert b == expect, f"{name}: data starts at {b}, expected {expect} (gap or overlap)"
+        assert e - b == 4 * numel, f"{name}: {e - b} bytes for shape {t['shape']}"
+        expect = e
         buf = bytearray(data[base + b:base + e])
         out[name] = torch.frombuffer(buf, dtype=torch.float32).reshape(t["shape"]) if e > b else \
             torch.zeros(t["shape"])
+    assert base + expect == len(data), f"{len(data) - base - expect} bytes after the last tensor"
     return out, meta, list(header.keys())
 
 

@@ -35,7 +35,11 @@ def zero_dtype(value):
             raise ZeroInvalidArgumentError(f"unknown dtype {value!r}; one of {sorted(_DTYPE_NAMES)}") from None
     if isinstance(value, int):
         return value
-    return _NUMPY_TO_ZERO[np.dtype(value)][0]
+    try:
+        return _NUMPY_TO_ZERO[np.dtype(value)][0]
+    except (KeyError, TypeError):
+        raise ZeroInvalidArgumentError(f"dtype {value!r} has no libzero equivalent; "
+                                       f"one of {sorted(_DTYPE_NAMES)}") from None
 
 
 def as_c_buffer(arr, what, dtype=None, writable=False, count=None):

@@ -1,0 +1,65 @@
+#!/bin/bash
+# The installed library as a consumer sees it:
+#   - `meson install` lays out libzero.so.<major> with a versioned SONAME, the
+#     public headers under include/zero/ and zero.pc;
+#   - a C program builds against it through `pkg-config zero` alone and runs;
+#   - the exported symbols are exactly the functions the headers mark ZERO_API.
+# Usage: test_install.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$1 src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+
+meson install -C "$build" --destdir "$tmp/root" --no-rebuild --quiet >/dev/null
+prefix=$(meson introspect "$build" --buildoptions | /usr/bin/python3 -c \
+  'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"]=="prefix"))')
+root=$tmp/root$prefix
+pc=$(find "$root" -name zero.pc | head -1)
+[ -n "$pc" ] || { bad "zero.pc not installed"; exit 1; }
+lib=$(find "$root" -name 'libzero.so.*.*.*' | head -1)
+[ -n "$lib" ] || { bad "libzero.so.X.Y.Z not installed"; exit 1; }
+major=$(grep -m1 "version:" "$src/meson.build" | sed -E "s/.*'([0-9]+)\..*/\1/")
+soname=$(objdump -p "$lib" | awk '/SONAME/ {print $2}')
+[ "$soname" = "libzero.so.$major" ] || bad "SONAME is '$soname', expected libzero.so.$major"
+for h in zero.h status.h comm.h device.h engine.h checkpoint.h version.h; do
+  [ -f "$root/include/zero/$h" ] || bad "include/zero/$h not installed"
+done
+
+# A consumer that knows nothing but pkg-config.
+cat > "$tmp/consumer.c" <<'C'
+#include <stdio.h>
+#include <string.h>
+#include <zero/zero.h>
+int main(void)
+{
+    zero_config cfg = ZERO_CONFIG_INIT;
+    if (zero_version() != ZERO_VERSION) return 1;
+    if (zero_config_from_json(&cfg, "{\"zero_optimization\": {\"stage\": 2}}") != ZERO_OK || cfg.stage != 2) return 2;
+    if (zero_config_from_json(&cfg, "{\"zero_optimization\": {\"stage\": 7}}") != ZERO_CONFIG) return 3;
+    if (!strstr(zero_last_error(), "zero_optimization.stage")) return 4;
+    puts(zero_version_string());
+    return 0;
+}
+C
+# The sysroot maps the installed paths (prefix /usr/local, say) into the destdir.
+export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR=$tmp/root
+flags=$(pkg-config --cflags --libs zero)
+# A sanitizer build's library needs the sanitizer runtime in the program too.
+san=$(meson introspect "$build" --buildoptions | /usr/bin/python3 -c \
+  'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"]=="b_sanitize"))')
+[ "$san" = none ] || flags="$flags -fsanitize=$san"
+cc -std=c11 -Wall -Wextra -Werror "$tmp/consumer.c" -o "$tmp/consumer" $flags
+LD_LIBRARY_PATH=$(dirname "$lib") "$tmp/consumer" >/dev/null || bad "consumer built via pkg-config failed (exit $?)"
+
+# The ABI is exactly the header: every ZERO_API function exported, nothing else.
+grep -hoE '^ZERO_API[^;(]*\b[a-z_][a-z0-9_]*\(' "$root"/include/zero/*.h \
+  | sed -E 's/.*\b([a-z_][a-z0-9_]*)\($/\1/' | sort -u > "$tmp/declared"
+nm -D --defined-only "$lib" | awk '$2 == "T" {print $3}' | sort -u > "$tmp/exported"
+extra=$(comm -13 "$tmp/declared" "$tmp/exported")
+missing=$(comm -23 "$tmp/declared" "$tmp/exported")
+[ -z "$extra" ] || bad "exported but not declared ZERO_API: $(echo $extra)"
+[ -z "$missing" ] || bad "declared ZERO_API but not exported: $(echo $missing)"
+echo "install: SONAME $soname; $(wc -l < "$tmp/exported") functions exported, $(wc -l < "$tmp/declared") declared ZERO_API"
+exit $fail
