@@ -1,9 +1,9 @@
 /* NCCL: device buffers, one rank per GPU.
  *
  * One ncclComm per group, bootstrapped over the group's MPI communicator
- * (rank 0's ncclUniqueId is broadcast with a deadline before
- * ncclCommInitRank, so a missing rank times out there instead of hanging in
- * NCCL). Ops run on the comm's own stream; each request records a CUDA event
+ * (rank 0's ncclUniqueId is broadcast with a deadline, then the
+ * communicator is created non-blocking and polled under the same deadline,
+ * so a missing rank times out in either place instead of hanging in NCCL). Ops run on the comm's own stream; each request records a CUDA event
  * and completes when cudaEventQuery says so, polled under the deadline while
  * ncclCommGetAsyncError is watched for peer failures. A failed comm is torn
  * down with ncclCommAbort, which does not wait for peers.
@@ -62,6 +62,21 @@ static void impl_free(zero_comm *c, nccl_impl *m, int abort_nccl)
     free(m);
 }
 
+typedef struct nccl_init_poll {
+    ncclComm_t comm;
+    ncclResult_t state;
+} nccl_init_poll;
+
+/* coll_poll callback: done once a non-blocking NCCL call left ncclInProgress. */
+static zero_status nccl_init_test(void *ctx, int *done)
+{
+    nccl_init_poll *p = ctx;
+    ncclResult_t r = ncclCommGetAsyncError(p->comm, &p->state);
+    if (r != ncclSuccess) p->state = r;
+    *done = p->state != ncclInProgress;
+    return ZERO_OK;
+}
+
 /* NCCL communicator for c over m->comm (c's rank and size are set). */
 static zero_status bootstrap(zero_comm *c, zero_comm *msg_comm, nccl_impl *m)
 {
@@ -86,10 +101,33 @@ static zero_status bootstrap(zero_comm *c, zero_comm *msg_comm, nccl_impl *m)
         coll_graveyard_add(id, free);
         return st;
     }
-    cudaSetDevice(c->device);
-    ncclResult_t r = ncclCommInitRank(&m->nccl, c->size, *id, c->rank);
+    cudaError_t ce = cudaSetDevice(c->device);
+    if (ce != cudaSuccess) {
+        free(id);
+        return cuda_fail(msg_comm, ce, "nccl bootstrap: cudaSetDevice");
+    }
+    /* Non-blocking init, polled against the comm's deadline: a peer that dies
+     * between the id broadcast and the init must not hang the others inside
+     * NCCL. On expiry the half-built communicator is aborted. */
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&m->nccl, c->size, *id, c->rank, &config);
     free(id);
+    if (r == ncclInProgress) {
+        nccl_init_poll poll = {m->nccl, ncclInProgress};
+        zero_status pst = coll_poll(nccl_init_test, &poll, c->timeout_s);
+        r = poll.state;
+        if (pst == ZERO_TIMEOUT) {
+            ncclCommAbort(m->nccl);
+            m->nccl = NULL;
+            return coll_comm_fail(msg_comm, ZERO_TIMEOUT,
+                                  "ncclCommInitRank on group %s(size %d) rank %d (device %d): timed out after "
+                                  "%.1f s waiting for ranks 0-%d",
+                                  c->name, c->size, c->rank, c->device, c->timeout_s, c->size - 1);
+        }
+    }
     if (r != ncclSuccess) {
+        if (m->nccl) ncclCommAbort(m->nccl);
         m->nccl = NULL;
         return nccl_fail(msg_comm, r, "ncclCommInitRank");
     }
@@ -137,7 +175,8 @@ static zero_status be_start(zero_comm *c, zero_request *req)
     ncclRedOp_t op = a->op == ZERO_MAX ? ncclMax : ncclSum;
     ZERO_TRY(coll_cuda_check_buffers(c, a));
     ncclResult_t r = ncclSuccess;
-    cudaSetDevice(c->device);
+    cudaError_t ce = cudaSetDevice(c->device);
+    if (ce != cudaSuccess) return cuda_fail(c, ce, coll_op_name(a->kind));
     switch (a->kind) {
     case ZERO_OP_ALLREDUCE: r = ncclAllReduce(a->send, a->recv, a->count, t, op, m->nccl, m->stream); break;
     case ZERO_OP_REDUCE_SCATTER: r = ncclReduceScatter(a->send, a->recv, a->count, t, op, m->nccl, m->stream); break;
@@ -156,6 +195,15 @@ static zero_status be_start(zero_comm *c, zero_request *req)
         r = ncclAllReduce(m->scratch, m->scratch, 1, ncclInt32, ncclSum, m->nccl, m->stream);
         break;
     default: return zero_fail(&c->err, ZERO_INTERNAL, "nccl backend: op kind %d", (int)a->kind);
+    }
+    if (r == ncclInProgress) {
+        /* The communicator is non-blocking (see bootstrap): the enqueue may
+         * still be in progress; it must settle before the next NCCL call. */
+        nccl_init_poll poll = {m->nccl, ncclInProgress};
+        if (coll_poll(nccl_init_test, &poll, c->timeout_s) == ZERO_TIMEOUT)
+            return coll_comm_fail(c, ZERO_TIMEOUT, "%s on group %s(size %d) rank %d: NCCL enqueue timed out after %.1f s",
+                                  coll_op_name(a->kind), c->name, c->size, c->rank, c->timeout_s);
+        r = poll.state;
     }
     if (r != ncclSuccess) return nccl_fail(c, r, coll_op_name(a->kind));
     nccl_req *q = calloc(1, sizeof *q);
