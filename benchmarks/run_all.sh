@@ -17,5 +17,6 @@ run memory     tests/mpirun.sh 2 "$b/benchmarks/memory/zero-bench" memory --para
 /usr/bin/python3 benchmarks/plot_memory.py "$out/memory.json" "$out/memory.png" || true
 run steptime   tests/mpirun.sh 2 "$b/benchmarks/memory/zero-bench" steptime --json "$out/steptime.json"
 run train      /usr/bin/python3 benchmarks/train/bench_train.py --build "$b" --steps 40 --repeats 3 --json "$out/train.json"
+mkdir -p "${TMPDIR:-/tmp}/zero-bench-offload"
 run offload    "$b/benchmarks/offload/zero-bench-offload" --dir "${TMPDIR:-/tmp}/zero-bench-offload" --json "$out/offload.json"
 echo "results: $out"

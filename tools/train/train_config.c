@@ -20,7 +20,11 @@ const char train_default_config_json[] =
     "                \"total_num_steps\": 1000, \"warmup_min_ratio\": 0.0, \"cos_min_ratio\": 0.1,\n"
     "                \"warmup_type\": \"linear\"}},\n"
     "  \"gradient_clipping\": 1.0,\n"
-    "  \"zero_optimization\": {\"stage\": 3},\n"
+    /* DeepSpeed's persistence threshold (1e5) would keep every tensor of this
+     * small model whole; 4096 shards the weight matrices and keeps only the
+     * LayerNorm and bias vectors whole, so stage 3 really gathers per block. */
+    "  \"zero_optimization\": {\"stage\": 3, \"overlap_comm\": true,\n"
+    "                        \"stage3_param_persistence_threshold\": 4096},\n"
     "  \"model\": {\"n_layer\": 4, \"n_head\": 4, \"d_model\": 128, \"seq_len\": 64, \"vocab\": 256},\n"
     "  \"data\": {\"path\": \"auto\"},\n"
     "  \"train\": {\"steps\": 1000, \"seed\": 1234, \"log_every\": 50}\n"
