@@ -202,10 +202,13 @@ ZERO_API zero_status zero_test(zero_request *req, int *done);
  *   broadcast       the root sent S; every other rank received S
  *   send / recv     the message size.
  * n = 1 counts calls but no bytes; barrier counts calls only. */
+/* Room for op kinds added later without changing the struct's size (ABI). */
+#define ZERO_OP_KIND_CAPACITY 16
+
 typedef struct zero_comm_counters {
-    uint64_t bytes_sent[ZERO_OP_KIND_COUNT];
-    uint64_t bytes_recv[ZERO_OP_KIND_COUNT];
-    uint64_t calls[ZERO_OP_KIND_COUNT];
+    uint64_t bytes_sent[ZERO_OP_KIND_CAPACITY]; /* [ZERO_OP_KIND_COUNT..] are 0 */
+    uint64_t bytes_recv[ZERO_OP_KIND_CAPACITY];
+    uint64_t calls[ZERO_OP_KIND_CAPACITY];
 } zero_comm_counters;
 
 ZERO_API zero_status zero_comm_get_counters(const zero_comm *comm, zero_comm_counters *out);

@@ -350,9 +350,12 @@ typedef enum zero_mem_category {
  * (params), each the module's padded bucket numel * d; released ones are
  * kept for reuse within the step (at most 4, under buffers) and freed by
  * step() and zero_grad(). */
+/* Room for categories added later without changing the report's size (ABI). */
+#define ZERO_MEM_CATEGORY_CAPACITY 16
+
 typedef struct zero_memory_report {
-    uint64_t bytes[ZERO_MEM_CATEGORY_COUNT];
-    uint64_t peak[ZERO_MEM_CATEGORY_COUNT];
+    uint64_t bytes[ZERO_MEM_CATEGORY_CAPACITY]; /* [ZERO_MEM_CATEGORY_COUNT..] are 0 */
+    uint64_t peak[ZERO_MEM_CATEGORY_CAPACITY];
     uint64_t total;      /* sum of bytes[] */
     uint64_t peak_total; /* the most the engine held at once */
 } zero_memory_report;
