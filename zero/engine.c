@@ -210,57 +210,77 @@ zero_status zero_engine_add_module(zero_engine *e, const char *name, int *module
     return ZERO_OK;
 }
 
-zero_status zero_engine_add_param(zero_engine *e, int module, const char *name, int ndim,
-                                  const int64_t *shape, const float *init, int *param_id)
+/* The registration both add_param forms share: exactly one of `values`
+ * (copied and held until finalize) and `spec` (NULL: zeros) is used. */
+static zero_status add_param(zero_engine *e, int module, const char *name, int ndim, const int64_t *shape,
+                             const float *values, const zero_init_spec *spec, int *param_id, const char *what)
 {
-    ZERO_TRY(engine_check_usable(e, "engine add_param", 0));
+    ZERO_TRY(engine_check_usable(e, what, 0));
     if (module < 0 || module >= e->num_modules)
-        return zero_fail(&e->err, ZERO_NOT_FOUND, "engine add_param '%s': unknown module %d (%d modules)",
+        return zero_fail(&e->err, ZERO_NOT_FOUND, "%s '%s': unknown module %d (%d modules)", what,
                          name ? name : "(null)", module, e->num_modules);
     if (!name || !*name)
-        return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "engine add_param: name is NULL or empty");
+        return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: name is NULL or empty", what);
     if (ndim < 1 || ndim > ZERO_MAX_DIMS || !shape)
-        return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "engine add_param '%s': ndim %d not in 1..%d (or shape NULL)",
+        return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s '%s': ndim %d not in 1..%d (or shape NULL)", what,
                          name, ndim, ZERO_MAX_DIMS);
     uint64_t numel = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 1 || (uint64_t)shape[d] > (UINT64_C(1) << 40) / numel)
-            return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "engine add_param '%s': shape[%d] = %lld is invalid",
-                             name, d, (long long)shape[d]);
+            return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s '%s': shape[%d] = %lld is invalid", what, name, d,
+                             (long long)shape[d]);
         numel *= (uint64_t)shape[d];
     }
     for (int i = 0; i < e->num_params; i++)
         if (strcmp(e->params[i].name, name) == 0)
-            return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "engine add_param: parameter '%s' already exists (id %d)",
-                             name, i);
+            return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: parameter '%s' already exists (id %d)", what, name,
+                             i);
+    if (spec) ZERO_TRY(init_spec_check(e, spec, what, name));
     if (e->num_params == e->cap_params) {
         int cap = e->cap_params ? 2 * e->cap_params : 64;
         zero_param *p = realloc(e->params, (size_t)cap * sizeof *p);
-        if (!p) return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "engine add_param: out of memory");
+        if (!p) return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "%s: out of memory", what);
         e->params = p;
         e->cap_params = cap;
     }
     zero_param *p = &e->params[e->num_params];
     memset(p, 0, sizeof *p);
     p->name = strdup(name);
-    if (!p->name) return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "engine add_param: out of memory");
+    if (!p->name) return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "%s: out of memory", what);
     p->module = module;
     p->ndim = ndim;
     memcpy(p->shape, shape, (size_t)ndim * sizeof *shape);
     p->numel = numel;
-    if (init) {
+    zero_init_spec zeros = ZERO_INIT_SPEC_INIT;
+    p->spec = spec ? *spec : zeros;
+    p->spec.size = sizeof p->spec;
+    if (values) {
         zero_status st = engine_host_alloc(e, ZERO_MEM_OTHER, numel * sizeof(float), (void **)&p->init);
         if (st != ZERO_OK) {
             free(p->name);
             return st;
         }
-        memcpy(p->init, init, numel * sizeof(float));
+        memcpy(p->init, values, numel * sizeof(float));
     }
     e->modules[module].num_params++;
     e->numel += numel;
     if (param_id) *param_id = e->num_params;
     e->num_params++;
     return ZERO_OK;
+}
+
+zero_status zero_engine_add_param(zero_engine *e, int module, const char *name, int ndim,
+                                  const int64_t *shape, const float *init, int *param_id)
+{
+    return add_param(e, module, name, ndim, shape, init, NULL, param_id, "engine add_param");
+}
+
+zero_status zero_engine_add_param_init(zero_engine *e, int module, const char *name, int ndim,
+                                       const int64_t *shape, const zero_init_spec *init, int *param_id)
+{
+    zero_init_spec zeros = ZERO_INIT_SPEC_INIT;
+    return add_param(e, module, name, ndim, shape, NULL, init ? init : &zeros, param_id,
+                     "engine add_param_init");
 }
 
 /* ---------------------------------------------------------------- finalize */
@@ -321,36 +341,6 @@ zero_status layout_load_bucket(zero_engine *e, const zero_bucket *b, const float
     return ZERO_OK;
 }
 
-static zero_status load_init(zero_engine *e)
-{
-    float *host = NULL;
-    size_t host_bytes = e->max_bucket * sizeof(float);
-    ZERO_TRY(engine_host_alloc(e, ZERO_MEM_OTHER, host_bytes, (void **)&host));
-    zero_status st = ZERO_OK;
-    for (int bi = 0; bi < e->num_buckets && st == ZERO_OK; bi++) {
-        const zero_bucket *b = &e->buckets[bi];
-        memset(host, 0, b->numel * sizeof(float));
-        for (int i = b->first_param; i < b->first_param + b->num_params; i++) {
-            const zero_param *p = &e->params[i];
-            if (p->init) memcpy(host + p->in_bucket, p->init, p->numel * sizeof(float));
-        }
-        st = zero_memcpy(e->dev, e->slots[0].send, host, b->numel * sizeof(float));
-        if (st != ZERO_OK) {
-            st = zero_fail_forward(&e->err, st, "engine finalize: copying initial values: ");
-            break;
-        }
-        st = layout_load_bucket(e, b, e->slots[0].send);
-    }
-    if (st == ZERO_OK) st = engine_sync_device(e, "engine finalize");
-    engine_host_free(e, ZERO_MEM_OTHER, host_bytes, host);
-    for (int i = 0; i < e->num_params; i++) {
-        zero_param *p = &e->params[i];
-        engine_host_free(e, ZERO_MEM_OTHER, p->numel * sizeof(float), p->init);
-        p->init = NULL;
-    }
-    return st;
-}
-
 zero_status zero_engine_finalize(zero_engine *e)
 {
     ZERO_TRY(engine_check_usable(e, "engine finalize", 0));
@@ -358,8 +348,9 @@ zero_status zero_engine_finalize(zero_engine *e)
         return zero_fail(&e->err, ZERO_INVALID_STATE, "engine finalize: no parameters were added");
     ZERO_TRY(plan_build(e));
     ZERO_TRY(plan_check_ranks(e));
+    ZERO_TRY(init_check_ranks(e));
     zero_status st = alloc_buffers(e);
-    if (st == ZERO_OK) st = load_init(e);
+    if (st == ZERO_OK) st = init_load(e);
     if (st != ZERO_OK) {
         engine_mark_broken(e); /* partly allocated: only destroy makes sense now */
         return st;

@@ -21,7 +21,8 @@ typedef struct zero_param {
     int ndim;
     int64_t shape[ZERO_MAX_DIMS];
     uint64_t numel;
-    float *init;      /* host copy of the initial values until finalize; NULL = zeros */
+    float *init;      /* add_param: host copy of the initial values until finalize */
+    zero_init_spec spec; /* add_param_init (and add_param with NULL: zeros): used when init is NULL */
     int persistent;   /* numel < stage3_param_persistence_threshold */
     int duplicate;    /* another mp rank counts this tensor in the norm */
     /* plan */
@@ -174,9 +175,34 @@ void engine_transient_trim(zero_engine *e);
 zero_status engine_host_alloc(zero_engine *e, zero_mem_category cat, size_t bytes, void **out);
 void engine_host_free(zero_engine *e, zero_mem_category cat, size_t bytes, void *ptr);
 
+/* ---------------------------------------------------------------- hashing (FNV-1a 64) */
+#define FNV_OFFSET 14695981039346656037ull
+#define FNV_PRIME 1099511628211ull
+
+static inline uint64_t fnv(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= FNV_PRIME;
+    }
+    return h;
+}
+
+static inline uint64_t fnv_u64(uint64_t h, uint64_t v) { return fnv(h, &v, sizeof v); }
+
 /* ---------------------------------------------------------------- plan.c */
 zero_status plan_build(zero_engine *e);
 zero_status plan_check_ranks(zero_engine *e);
+
+/* ---------------------------------------------------------------- init.c */
+/* ZERO_INVALID_ARGUMENT naming the field unless `spec` is usable. */
+zero_status init_spec_check(zero_engine *e, const zero_init_spec *spec, const char *what, const char *name);
+/* finalize, after the plan: every rank was given the same init (collective). */
+zero_status init_check_ranks(zero_engine *e);
+/* finalize, after the buffers: compute or copy this rank's elements into
+ * them, then drop the add_param copies. */
+zero_status init_load(zero_engine *e);
 
 /* ---------------------------------------------------------------- config.c */
 zero_status config_validate(const zero_config *c, zero_errbuf *err);

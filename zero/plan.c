@@ -7,22 +7,7 @@
 
 #include "engine_internal.h"
 
-/* ---------------------------------------------------------------- hashing */
-
-#define FNV_OFFSET 14695981039346656037ull
-#define FNV_PRIME 1099511628211ull
-
-static uint64_t fnv(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= FNV_PRIME;
-    }
-    return h;
-}
-
-static uint64_t fnv_u64(uint64_t h, uint64_t v) { return fnv(h, &v, sizeof v); }
+/* ---------------------------------------------------------------- hashing (fnv: engine_internal.h) */
 
 static uint64_t param_hash(const zero_engine *e, const zero_param *p)
 {

@@ -197,15 +197,117 @@ ZERO_API zero_status zero_engine_add_module(zero_engine *e, const char *name, in
 /* A new parameter of `module`: `ndim` (1..ZERO_MAX_DIMS) dimensions of
  * shape[i] >= 1. `init` (numel fp32 values in host memory, row-major) is
  * copied now; NULL means zeros. *param_id = 0, 1, ... in call order; NULL
- * accepted. Names must be unique within the engine. Before finalize only. */
+ * accepted. Names must be unique within the engine. Before finalize only.
+ *
+ * COST: the copy is held until finalize on EVERY rank, whatever the stage:
+ * 4 bytes x numel of host memory per parameter (memory report category
+ * "other"), so a model registered this way peaks at steady state + 4 bytes x
+ * all parameters on each rank during construction. Fine for small models;
+ * for large ones use zero_engine_add_param_init below, which holds nothing. */
 ZERO_API zero_status zero_engine_add_param(zero_engine *e, int module, const char *name, int ndim,
                                            const int64_t *shape, const float *init, int *param_id);
 
+/* ----------------------------------------------------- sharded construction
+ * An init described instead of given: each rank computes, at finalize, only
+ * the elements it keeps (its shard at stage 3, plus the persistent buckets
+ * the stage keeps whole; everything at stages 0-2, where the parameters are
+ * whole on every rank anyway), written straight into the engine's buffers
+ * through bounded staging (no full-size temporary). Element i's value
+ * depends only on (spec, parameter name, i): identical at every dp size and
+ * stage.
+ *
+ * The exact definition, for reproducing the values elsewhere (also available
+ * as zero_init_generate): for element i (row-major flat index) of the
+ * parameter named `name`,
+ *   s       = FNV-1a 64 of the bytes of name (no terminator; offset basis
+ *             14695981039346656037, prime 1099511628211)
+ *   key     = {seed mod 2^32, seed >> 32}
+ *   j       = floor(i / 4); counter = {j mod 2^32, j >> 32, s mod 2^32, s >> 32}
+ *   x[0..3] = Philox4x32-10(counter, key) (Salmon et al., SC 2011; the
+ *             Random123 known answers hold)
+ *   u[k]    = (x[k] + 0.5) / 2^32, a double in (0, 1)
+ *   UNIFORM  value = lo + (hi - lo) * u[i mod 4]
+ *   NORMAL   Box-Muller on the pair q = (i mod 4) / 2:
+ *            r = sqrt(-2 ln u[2q]), t = 2 pi u[2q+1] (2 pi = 6.283185307179586),
+ *            z = r cos t for even i, r sin t for odd i; value = mean + std * z
+ *   CONSTANT value; ONES 1; ZEROS 0
+ * computed in IEEE double (C11, no contraction into fused multiply-adds) and
+ * rounded once to fp32. sqrt is exact; log, cos and sin come from the C
+ * library: a libm whose double result differs by an ulp gives the same fp32
+ * value except in the rare case (about 1 in 2^28) where the double lies
+ * within that ulp of an fp32 rounding boundary. */
+typedef enum zero_init_kind {
+    ZERO_INIT_ZEROS = 0,
+    ZERO_INIT_ONES = 1,
+    ZERO_INIT_CONSTANT = 2, /* `value` */
+    ZERO_INIT_NORMAL = 3,   /* `mean`, `std` (>= 0), `seed` */
+    ZERO_INIT_UNIFORM = 4,  /* `lo` <= `hi`, `seed`; values in [lo, hi] after rounding */
+    ZERO_INIT_CALLBACK = 5, /* `fill`, `user` */
+} zero_init_kind;
+
+/* Write elements [begin, end) of the flattened parameter (`param`: its id,
+ * `name`: its registered name) to out[0 .. end - begin), fp32, host memory.
+ * Return ZERO_OK, or a status that finalize then fails with (naming the
+ * parameter and the range). It must be a pure function of (param, index):
+ * the engine calls it with ranges this rank keeps, in any order, each
+ * element once, plus - when the dp size is > 1 - single-element "probe"
+ * ranges [k, k+1) at the check's sample indices (see finalize) on every rank,
+ * owned or not. It runs on the thread that called finalize. */
+typedef zero_status (*zero_init_fill_fn)(void *user, int param, const char *name, uint64_t begin, uint64_t end,
+                                         float *out);
+
+/* Versioned like zero_config: initialise with ZERO_INIT_SPEC_INIT (zeros),
+ * then set the fields of the kind; new fields are only ever appended. */
+typedef struct zero_init_spec {
+    size_t size;         /* sizeof(zero_init_spec), set by ZERO_INIT_SPEC_INIT */
+    zero_init_kind kind;
+    double value;        /* CONSTANT */
+    double mean, std;    /* NORMAL; 0, 1 */
+    double lo, hi;       /* UNIFORM; 0, 1 */
+    uint64_t seed;       /* NORMAL, UNIFORM: the Philox key; CALLBACK: a tag the cross-rank check
+                            compares (e.g. the seed the callback uses) */
+    zero_init_fill_fn fill; /* CALLBACK: must stay valid until finalize returns */
+    void *user;             /* CALLBACK: passed to fill as is */
+} zero_init_spec;
+
+#define ZERO_INIT_SPEC_INIT                                                                       \
+    {                                                                                             \
+        sizeof(zero_init_spec), ZERO_INIT_ZEROS, 0.0, 0.0, 1.0, 0.0, 1.0, 0u, NULL, NULL          \
+    }
+
+/* Like zero_engine_add_param, with the init described by `init` (copied;
+ * NULL = zeros) instead of given. Holds no values before finalize; finalize
+ * computes this rank's elements. Invalid specs (unknown kind, non-finite or
+ * negative std, lo > hi, CALLBACK without fill, size too small) fail with
+ * ZERO_INVALID_ARGUMENT naming the field. Before finalize only. */
+ZERO_API zero_status zero_engine_add_param_init(zero_engine *e, int module, const char *name, int ndim,
+                                                const int64_t *shape, const zero_init_spec *init,
+                                                int *param_id);
+
+/* Elements [begin, end) of the values `spec` gives the parameter named
+ * `name` (the definition above) into out[0 .. end - begin). Not for
+ * CALLBACK (ZERO_INVALID_ARGUMENT). Thread-safe; no engine needed: lets a
+ * trainer compute a slice of a larger tensor (a tensor-parallel shard) or a
+ * reference framework reproduce the engine's init. */
+ZERO_API zero_status zero_init_generate(const zero_init_spec *spec, const char *name, uint64_t begin,
+                                        uint64_t end, float *out);
+
 /* COLLECTIVE. Compute the plan, check it is the same on every rank (a
  * different registration fails with ZERO_MISMATCH naming the first differing
- * parameter and its index), allocate every buffer, load the initial values
- * (rank 0's are NOT broadcast: pass the same init everywhere), zero the
- * gradients. Needs at least one parameter. */
+ * parameter and its index), check every rank was given the same init (below),
+ * allocate every buffer, load the initial values (rank 0's are NOT
+ * broadcast: each rank computes or copies its own), zero the gradients.
+ * Needs at least one parameter.
+ *
+ * The init check (dp size > 1; one all-reduce of 2 x num_params integers):
+ * each parameter's init is hashed - for a spec its kind, its numbers and the
+ * seed; for values given to add_param and for CALLBACK (with its seed tag)
+ * the values at the sample indices floor(k * (numel - 1) / 4), k = 0..4,
+ * which a CALLBACK is asked for as probes - and ranks whose hashes differ
+ * fail with ZERO_MISMATCH naming the first such parameter and the ranks that
+ * differ from rank 0 (one more all-reduce of dp-size integers). Two ranks
+ * giving the same values one as values and one as a spec also count as
+ * different. */
 ZERO_API zero_status zero_engine_finalize(zero_engine *e);
 
 /* ================================================================= training */
