@@ -424,7 +424,7 @@ typedef enum zero_mem_category {
     ZERO_MEM_MASTER = 2,  /* fp32 master weights (16-bit compute only) */
     ZERO_MEM_MOMENTS = 3, /* fp32 optimizer moments */
     ZERO_MEM_BUFFERS = 4, /* communication staging buffers */
-    ZERO_MEM_OTHER = 5,   /* init values held between add_param and finalize */
+    ZERO_MEM_OTHER = 5,   /* add_param init values until finalize (+ CUDA: a 1 MiB host chunk during it) */
     ZERO_MEM_CATEGORY_COUNT = 6,
 } zero_mem_category;
 
