@@ -50,8 +50,8 @@ zero_status config_validate(const zero_config *c, zero_errbuf *err)
             BAD("offload_optimizer.buffer_count must be >= 3 (one read ahead, the chunk being updated, one "
                 "write behind), got %d", c->offload_buffer_count);
         if (c->sub_group_size < 1) BAD("sub_group_size must be >= 1 element");
-        if (c->aio_block_size < 4096 || c->aio_block_size % 4096)
-            BAD("aio.block_size must be a positive multiple of 4096, got %llu",
+        if (c->aio_block_size < 4096 || c->aio_block_size % 4096 || c->aio_block_size > ZERO_AIO_BLOCK_SIZE_MAX)
+            BAD("aio.block_size must be a multiple of 4096 in 4096..1073741824 (1 GiB), got %llu",
                 (unsigned long long)c->aio_block_size);
         if (c->aio_queue_depth < 1 || c->aio_queue_depth > 128)
             BAD("aio.queue_depth must be 1..128, got %d", c->aio_queue_depth);

@@ -51,14 +51,28 @@ static zero_status get_int(const char *sec, const char *key, const json_t *v, lo
     return ZERO_OK;
 }
 
-static zero_status get_u64(const char *sec, const char *key, const json_t *v, uint64_t lo, uint64_t *dst)
+/* A count in [lo, hi] (hi < 2^63, so it prints back as a JSON integer). */
+static zero_status get_u64_in(const char *sec, const char *key, const json_t *v, uint64_t lo, uint64_t hi,
+                              const char *unit, uint64_t *dst)
 {
     double d;
-    char expected[96];
-    snprintf(expected, sizeof expected, "an integer >= %llu (elements)", (unsigned long long)lo);
-    if (!as_integer(v, &d) || d < (double)lo || d > 1.8e19) return bad_value(sec, key, expected, v);
+    char expected[128];
+    snprintf(expected, sizeof expected, "an integer %llu..%llu (%s)", (unsigned long long)lo, (unsigned long long)hi,
+             unit);
+    if (json_is_integer(v)) { /* exact: a double cannot hold every 64-bit integer */
+        json_int_t x = json_integer_value(v);
+        if (x < 0 || (uint64_t)x < lo || (uint64_t)x > hi) return bad_value(sec, key, expected, v);
+        *dst = (uint64_t)x;
+        return ZERO_OK;
+    }
+    if (!as_integer(v, &d) || d < (double)lo || d > (double)hi || d >= 0x1p63) return bad_value(sec, key, expected, v);
     *dst = (uint64_t)d;
     return ZERO_OK;
+}
+
+static zero_status get_u64(const char *sec, const char *key, const json_t *v, uint64_t lo, uint64_t *dst)
+{
+    return get_u64_in(sec, key, v, lo, (uint64_t)INT64_MAX, "elements", dst);
 }
 
 static zero_status get_num(const char *sec, const char *key, const json_t *v, double lo, double hi, int hi_open,
@@ -179,7 +193,8 @@ static zero_status parse_aio(const json_t *obj, zero_config *c)
         zero_status st = ZERO_OK;
         int flag = 0;
         if (!strcmp(key, "block_size")) {
-            st = get_u64(sec, key, v, 4096, &c->aio_block_size);
+            /* the NVMe store's range: whole 4 KiB pages, at most 1 GiB per I/O */
+            st = get_u64_in(sec, key, v, 4096, ZERO_AIO_BLOCK_SIZE_MAX, "bytes", &c->aio_block_size);
             if (st == ZERO_OK && c->aio_block_size % 4096) st = bad_value(sec, key, "a multiple of 4096 (bytes)", v);
         } else if (!strcmp(key, "queue_depth")) st = get_int(sec, key, v, 1, 128, &c->aio_queue_depth);
         else if (!strcmp(key, "single_submit") || !strcmp(key, "overlap_events"))

@@ -73,6 +73,9 @@ typedef struct zero_slot {
 
 #define ENGINE_CACHE_SLOTS 4
 
+/* aio.block_size's upper bound: the NVMe store's largest I/O segment (1 GiB). */
+#define ZERO_AIO_BLOCK_SIZE_MAX (1ull << 30)
+
 typedef struct zero_cached {
     void *ptr;
     size_t bytes;

@@ -143,7 +143,7 @@ typedef struct zero_config {
     int offload_pin_memory;           /* accepted (DeepSpeed's default 0); the pool is pinned on CUDA anyway */
     int offload_buffer_count;         /* nvme: swap buffers in host memory (reads ahead = count - 2); 4 */
     uint64_t sub_group_size;          /* nvme: elements per stored chunk of the shard; 1e9 */
-    uint64_t aio_block_size;          /* nvme: bytes per I/O segment, a multiple of 4096; 1 MiB */
+    uint64_t aio_block_size;          /* nvme: bytes per I/O segment, a multiple of 4096, at most 1 GiB; 1 MiB */
     int aio_queue_depth;              /* nvme: segments in flight, 1..128; 8 */
 } zero_config;
 

@@ -61,7 +61,19 @@ int main(void)
     expect_error("{\"zero_optimization\": {\"stage\": 1.5}}", "zero_optimization.stage: expected an integer 0..3, got 1.5");
     expect_error("{\"zero_optimization\": {\"stages\": 2}}", "zero_optimization.stages: unknown key");
     expect_error("{\"zero_optimization\": {\"reduce_bucket_size\": \"auto\"}}",
-                 "zero_optimization.reduce_bucket_size: expected an integer >= 1");
+                 "zero_optimization.reduce_bucket_size: expected an integer 1..9223372036854775807");
+    /* issue 10 B10: sizes beyond 2^63 or the NVMe store's range are refused here, naming the key */
+    expect_error("{\"zero_optimization\": {\"reduce_bucket_size\": 1.7e19}}",
+                 "zero_optimization.reduce_bucket_size: expected an integer 1..9223372036854775807");
+    expect_error("{\"aio\": {\"block_size\": 1.8e19}}", "aio.block_size: expected an integer 4096..1073741824 (bytes)");
+    expect_error("{\"aio\": {\"block_size\": 2147483648}}", "aio.block_size: expected an integer 4096..1073741824");
+    expect_error("{\"aio\": {\"block_size\": 4611686018427387904}}", "aio.block_size: expected an integer 4096..");
+    {
+        zero_config big = ZERO_CONFIG_INIT;
+        CHECK_OK(zero_config_from_json(&big, "{\"aio\": {\"block_size\": 1073741824}, "
+                                             "\"zero_optimization\": {\"sub_group_size\": 9223372036854775807}}"));
+        CHECK(big.aio_block_size == 1073741824u && big.sub_group_size == 9223372036854775807u);
+    }
     expect_error("{\"zero_optimization\": {\"overlap_comm\": 1}}", "zero_optimization.overlap_comm: expected true or false");
     expect_error("{\"zero_optimization\": {\"reduce_scatter\": false}}", "zero_optimization.reduce_scatter: false is not supported");
     expect_error("{\"zero_optimization\": 3}", "zero_optimization: expected an object, got 3");

@@ -31,6 +31,77 @@ def test_print_config_is_complete_and_reloadable(tmp_path):
     assert over["model"]["n_layer"] == 2
 
 
+# issue 10 B6/B7: --print-config prints every key the config holds, and what it
+# prints loads back and prints the same text again, whatever the sections
+ROUND_TRIP = {
+    "builtin": {},
+    "no_scheduler": {"scheduler": None},
+    "warmup_lr": {"scheduler": {"type": "WarmupLR"}},
+    "warmup_decay": {"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 5}}},
+    "offload_fp16_sgd": {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"},
+                                               "sub_group_size": 12345},
+                         "fp16": {"enabled": True, "loss_scale": 128},
+                         "optimizer": {"type": "SGD", "params": {"lr": 0.30000000000000004, "momentum": 0.9}},
+                         "aio": {"block_size": 8192}, "train_batch_size": 8888888810,
+                         "gradient_accumulation_steps": 888888881},
+}
+
+
+@pytest.mark.parametrize("name", ROUND_TRIP)
+def test_print_config_round_trips_exactly(tmp_path, name):
+    src = tmp_path / "src.json"
+    src.write_text(json.dumps(ROUND_TRIP[name]))
+    first = run_train(["--config", str(src), "--print-config"]).stdout
+    printed = tmp_path / "printed.json"
+    printed.write_text(first)
+    assert run_train(["--config", str(printed), "--print-config"]).stdout == first
+    cfg = json.loads(first)
+    zo = cfg["zero_optimization"]
+    assert set(zo["offload_optimizer"]) == {"device", "nvme_path", "pin_memory", "buffer_count"}
+    assert "sub_group_size" in zo and set(cfg["aio"]) == {"block_size", "queue_depth"}
+    assert "scheduler" in cfg and cfg["train"]["comm_timeout_s"] == 120.0
+    if name == "offload_fp16_sgd":
+        assert zo["offload_optimizer"]["device"] == "cpu" and zo["sub_group_size"] == 12345
+        assert cfg["optimizer"]["params"]["lr"] == 0.30000000000000004  # 17 digits where 15 do not load back
+        assert cfg["train_batch_size"] == 8888888810  # 64-bit, not wrapped
+
+
+def test_builtin_config_is_configs_default_json():
+    """docs/zero-train.md: configs/default.json is the built-in config as --print-config writes it."""
+    from train_helpers import SRC
+    text = open(os.path.join(SRC, "configs", "default.json")).read()
+    assert run_train(["--print-config"]).stdout == text
+    assert run_train(["--config", os.path.join(SRC, "configs", "default.json"), "--print-config"]).stdout == text
+
+
+def test_checkpoint_stores_the_whole_config(tmp_path):
+    """B7: the config a checkpoint stores holds offload_optimizer and sub_group_size too."""
+    ck = tmp_path / "ck"
+    run_train(TINY + ["--data", corpus(tmp_path), "--steps", "1", "--checkpoint-dir", str(ck),
+                      "--set", "zero_optimization.sub_group_size=4096"])
+    meta = json.loads((ck / "step-00000001" / "meta.json").read_text())["meta"]
+    zo = meta["user"]["config"]["zero_optimization"]
+    assert zo["sub_group_size"] == 4096 and zo["offload_optimizer"]["device"] == "none"
+
+
+def strict_json(line):
+    def refuse(const):
+        raise ValueError(f"not JSON: {const}")
+    return json.loads(line, parse_constant=refuse)
+
+
+def test_metrics_are_strict_json_on_fp16_overflow(tmp_path):
+    """An fp16 overflow step's grad_norm is not finite: the metrics line says null."""
+    m = tmp_path / "m.jsonl"
+    run_train(TINY + ["--data", corpus(tmp_path), "--steps", "2", "--metrics", str(m),
+                      "--set", "fp16.enabled=true", "--set", "fp16.initial_scale_power=40"])
+    lines = m.read_text().splitlines()
+    rows = [strict_json(x) for x in lines]
+    assert [r["skipped"] for r in rows] == [1, 1]  # 2^40 overflows fp16 at once
+    assert all(r["grad_norm"] is None for r in rows)
+    assert all(isinstance(r["loss"], float) for r in rows)
+
+
 BAD = [
     ({"model": {"n_layers": 2}}, "model.n_layers: unknown key"),
     ({"modle": {}}, "modle: unknown key"),
@@ -44,6 +115,11 @@ BAD = [
      "train_batch_size: 16 != train_micro_batch_size_per_gpu 4 * gradient_accumulation_steps 2"),
     ({"scheduler": {"type": "Cosine"}}, "scheduler.type"),
     ({"data": {"path": "/nonexistent/corpus"}}, "data.path"),
+    # issue 10
+    ({"scheduler": {"type": "WarmupDecayLR"}}, "scheduler.params.warmup_num_steps: 1000 (the default) exceeds"),
+    ({"aio": {"block_size": 1.8e19}}, "aio.block_size: expected an integer 4096..1073741824"),
+    ({"train": {"comm_timeout_s": -1}}, "train.comm_timeout_s: -1 is out of range"),
+    ({"gradient_accumulation_steps": 2147483648}, "gradient_accumulation_steps: 2147483648 is out of range"),
 ]
 
 
@@ -54,6 +130,15 @@ def test_bad_config_is_rejected_naming_the_key(tmp_path, cfg, needle):
     p = run_train(["--config", str(f), "--steps", "1"], check=False)
     assert p.returncode != 0
     assert needle in p.stderr, p.stderr
+
+
+def test_duplicate_key_is_rejected_naming_it(tmp_path):
+    """The engine's loader refuses duplicate keys; zero-train did take the last one."""
+    f = tmp_path / "dup.json"
+    f.write_text('{\n  "model": {"n_layer": 2},\n  "model": {"n_layer": 3}\n}\n')
+    p = run_train(["--config", str(f), "--print-config"], check=False)
+    assert p.returncode != 0 and "duplicate object key" in p.stderr and '"model"' in p.stderr, p.stderr
+    assert "line 3" in p.stderr
 
 
 def test_bad_json_names_the_line(tmp_path):

@@ -2,6 +2,7 @@
  * rule; scheduler values; defaults in the effective config. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -100,6 +101,63 @@ int main(void)
     CHECK_CLOSE(train_sched_lr(&c.sched, c.lr, 15), 0.0001 + 0.0019 * 0.5, 1e-12);
     CHECK_CLOSE(train_sched_lr(&c.sched, c.lr, 25), 0.0001, 1e-12);
     train_config_free(&c);
+
+    /* issue 10 B8/B9: batch sizes are 64-bit and checked (888888881 * 8 overflowed int) */
+    CHECK(parse("{\"gradient_accumulation_steps\": 888888881}", 3, &c, err, sizeof err) == 0);
+    CHECK(c.train_batch_size == 8LL * 888888881 * 3 && c.grad_accum == 888888881);
+    CHECK(json_integer_value(json_object_get(c.effective, "train_batch_size")) == 8LL * 888888881 * 3);
+    train_config_free(&c);
+    expect_reject("{\"train_micro_batch_size_per_gpu\": 2147483647, \"gradient_accumulation_steps\": 2147483647}",
+                  1 << 20, "overflows 64 bits");
+    expect_reject("{\"train_batch_size\": 9223372036854775807, \"train_micro_batch_size_per_gpu\": 1}", 1,
+                  "accumulation steps, more than 2147483647");
+    expect_reject("{\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": 2147483647, "
+                  "\"gradient_accumulation_steps\": 2147483647}", 3, "train_batch_size: 8 != ");
+    expect_reject("{\"gradient_accumulation_steps\": 2147483647, \"train\": {\"steps\": 2305843009213693951}}", 1,
+                  "train.steps: 2305843009213693951 steps * train_batch_size");
+    /* issue 10 B6: a scheduler is checked with its defaults filled in (WarmupDecayLR
+     * without params: warmup 1000 > total = train.steps 300), so what is accepted
+     * prints a form that loads; "scheduler": null (no scheduler) loads */
+    expect_reject("{\"scheduler\": {\"type\": \"WarmupDecayLR\"}}", 1,
+                  "scheduler.params.warmup_num_steps: 1000 (the default) exceeds scheduler.params.total_num_steps 300 "
+                  "(the default: train.steps)");
+    expect_reject("{\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": 5}}}", 1,
+                  "warmup_num_steps: 1000 (the default) exceeds scheduler.params.total_num_steps 5");
+    expect_reject("{\"scheduler\": 3}", 1, "scheduler: expected an object or null, got integer");
+    CHECK(parse("{\"scheduler\": null}", 1, &c, err, sizeof err) == 0);
+    CHECK(c.sched.kind == TRAIN_SCHED_CONSTANT && json_is_null(json_object_get(c.effective, "scheduler")));
+    train_config_free(&c);
+    CHECK(parse("{\"scheduler\": {\"type\": \"WarmupDecayLR\"}, \"train\": {\"steps\": 2000}}", 1, &c, err,
+                sizeof err) == 0);
+    {
+        json_t *sp = json_object_get(json_object_get(c.effective, "scheduler"), "params");
+        CHECK(json_integer_value(json_object_get(sp, "warmup_num_steps")) == 1000 &&
+              json_integer_value(json_object_get(sp, "total_num_steps")) == 2000);
+    }
+    train_config_free(&c);
+    /* train.comm_timeout_s: default, range, in the effective config */
+    CHECK(parse("{}", 1, &c, err, sizeof err) == 0);
+    CHECK(c.comm_timeout_s == TRAIN_DEFAULT_COMM_TIMEOUT_S);
+    CHECK(json_real_value(json_object_get(json_object_get(c.effective, "train"), "comm_timeout_s")) ==
+          TRAIN_DEFAULT_COMM_TIMEOUT_S);
+    train_config_free(&c);
+    expect_reject("{\"train\": {\"comm_timeout_s\": 0}}", 1, "train.comm_timeout_s: 0 is out of range");
+    expect_reject("{\"train\": {\"comm_timeout_s\": \"1m\"}}", 1, "train.comm_timeout_s: expected a number");
+    /* numbers print with the fewest digits that load back exactly */
+    {
+        json_t *v = json_pack("{s:f,s:f}", "a", 0.1 + 0.2, "b", 0.003);
+        char *t = train_config_dumps(v);
+        json_t *back = json_loads(t, 0, NULL);
+        CHECK(back && json_equal(back, v));
+        free(t);
+        json_decref(back);
+        json_decref(v);
+        v = json_pack("{s:f}", "b", 0.003);
+        t = train_config_dumps(v);
+        CHECK_MSG(strstr(t, "0.003\n"), "%s", t);
+        free(t);
+        json_decref(v);
+    }
 
     /* the built-in config parses */
     json_error_t je;

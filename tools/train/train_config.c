@@ -154,7 +154,8 @@ static int parse_scheduler(train_config *c, json_t *s, char *err, size_t n)
     sc->total_num_steps = c->steps;
     sc->warmup_max_lr = 0.001;
     sc->cos_min_ratio = 1e-4;   /* DeepSpeed's WarmupCosineLR defaults */
-    if (!s) return 0;
+    if (!s || json_is_null(s)) return 0; /* null: no scheduler, as --print-config writes it */
+    if (!json_is_object(s)) return cfail(err, n, "scheduler: expected an object or null, got %s", type_name(s));
     static const char *const keys[] = {"type", "params", NULL};
     if (check_keys(s, "scheduler", keys, err, n)) return -1;
     json_t *t = json_object_get(s, "type");
@@ -183,8 +184,7 @@ static int parse_scheduler(train_config *c, json_t *s, char *err, size_t n)
         return cfail(err, n, "scheduler.type: unknown scheduler \"%s\" (WarmupLR, WarmupDecayLR, WarmupCosineLR)",
                      type);
     }
-    if (!p) return 0;
-    if (check_keys(p, "scheduler.params", allowed, err, n)) return -1;
+    if (p && check_keys(p, "scheduler.params", allowed, err, n)) return -1;
     const char *pf = "scheduler.params";
     if (get_num(p, pf, "warmup_min_lr", &sc->warmup_min_lr, 0, 1e3, err, n) ||
         get_num(p, pf, "warmup_max_lr", &sc->warmup_max_lr, 0, 1e3, err, n) ||
@@ -205,9 +205,13 @@ static int parse_scheduler(train_config *c, json_t *s, char *err, size_t n)
             return cfail(err, n, "scheduler.params.warmup_type: \"%s\" is neither \"log\" nor \"linear\"",
                          json_string_value(wt));
     }
+    /* checked with the defaults filled in, so a config is refused exactly
+     * when its --print-config form would be */
     if (sc->kind != TRAIN_SCHED_WARMUP_LR && sc->warmup_num_steps > sc->total_num_steps)
-        return cfail(err, n, "scheduler.params.warmup_num_steps: %lld exceeds total_num_steps %lld",
-                     (long long)sc->warmup_num_steps, (long long)sc->total_num_steps);
+        return cfail(err, n, "scheduler.params.warmup_num_steps: %lld%s exceeds scheduler.params.total_num_steps %lld%s",
+                     (long long)sc->warmup_num_steps, json_object_get(p, "warmup_num_steps") ? "" : " (the default)",
+                     (long long)sc->total_num_steps,
+                     json_object_get(p, "total_num_steps") ? "" : " (the default: train.steps)");
     return 0;
 }
 
@@ -258,6 +262,55 @@ double train_sched_lr(const train_sched *s, double base_lr, int64_t step)
     }
     }
     return base_lr;
+}
+
+/* The scheduler as a config section: every parameter, defaults filled in;
+ * null for none (the constant lr). */
+json_t *train_sched_json(const train_sched *s)
+{
+    const char *wt = s->warmup_log ? "log" : "linear";
+    switch (s->kind) {
+    case TRAIN_SCHED_CONSTANT: return json_null();
+    case TRAIN_SCHED_WARMUP_LR:
+        return json_pack("{s:s,s:{s:f,s:f,s:I,s:s}}", "type", "WarmupLR", "params", "warmup_min_lr", s->warmup_min_lr,
+                         "warmup_max_lr", s->warmup_max_lr, "warmup_num_steps", (json_int_t)s->warmup_num_steps,
+                         "warmup_type", wt);
+    case TRAIN_SCHED_WARMUP_DECAY_LR:
+        return json_pack("{s:s,s:{s:f,s:f,s:I,s:I,s:s}}", "type", "WarmupDecayLR", "params", "warmup_min_lr",
+                         s->warmup_min_lr, "warmup_max_lr", s->warmup_max_lr, "warmup_num_steps",
+                         (json_int_t)s->warmup_num_steps, "total_num_steps", (json_int_t)s->total_num_steps,
+                         "warmup_type", wt);
+    case TRAIN_SCHED_WARMUP_COSINE_LR:
+        return json_pack("{s:s,s:{s:f,s:I,s:I,s:f,s:s}}", "type", "WarmupCosineLR", "params", "warmup_min_ratio",
+                         s->warmup_min_ratio, "warmup_num_steps", (json_int_t)s->warmup_num_steps, "total_num_steps",
+                         (json_int_t)s->total_num_steps, "cos_min_ratio", s->cos_min_ratio, "warmup_type", wt);
+    }
+    return json_null();
+}
+
+/* ---------------------------------------------------------------- loading and printing */
+
+json_t *train_config_load_file(const char *path, char *err, size_t n)
+{
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        if (je.line < 0) cfail(err, n, "%s: %s", path, je.text); /* cannot be read */
+        else cfail(err, n, "%s: invalid JSON at line %d column %d: %s", path, je.line, je.column, je.text);
+    }
+    return root;
+}
+
+char *train_config_dumps(const json_t *cfg)
+{
+    const size_t base = JSON_INDENT(2) | JSON_SORT_KEYS;
+    char *t = json_dumps(cfg, base | JSON_REAL_PRECISION(15));
+    json_t *back = t ? json_loads(t, 0, NULL) : NULL;
+    int exact = back && json_equal(back, (json_t *)cfg);
+    json_decref(back);
+    if (exact) return t;
+    free(t); /* a number needs 16 or 17 digits: print every one with 17 */
+    return json_dumps(cfg, base | JSON_REAL_PRECISION(17));
 }
 
 /* ---------------------------------------------------------------- default corpus */
@@ -323,6 +376,7 @@ int train_config_parse(train_config *c, json_t *root, int world, char *err, size
     c->lr = 1e-3;
     c->device = strdup("cpu");
     c->comm_backend = strdup("auto");
+    c->comm_timeout_s = TRAIN_DEFAULT_COMM_TIMEOUT_S;
     c->data_path = strdup("auto");
     c->data_suffixes_auto = 1;
     c->tp = c->pp = 1;
@@ -340,14 +394,17 @@ int train_config_parse(train_config *c, json_t *root, int world, char *err, size
     const int dp = world / (c->tp * c->pp);
     c->dp = dp;
 
-    /* ------------------------------------------------ batch sizes (DeepSpeed's rule) */
+    /* ------------------------------------------------ batch sizes (DeepSpeed's rule)
+     * Each given value is at most INT32_MAX and dp at most INT32_MAX, so
+     * every product of two fits in 64 bits; the product of three is checked. */
     int64_t tbs = 0, mbs = 0, gas = 0;
-    if (get_int(root, "", "train_batch_size", &tbs, 1, INT32_MAX, err, n) ||
+    if (get_int(root, "", "train_batch_size", &tbs, 1, INT64_MAX, err, n) ||
         get_int(root, "", "train_micro_batch_size_per_gpu", &mbs, 1, INT32_MAX, err, n) ||
         get_int(root, "", "gradient_accumulation_steps", &gas, 1, INT32_MAX, err, n))
         return -1;
     if (tbs && mbs && gas) {
-        if (tbs != mbs * gas * dp)
+        int64_t prod;
+        if (__builtin_mul_overflow(mbs * gas, (int64_t)dp, &prod) || tbs != prod)
             return cfail(err, n,
                          "train_batch_size: %lld != train_micro_batch_size_per_gpu %lld * "
                          "gradient_accumulation_steps %lld * data-parallel ranks %d",
@@ -359,6 +416,10 @@ int train_config_parse(train_config *c, json_t *root, int world, char *err, size
                          "data-parallel ranks %d",
                          (long long)tbs, (long long)mbs, dp);
         gas = tbs / (mbs * dp);
+        if (gas > INT32_MAX)
+            return cfail(err, n, "train_batch_size: %lld / (train_micro_batch_size_per_gpu %lld * %d ranks) = %lld "
+                         "accumulation steps, more than %d", (long long)tbs, (long long)mbs, dp, (long long)gas,
+                         INT32_MAX);
     } else if (tbs && gas) {
         if (tbs % (gas * dp))
             return cfail(err, n,
@@ -366,25 +427,36 @@ int train_config_parse(train_config *c, json_t *root, int world, char *err, size
                          "data-parallel ranks %d",
                          (long long)tbs, (long long)gas, dp);
         mbs = tbs / (gas * dp);
+        if (mbs > INT32_MAX)
+            return cfail(err, n, "train_batch_size: %lld / (gradient_accumulation_steps %lld * %d ranks) = %lld "
+                         "sequences per micro-batch, more than %d", (long long)tbs, (long long)gas, dp,
+                         (long long)mbs, INT32_MAX);
     } else if (tbs) {
         if (tbs % dp)
             return cfail(err, n, "train_batch_size: %lld is not divisible by the %d data-parallel ranks",
                          (long long)tbs, dp);
         gas = 1;
         mbs = tbs / dp;
+        if (mbs > INT32_MAX)
+            return cfail(err, n, "train_batch_size: %lld / %d ranks = %lld sequences per micro-batch, more than %d",
+                         (long long)tbs, dp, (long long)mbs, INT32_MAX);
     } else {
         if (!mbs) mbs = 8;
         if (!gas) gas = 1;
-        tbs = mbs * gas * dp;
+        if (__builtin_mul_overflow(mbs * gas, (int64_t)dp, &tbs))
+            return cfail(err, n,
+                         "train_batch_size: train_micro_batch_size_per_gpu %lld * gradient_accumulation_steps %lld "
+                         "* %d data-parallel ranks overflows 64 bits",
+                         (long long)mbs, (long long)gas, dp);
     }
-    c->train_batch_size = (int)tbs;
+    c->train_batch_size = tbs;
     c->micro_batch = (int)mbs;
     c->grad_accum = (int)gas;
 
     /* ------------------------------------------------ model */
-    json_t *model, *data, *train, *sched, *opt;
+    json_t *model, *data, *train, *opt, *sched = json_object_get(root, "scheduler"); /* an object or null */
     if (get_section(root, "model", &model, err, n) || get_section(root, "data", &data, err, n) ||
-        get_section(root, "train", &train, err, n) || get_section(root, "scheduler", &sched, err, n) ||
+        get_section(root, "train", &train, err, n) ||
         get_section(root, "optimizer", &opt, err, n))
         return -1;
     if (model) {
@@ -434,7 +506,7 @@ int train_config_parse(train_config *c, json_t *root, int world, char *err, size
     /* ------------------------------------------------ train */
     if (train) {
         static const char *const keys[] = {"steps", "seed", "log_every", "checkpoint", "resume",
-                                           "metrics_file", "device", "comm_backend", NULL};
+                                           "metrics_file", "device", "comm_backend", "comm_timeout_s", NULL};
         int64_t seed = (int64_t)c->seed;
         if (check_keys(train, "train", keys, err, n) ||
             get_int(train, "train", "steps", &c->steps, 0, INT64_MAX / 4, err, n) ||
@@ -443,7 +515,8 @@ int train_config_parse(train_config *c, json_t *root, int world, char *err, size
             get_str(train, "train", "resume", &c->resume, err, n) ||
             get_str(train, "train", "metrics_file", &c->metrics_file, err, n) ||
             get_str(train, "train", "device", &c->device, err, n) ||
-            get_str(train, "train", "comm_backend", &c->comm_backend, err, n))
+            get_str(train, "train", "comm_backend", &c->comm_backend, err, n) ||
+            get_num(train, "train", "comm_timeout_s", &c->comm_timeout_s, 1e-3, 1e6, err, n))
             return -1;
         if (!c->comm_backend) c->comm_backend = strdup("auto");
         if (strcmp(c->comm_backend, "auto") != 0 && strcmp(c->comm_backend, "nccl") != 0 &&
@@ -465,6 +538,14 @@ int train_config_parse(train_config *c, json_t *root, int world, char *err, size
                 get_int32(ck, "train.checkpoint", "keep_last", &c->ckpt_keep, 0, 1 << 20, err, n))
                 return -1;
         }
+    }
+    {
+        /* the loader counts samples and tokens in 64 bits */
+        int64_t samples, toks;
+        if (__builtin_mul_overflow(c->steps, c->train_batch_size, &samples) ||
+            __builtin_mul_overflow(samples, (int64_t)c->seq_len, &toks))
+            return cfail(err, n, "train.steps: %lld steps * train_batch_size %lld * model.seq_len %d tokens overflow "
+                         "64 bits", (long long)c->steps, (long long)c->train_batch_size, c->seq_len);
     }
     if (c->tp * c->pp > 1 && strcmp(c->device, "cpu") != 0)
         return cfail(err, n, "train.device: \"%s\": model.tp / model.pp > 1 run on the CPU only", c->device);
@@ -494,7 +575,6 @@ int train_config_parse(train_config *c, json_t *root, int world, char *err, size
     /* ------------------------------------------------ effective config */
     json_t *e = json_deep_copy(root);
     json_object_del(e, "steps_per_print");
-    json_object_set_new(e, "train_batch_size", json_integer(c->train_batch_size));
     json_object_set_new(e, "train_micro_batch_size_per_gpu", json_integer(c->micro_batch));
     json_object_set_new(e, "gradient_accumulation_steps", json_integer(c->grad_accum));
     json_object_set_new(e, "model", json_pack("{s:i,s:i,s:i,s:i,s:i,s:i,s:i}", "n_layer", c->n_layer, "n_head",
@@ -510,14 +590,13 @@ int train_config_parse(train_config *c, json_t *root, int world, char *err, size
     json_t *ck = json_pack("{s:o,s:I,s:i}", "dir", c->ckpt_dir ? json_string(c->ckpt_dir) : json_null(), "every",
                            (json_int_t)c->ckpt_every, "keep_last", c->ckpt_keep);
     json_object_set_new(e, "train",
-                        json_pack("{s:I,s:I,s:i,s:o,s:o,s:o,s:s,s:s}", "steps", (json_int_t)c->steps, "seed",
+                        json_pack("{s:I,s:I,s:i,s:o,s:o,s:o,s:s,s:s,s:f}", "steps", (json_int_t)c->steps, "seed",
                                   (json_int_t)c->seed, "log_every", c->log_every, "checkpoint", ck, "resume",
                                   c->resume ? json_string(c->resume) : json_null(), "metrics_file",
                                   c->metrics_file ? json_string(c->metrics_file) : json_null(), "device",
-                                  c->device, "comm_backend", c->comm_backend));
-    if (!sched) {
-        json_object_set_new(e, "scheduler", json_null());
-    }
+                                  c->device, "comm_backend", c->comm_backend, "comm_timeout_s", c->comm_timeout_s));
+    json_object_set_new(e, "train_batch_size", json_integer((json_int_t)c->train_batch_size));
+    json_object_set_new(e, "scheduler", train_sched_json(&c->sched));
     c->effective = e;
     return 0;
 }

@@ -34,8 +34,9 @@ typedef struct train_sched {
 } train_sched;
 
 typedef struct train_config {
-    /* batch */
-    int train_batch_size, micro_batch, grad_accum;
+    /* batch: micro * accum * dp, checked in 64 bits (each factor is at most INT32_MAX) */
+    int64_t train_batch_size;
+    int micro_batch, grad_accum;
     /* model */
     int n_layer, n_head, d_model, seq_len, vocab;
     /* model parallelism (model.tp, model.pp; Megatron's grid order); dp = world / (tp * pp) */
@@ -56,6 +57,7 @@ typedef struct train_config {
     char *metrics_file;
     char *device;             /* "cpu" or "cuda" */
     char *comm_backend;       /* CUDA only: "auto" (NCCL if built, else staged), "nccl" or "staged" */
+    double comm_timeout_s;    /* deadline of every collective and wait (zero_comm_set_timeout) */
     /* optimizer lr (read from optimizer.params.lr for the scheduler) */
     double lr;
     train_sched sched;
@@ -68,10 +70,28 @@ typedef struct train_config {
 /* The built-in config used when no --config is given. */
 extern const char train_default_config_json[];
 
+/* train.comm_timeout_s when the config does not set it: long enough for a
+ * checkpoint save or a slow first step, short enough that a stopped or lost
+ * rank ends the job in minutes, not hours. */
+#define TRAIN_DEFAULT_COMM_TIMEOUT_S 120.0
+
+/* Load a config file, refusing duplicate keys (the engine's loader refuses
+ * them too: one meaning per document). NULL with a message naming the file,
+ * line and column in err. */
+json_t *train_config_load_file(const char *path, char *err, size_t err_size);
+
+/* The config as text: 2-space indent, sorted keys, each number with the
+ * fewest digits (15, else 17) that load back to the same double, so
+ * print -> load -> print is the identity. malloc'd; NULL on failure. */
+char *train_config_dumps(const json_t *cfg);
+
 /* Parse and validate `root` (not consumed) for a run on `world` ranks:
  * dp = world / (model.tp * model.pp) data-parallel ranks. Returns 0, or -1 with a message naming the key in err. */
 int train_config_parse(train_config *cfg, json_t *root, int dp, char *err, size_t err_size);
 void train_config_free(train_config *cfg);
+
+/* The scheduler as a config section, every parameter filled in (null: none). New reference. */
+json_t *train_sched_json(const train_sched *s);
 
 /* The learning rate of optimizer step `step` (0-based). */
 double train_sched_lr(const train_sched *s, double base_lr, int64_t step);

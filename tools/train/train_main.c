@@ -45,6 +45,7 @@ static void usage(FILE *f)
           "  --checkpoint-every N   train.checkpoint.every\n"
           "  --resume PATH|auto     train.resume: a checkpoint, or the latest in the checkpoint dir\n"
           "  --metrics FILE         train.metrics_file (JSONL, one line per step)\n"
+          "  --comm-timeout S       train.comm_timeout_s: deadline of every collective (default 120)\n"
           "  --plain                no progress bar even on a terminal\n"
           "  --dump-logits FILE     after training, rank 0 writes the logits of one fixed batch:\n"
           "                         i32 batch, seq, vocab; i32 tokens[batch*seq]; f32 logits[batch*seq*vocab]\n"
@@ -121,6 +122,16 @@ static json_t *engine_effective(const zero_config *z)
                             json_pack("{s:s,s:{s:f,s:f,s:f,s:b,s:f}}", "type", "SGD", "params", "lr", z->lr,
                                       "momentum", z->momentum, "dampening", z->dampening, "nesterov", z->nesterov,
                                       "weight_decay", z->weight_decay));
+    static const char *const offload_names[] = {"none", "cpu", "nvme"};
+    int od = (int)z->offload_optimizer_device;
+    json_t *zo = json_object_get(e, "zero_optimization");
+    json_object_set_new(zo, "sub_group_size", json_integer((json_int_t)z->sub_group_size));
+    json_object_set_new(zo, "offload_optimizer",
+                        json_pack("{s:s,s:o,s:b,s:i}", "device", od >= 0 && od < 3 ? offload_names[od] : "none",
+                                  "nvme_path", z->offload_nvme_path[0] ? json_string(z->offload_nvme_path) : json_null(),
+                                  "pin_memory", z->offload_pin_memory, "buffer_count", z->offload_buffer_count));
+    json_object_set_new(e, "aio", json_pack("{s:I,s:i}", "block_size", (json_int_t)z->aio_block_size, "queue_depth",
+                                            z->aio_queue_depth));
     json_object_set_new(e, "gradient_clipping", json_real(z->gradient_clipping));
     json_object_set_new(e, "bf16", json_pack("{s:b}", "enabled", z->compute_dtype == ZERO_BF16));
     json_object_set_new(e, "fp16",
@@ -129,29 +140,6 @@ static json_t *engine_effective(const zero_config *z)
                                   z->loss_scale_window, "hysteresis", z->hysteresis, "min_loss_scale",
                                   z->min_loss_scale));
     return e;
-}
-
-static json_t *sched_effective(const train_config *c)
-{
-    const train_sched *s = &c->sched;
-    const char *wt = s->warmup_log ? "log" : "linear";
-    switch (s->kind) {
-    case TRAIN_SCHED_CONSTANT: return json_null();
-    case TRAIN_SCHED_WARMUP_LR:
-        return json_pack("{s:s,s:{s:f,s:f,s:I,s:s}}", "type", "WarmupLR", "params", "warmup_min_lr", s->warmup_min_lr,
-                         "warmup_max_lr", s->warmup_max_lr, "warmup_num_steps", (json_int_t)s->warmup_num_steps,
-                         "warmup_type", wt);
-    case TRAIN_SCHED_WARMUP_DECAY_LR:
-        return json_pack("{s:s,s:{s:f,s:f,s:I,s:I,s:s}}", "type", "WarmupDecayLR", "params", "warmup_min_lr",
-                         s->warmup_min_lr, "warmup_max_lr", s->warmup_max_lr, "warmup_num_steps",
-                         (json_int_t)s->warmup_num_steps, "total_num_steps", (json_int_t)s->total_num_steps,
-                         "warmup_type", wt);
-    case TRAIN_SCHED_WARMUP_COSINE_LR:
-        return json_pack("{s:s,s:{s:f,s:I,s:I,s:f,s:s}}", "type", "WarmupCosineLR", "params", "warmup_min_ratio",
-                         s->warmup_min_ratio, "warmup_num_steps", (json_int_t)s->warmup_num_steps, "total_num_steps",
-                         (json_int_t)s->total_num_steps, "cos_min_ratio", s->cos_min_ratio, "warmup_type", wt);
-    }
-    return json_null();
 }
 
 /* ---------------------------------------------------------------- shared helpers */
@@ -213,6 +201,7 @@ int main(int argc, char **argv)
             {"--checkpoint-every", "train.checkpoint.every"},
             {"--resume", "train.resume"},
             {"--metrics", "train.metrics_file"},
+            {"--comm-timeout", "train.comm_timeout_s"},
         };
         int mapped = 0;
         for (size_t k = 0; k < sizeof map / sizeof map[0]; k++) {
@@ -264,11 +253,10 @@ int main(int argc, char **argv)
     }
 
     /* the config document: file or built-in, then overrides */
-    json_error_t je;
-    json_t *root = config_path ? json_load_file(config_path, 0, &je) : json_loads(train_default_config_json, 0, &je);
+    json_t *root = config_path ? train_config_load_file(config_path, err, sizeof err)
+                               : json_loads(train_default_config_json, JSON_REJECT_DUPLICATES, NULL);
     if (!root) {
-        fprintf(stderr, "zero-train: %s: invalid JSON at line %d column %d: %s\n",
-                config_path ? config_path : "built-in config", je.line, je.column, je.text);
+        fprintf(stderr, "zero-train: %s\n", config_path ? err : "the built-in config is not valid JSON");
         return 2;
     }
     size_t si;
@@ -290,7 +278,7 @@ int main(int argc, char **argv)
     memset(&r, 0, sizeof r);
     zero_set_log_handler(zero_log_to_stderr, ZERO_LOG_WARN, NULL);
     zero_comm_config cc = ZERO_COMM_CONFIG_INIT;
-    cc.timeout_s = 600; /* a checkpoint or a slow first step must not trip the deadline */
+    cc.timeout_s = TRAIN_DEFAULT_COMM_TIMEOUT_S; /* train.comm_timeout_s once the config is parsed */
     if (zero_comm_init_world(&r.host_comm, &cc) != ZERO_OK) {
         fprintf(stderr, "zero-train: cannot start the world comm: %s\n", zero_last_error());
         return 1;
@@ -301,6 +289,11 @@ int main(int argc, char **argv)
     if (train_config_parse(&r.cfg, root, r.world, err, sizeof err) != 0) {
         r0printf(&r, stderr, "zero-train: config%s%s: %s\n", config_path ? " " : "", config_path ? config_path : "",
                  err);
+        goto done;
+    }
+    cc.timeout_s = r.cfg.comm_timeout_s;
+    if (zero_comm_set_timeout(r.host_comm, cc.timeout_s) != ZERO_OK) {
+        r0printf(&r, stderr, "zero-train: train.comm_timeout_s: %s\n", zero_last_error());
         goto done;
     }
     r.zcfg = (zero_config)ZERO_CONFIG_INIT;
@@ -331,11 +324,10 @@ int main(int argc, char **argv)
         json_t *eng = engine_effective(&r.zcfg);
         json_object_update(r.cfg.effective, eng);
         json_decref(eng);
-        json_object_set_new(r.cfg.effective, "scheduler", sched_effective(&r.cfg));
     }
     if (print_config) {
         if (r.rank == 0) {
-            char *t = json_dumps(r.cfg.effective, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
+            char *t = train_config_dumps(r.cfg.effective);
             printf("%s\n", t);
             free(t);
         }
@@ -436,10 +428,10 @@ int main(int argc, char **argv)
         r0printf(&r, stdout,
                  "model: GPT %d layers, %d heads, d_model %d, seq_len %d, vocab %d: %.3f M parameters\n"
                  "engine: ZeRO stage %d on %d rank%s (%s), %s compute, micro-batch %d x %d accumulation x %d "
-                 "ranks = %d sequences per step\n",
+                 "ranks = %lld sequences per step\n",
                  g.n_layer, g.n_head, g.d_model, g.seq_len, g.vocab, full_numel / 1e6, plan.stage, r.dp,
                  r.dp > 1 ? "s" : "", cuda ? "cuda" : "cpu", zero_dtype_name(plan.compute_dtype),
-                 r.cfg.micro_batch, r.cfg.grad_accum, r.dp, r.cfg.train_batch_size);
+                 r.cfg.micro_batch, r.cfg.grad_accum, r.dp, (long long)r.cfg.train_batch_size);
         if (model_parallel)
             r0printf(&r, stdout,
                      "model parallel: tp %d x pp %d x dp %d (Megatron order: tp fastest, then dp, then pp), 1F1B "

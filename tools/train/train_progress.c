@@ -1,6 +1,7 @@
 /* Progress output (see train_progress.h). */
 #include "train_progress.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 #include <unistd.h>
@@ -36,17 +37,34 @@ void train_progress_note(train_progress *p, const char *fmt, ...)
     fflush(stdout);
 }
 
+/* `, "key": value` with value printed by `fmt`, or null when not finite. */
+static void put_num(FILE *f, const char *key, const char *fmt, double v)
+{
+    fprintf(f, ", \"%s\": ", key);
+    if (isfinite(v)) fprintf(f, fmt, v);
+    else fputs("null", f);
+}
+
 void train_progress_step(train_progress *p, const train_step_stats *s)
 {
     if (p->metrics) {
-        /* %.17g: the loss round-trips, so runs can be compared bitwise */
-        fprintf(p->metrics,
-                "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, \"loss_scale\": %g, "
-                "\"skipped\": %d, \"step_s\": %.6f, \"cpu_s\": %.6f, \"tokens_per_s\": %.1f, \"tokens\": %llu, "
-                "\"mem_max_mib\": %.3f}\n",
-                (long long)s->step, s->loss, s->lr, s->grad_norm, s->loss_scale, s->skipped, s->step_s,
-                s->cpu_s, s->tokens_per_s, (unsigned long long)s->tokens, s->mem_max_mib);
-        fflush(p->metrics);
+        /* %.17g: the loss round-trips, so runs can be compared bitwise. JSON
+         * has no inf or nan: a non-finite value (grad_norm on an fp16
+         * overflow step, a loss that diverged) is written as null. */
+        FILE *f = p->metrics;
+        fprintf(f, "{\"step\": %lld", (long long)s->step);
+        put_num(f, "loss", "%.17g", s->loss);
+        put_num(f, "lr", "%.17g", s->lr);
+        put_num(f, "grad_norm", "%.17g", s->grad_norm);
+        put_num(f, "loss_scale", "%.17g", s->loss_scale);
+        fprintf(f, ", \"skipped\": %d", s->skipped);
+        put_num(f, "step_s", "%.6f", s->step_s);
+        put_num(f, "cpu_s", "%.6f", s->cpu_s);
+        put_num(f, "tokens_per_s", "%.1f", s->tokens_per_s);
+        fprintf(f, ", \"tokens\": %llu", (unsigned long long)s->tokens);
+        put_num(f, "mem_max_mib", "%.3f", s->mem_max_mib);
+        fputs("}\n", f);
+        fflush(f);
     }
     p->window_loss += s->loss;
     p->window_n++;
