@@ -137,6 +137,36 @@ void gpt_param_init(const gpt_config *cfg, const gpt_param_info *info, uint64_t 
  * attention scores and values (the PaLM convention: no causal discount). */
 double gpt_train_flops_per_token(const gpt_config *cfg, int seq);
 
+/* ------------------------------------------------------------ activation checkpointing
+ * Per-block recomputation: a recomputed block keeps only its input (the
+ * residual stream, which every block keeps anyway) during forward; its
+ * backward first recomputes its forward from that input into ONE block
+ * workspace that all recomputed blocks share. The same kernels run on the
+ * same inputs in the same order, so on the CPU the gradients are BITWISE
+ * those without checkpointing; the cost is one more forward of each
+ * recomputed block (less its last matmul, whose output is already kept).
+ * Blocks 0 .. blocks-1 are recomputed: the first ones, so on a pipeline
+ * the first stage, which holds the most micro-batches in flight, saves most. */
+typedef struct gpt_checkpointing {
+    int blocks;      /* recompute blocks 0 .. blocks-1 (more than n_layer: all); 0: none */
+    int cpu_offload; /* CUDA: keep the recomputed blocks' inputs in pinned host memory (DeepSpeed's
+                      * cpu_checkpointing). The CPU path's activations are host memory already: no effect. */
+} gpt_checkpointing;
+
+#define GPT_CHECKPOINT_ALL (1 << 30) /* gpt_checkpointing.blocks: every block */
+
+/* The bytes of an activation workspace by kind (every buffer rounded up to
+ * 64 bytes on the CPU, 256 on CUDA; docs/model.md has the formula). */
+typedef struct gpt_activation_bytes {
+    size_t inputs;    /* the residual stream: each block's input and the last block's output */
+    size_t blocks;    /* the full activations of the blocks NOT recomputed */
+    size_t recompute; /* the one block workspace the recomputed blocks share (0 without checkpointing) */
+    size_t head;      /* token ids, targets, ln_f, logits, log-sum-exp */
+    size_t scratch;   /* backward scratch (and the CUDA path's attention buffers) */
+    size_t host;      /* CUDA cpu_offload: the recomputed blocks' inputs in pinned host memory */
+    size_t total;     /* the workspace's one allocation: everything but `host` */
+} gpt_activation_bytes;
+
 /* ------------------------------------------------------------ CPU workspace
  * The activations kept for backward and the backward scratch, for one
  * micro-batch shape (batch x seq, seq <= cfg->seq_len). Not thread-safe:
@@ -144,11 +174,20 @@ double gpt_train_flops_per_token(const gpt_config *cfg, int seq);
 typedef struct gpt_workspace gpt_workspace;
 
 zero_status gpt_workspace_create(gpt_workspace **out, const gpt_config *cfg, int batch, int seq);
+/* The same with activation checkpointing (`ck` NULL: none). */
+zero_status gpt_workspace_create_ckpt(gpt_workspace **out, const gpt_config *cfg, int batch, int seq,
+                                      const gpt_checkpointing *ck);
 void gpt_workspace_destroy(gpt_workspace *ws); /* NULL accepted */
-/* Bytes the workspace holds (activations + scratch). */
+/* Bytes of the workspace's activation allocation (activations + scratch). */
 size_t gpt_workspace_bytes(const gpt_workspace *ws);
+/* The same by kind. */
+void gpt_workspace_activation_bytes(const gpt_workspace *ws, gpt_activation_bytes *out);
 /* Bytes a workspace for this shape would hold, without allocating. */
 size_t gpt_workspace_bytes_for(const gpt_config *cfg, int batch, int seq);
+/* By kind, with checkpointing `ck` (NULL: none), without allocating; the
+ * thread count is this thread's OpenMP maximum, as at creation. */
+zero_status gpt_activation_bytes_for(const gpt_config *cfg, int batch, int seq, const gpt_checkpointing *ck,
+                                     gpt_activation_bytes *out);
 /* The logits (batch, seq, vocab) of the last gpt_forward_end; owned by ws. */
 const float *gpt_workspace_logits(const gpt_workspace *ws);
 

@@ -4,24 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpt_acts.h"
+#include "gpt_block.h"
 #include "gpt_cpu_ops.h"
 #include "gpt_internal.h"
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-
-/* Activations one block keeps for its backward. N = B*T rows. */
-typedef struct gpt_layer_acts {
-    float *ln1, *ln1_mean, *ln1_rstd;  /* N x C, N, N */
-    float *qkv;                        /* N x 3C */
-    float *att;                        /* B x NH x T x T softmax probabilities */
-    float *atty;                       /* N x C attention output before the projection */
-    float *res2;                       /* N x C residual after attention */
-    float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fch_gelu;             /* N x 4C before and after GELU */
-    float *res3;                       /* N x C block output */
-} gpt_layer_acts;
 
 typedef enum gpt_phase {
     GPT_PHASE_IDLE = 0,     /* nothing in flight: forward_begin next */
@@ -33,23 +23,13 @@ typedef enum gpt_phase {
 struct gpt_workspace {
     gpt_config cfg;
     int B, T, nthreads;
-    size_t bytes;
     void *mem;
+    gpt_activation_bytes bytes;
 
-    int32_t *tokens, *targets;
+    gpt_acts acts;           /* the layout (gpt_acts.h): one slot, every block */
+    gpt_acts_slot *io;       /* = &acts.slots[0] */
+    gpt_block_ctx blk;       /* widths and backward scratch for gpt_block.c */
     int has_targets;
-    float *encoded;          /* N x C: input of block 0 */
-    gpt_layer_acts *layers;  /* n_layer */
-    float *lnf, *lnf_mean, *lnf_rstd, *logits, *lse;
-
-    /* backward scratch, reused by every block */
-    float *dres;             /* N x C: gradient of the residual stream */
-    float *dln;              /* N x C */
-    float *dqkv;             /* N x 3C */
-    float *dfch;             /* N x 4C */
-    float *dlogits;          /* N x V */
-    float *partials;         /* nthreads x 4C: per-thread sums of bias / LayerNorm gradients */
-    float *att_scratch;      /* nthreads x T x T */
 
     gpt_phase phase;
     int next_layer;          /* forward: next block to run; backward: next block, descending */
@@ -57,58 +37,6 @@ struct gpt_workspace {
 };
 
 /* ------------------------------------------------------------ layout */
-/* Walk every buffer of the workspace, either counting (base == NULL) or
- * assigning pointers, so the size and the carving cannot disagree. */
-static void *carve(size_t *offset, void *base, size_t bytes)
-{
-    size_t at = (*offset + 63) & ~(size_t)63;  /* cache-line aligned */
-    *offset = at + bytes;
-    return base ? (char *)base + at : NULL;
-}
-
-static size_t layout(gpt_workspace *ws, const gpt_config *cfg, int B, int T, int nthreads, void *base)
-{
-    size_t N = (size_t)B * T, C = (size_t)cfg->d_model, V = (size_t)cfg->vocab;
-    size_t off = 0;
-#define CARVE(field, count, type) (field) = (type *)carve(&off, base, sizeof(type) * (count))
-    gpt_workspace scratch_ws;
-    gpt_layer_acts scratch_layer;
-    if (!base) ws = &scratch_ws;
-    CARVE(ws->tokens, N, int32_t);
-    CARVE(ws->targets, N, int32_t);
-    CARVE(ws->encoded, N * C, float);
-    for (int l = 0; l < cfg->n_layer; l++) {
-        gpt_layer_acts *a = base ? &ws->layers[l] : &scratch_layer;
-        CARVE(a->ln1, N * C, float);
-        CARVE(a->ln1_mean, N, float);
-        CARVE(a->ln1_rstd, N, float);
-        CARVE(a->qkv, N * 3 * C, float);
-        CARVE(a->att, (size_t)B * cfg->n_head * T * T, float);
-        CARVE(a->atty, N * C, float);
-        CARVE(a->res2, N * C, float);
-        CARVE(a->ln2, N * C, float);
-        CARVE(a->ln2_mean, N, float);
-        CARVE(a->ln2_rstd, N, float);
-        CARVE(a->fch, N * 4 * C, float);
-        CARVE(a->fch_gelu, N * 4 * C, float);
-        CARVE(a->res3, N * C, float);
-    }
-    CARVE(ws->lnf, N * C, float);
-    CARVE(ws->lnf_mean, N, float);
-    CARVE(ws->lnf_rstd, N, float);
-    CARVE(ws->logits, N * V, float);
-    CARVE(ws->lse, N, float);
-    CARVE(ws->dres, N * C, float);
-    CARVE(ws->dln, N * C, float);
-    CARVE(ws->dqkv, N * 3 * C, float);
-    CARVE(ws->dfch, N * 4 * C, float);
-    CARVE(ws->dlogits, N * V, float);
-    CARVE(ws->partials, (size_t)nthreads * 4 * C, float);
-    CARVE(ws->att_scratch, (size_t)nthreads * T * T, float);
-#undef CARVE
-    return (off + 63) & ~(size_t)63;
-}
-
 static int max_threads(void)
 {
 #ifdef _OPENMP
@@ -118,17 +46,62 @@ static int max_threads(void)
 #endif
 }
 
+static gpt_acts_shape shape_of(const gpt_config *cfg, int B, int T, const gpt_checkpointing *ck)
+{
+    gpt_acts_shape s = {B, T, cfg->d_model, cfg->n_head, cfg->vocab, 1, 0, cfg->n_layer, 1, 1,
+                        gpt_checkpointing_below(cfg, ck), 0, 64};
+    return s; /* cpu_offload: the activations are host memory already */
+}
+
+/* The common layout, then the CPU kernels' own scratch: per-thread partial
+ * sums of bias / LayerNorm gradients and attention backward rows. */
+static void layout(gpt_workspace *ws, const gpt_acts_shape *s, int nthreads, gpt_carver *c)
+{
+    gpt_acts_layout(ws ? &ws->acts : NULL, s, c);
+    float *partials = gpt_carve(c, GPT_ACT_SCRATCH, (size_t)nthreads * 4 * s->C, sizeof(float));
+    float *att_scratch = gpt_carve(c, GPT_ACT_SCRATCH, (size_t)nthreads * s->T * s->T, sizeof(float));
+    if (ws) {
+        ws->blk.partials = partials;
+        ws->blk.att_scratch = att_scratch;
+    }
+}
+
+zero_status gpt_activation_bytes_for(const gpt_config *cfg, int batch, int seq, const gpt_checkpointing *ck,
+                                     gpt_activation_bytes *out)
+{
+    if (!out) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_activation_bytes_for: out is NULL");
+    memset(out, 0, sizeof *out);
+    GPT_TRY(gpt_config_validate(cfg));
+    GPT_TRY(gpt_checkpointing_validate(ck, "gpt_activation_bytes_for"));
+    if (batch < 1 || seq < 1 || seq > cfg->seq_len)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_activation_bytes_for: batch %d x seq %d is invalid (seq_len %d)",
+                        batch, seq, cfg->seq_len);
+    gpt_acts_shape s = shape_of(cfg, batch, seq, ck);
+    gpt_carver c;
+    gpt_carver_init(&c, s.align, NULL, NULL);
+    layout(NULL, &s, max_threads(), &c);
+    gpt_carver_report(&c, out);
+    return ZERO_OK;
+}
+
 size_t gpt_workspace_bytes_for(const gpt_config *cfg, int batch, int seq)
 {
-    return layout(NULL, cfg, batch, seq, max_threads(), NULL) + sizeof(gpt_workspace) +
-           sizeof(gpt_layer_acts) * (size_t)cfg->n_layer;
+    gpt_activation_bytes b;
+    return gpt_activation_bytes_for(cfg, batch, seq, NULL, &b) == ZERO_OK ? b.total : 0;
 }
 
 zero_status gpt_workspace_create(gpt_workspace **out, const gpt_config *cfg, int batch, int seq)
 {
+    return gpt_workspace_create_ckpt(out, cfg, batch, seq, NULL);
+}
+
+zero_status gpt_workspace_create_ckpt(gpt_workspace **out, const gpt_config *cfg, int batch, int seq,
+                                      const gpt_checkpointing *ck)
+{
     if (!out) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_workspace_create: out is NULL");
     *out = NULL;
     GPT_TRY(gpt_config_validate(cfg));
+    GPT_TRY(gpt_checkpointing_validate(ck, "gpt_workspace_create"));
     if (batch < 1 || seq < 1 || seq > cfg->seq_len)
         return gpt_fail(ZERO_INVALID_ARGUMENT,
                         "gpt_workspace_create: batch %d x seq %d is invalid (need batch >= 1, 1 <= seq <= seq_len %d)",
@@ -140,17 +113,30 @@ zero_status gpt_workspace_create(gpt_workspace **out, const gpt_config *cfg, int
     ws->T = seq;
     ws->nthreads = max_threads();
     gpt_blas_single_threaded();
-    ws->layers = calloc((size_t)cfg->n_layer, sizeof *ws->layers);
-    size_t bytes = layout(NULL, cfg, batch, seq, ws->nthreads, NULL);
-    ws->mem = ws->layers ? aligned_alloc(64, bytes) : NULL;
-    if (!ws->mem) {
-        free(ws->layers);
+    gpt_acts_shape s = shape_of(cfg, batch, seq, ck);
+    zero_status st = gpt_acts_init(&ws->acts, &s);
+    if (st != ZERO_OK) {
         free(ws);
+        return st;
+    }
+    gpt_carver c;
+    gpt_carver_init(&c, s.align, NULL, NULL);
+    layout(NULL, &s, ws->nthreads, &c);
+    size_t bytes = c.off[0];
+    ws->mem = aligned_alloc(64, bytes);
+    if (!ws->mem) {
+        gpt_workspace_destroy(ws);
         return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_workspace_create: cannot allocate %zu bytes of activations for batch %d x seq %d",
                         bytes, batch, seq);
     }
-    layout(ws, cfg, batch, seq, ws->nthreads, ws->mem);
-    ws->bytes = bytes + sizeof *ws + sizeof(gpt_layer_acts) * (size_t)cfg->n_layer;
+    gpt_carver_init(&c, s.align, ws->mem, NULL);
+    layout(ws, &s, ws->nthreads, &c);
+    gpt_carver_report(&c, &ws->bytes);
+    ws->io = &ws->acts.slots[0];
+    gpt_block_ctx *k = &ws->blk; /* layout() set the CPU scratch */
+    k->B = batch, k->T = seq, k->C = k->Cl = cfg->d_model, k->Hl = 4 * cfg->d_model, k->NHl = cfg->n_head;
+    k->lead = 1, k->nthreads = ws->nthreads, k->sum = NULL, k->sum_ctx = NULL;
+    k->dln = ws->acts.dln, k->dqkv = ws->acts.dqkv, k->dfch = ws->acts.dfch;
     *out = ws;
     return ZERO_OK;
 }
@@ -159,12 +145,20 @@ void gpt_workspace_destroy(gpt_workspace *ws)
 {
     if (!ws) return;
     free(ws->mem);
-    free(ws->layers);
+    gpt_acts_free(&ws->acts);
     free(ws);
 }
 
-size_t gpt_workspace_bytes(const gpt_workspace *ws) { return ws ? ws->bytes : 0; }
-const float *gpt_workspace_logits(const gpt_workspace *ws) { return ws ? ws->logits : NULL; }
+size_t gpt_workspace_bytes(const gpt_workspace *ws) { return ws ? ws->bytes.total : 0; }
+
+void gpt_workspace_activation_bytes(const gpt_workspace *ws, gpt_activation_bytes *out)
+{
+    if (!out) return;
+    if (ws) *out = ws->bytes;
+    else memset(out, 0, sizeof *out);
+}
+
+const float *gpt_workspace_logits(const gpt_workspace *ws) { return ws ? ws->io->logits : NULL; }
 
 /* ------------------------------------------------------------ argument checks */
 static zero_status check_set(const gpt_workspace *ws, const char *op, const gpt_tensors *set, int module,
@@ -183,10 +177,6 @@ static zero_status check_set(const gpt_workspace *ws, const char *op, const gpt_
     return ZERO_OK;
 }
 
-static const float *block_input(const gpt_workspace *ws, int layer)
-{
-    return layer == 0 ? ws->encoded : ws->layers[layer - 1].res3;
-}
 
 /* ------------------------------------------------------------ forward */
 zero_status gpt_forward_begin(gpt_workspace *ws, const int32_t *tokens, const int32_t *targets,
@@ -203,11 +193,11 @@ zero_status gpt_forward_begin(gpt_workspace *ws, const int32_t *tokens, const in
             return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_forward_begin: target %d at batch %d position %d is >= vocab %d",
                             targets[i], i / T, i % T, V);
     }
-    memcpy(ws->tokens, tokens, sizeof(int32_t) * B * T);
+    memcpy(ws->io->tokens, tokens, sizeof(int32_t) * B * T);
     ws->has_targets = targets != NULL;
-    if (targets) memcpy(ws->targets, targets, sizeof(int32_t) * B * T);
+    if (targets) memcpy(ws->io->targets, targets, sizeof(int32_t) * B * T);
 
-    gpt_encoder_forward(ws->encoded, ws->tokens, embed->t[GPT_WTE], embed->t[GPT_WPE], B, T, C);
+    gpt_encoder_forward(ws->io->resid[0], ws->io->tokens, embed->t[GPT_WTE], embed->t[GPT_WPE], B, T, C);
     ws->phase = GPT_PHASE_FORWARD;
     ws->next_layer = 0;
     return ZERO_OK;
@@ -221,22 +211,8 @@ zero_status gpt_forward_block(gpt_workspace *ws, int layer, const gpt_tensors *p
                         ws->phase == GPT_PHASE_FORWARD ? "block " : "gpt_forward_begin before block ",
                         ws->next_layer);
     GPT_TRY(check_set(ws, "gpt_forward_block", p, gpt_module_block(layer), "parameter"));
-    const int B = ws->B, T = ws->T, C = ws->cfg.d_model, NH = ws->cfg.n_head, N = B * T;
-    gpt_layer_acts *a = &ws->layers[layer];
-    const float *x = block_input(ws, layer);
-
-    /* attention half: res2 = x + proj(attention(ln_1(x))) */
-    gpt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->t[GPT_LN1_W], p->t[GPT_LN1_B], N, C);
-    gpt_matmul_forward(a->qkv, NULL, a->ln1, p->t[GPT_QKV_W], p->t[GPT_QKV_B], N, C, 3 * C);
-    gpt_attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, ws->nthreads);
-    gpt_matmul_forward(a->res2, x, a->atty, p->t[GPT_ATTPROJ_W], p->t[GPT_ATTPROJ_B], N, C, C);
-
-    /* MLP half: res3 = res2 + proj(gelu(fc(ln_2(res2)))) */
-    gpt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->t[GPT_LN2_W], p->t[GPT_LN2_B], N, C);
-    gpt_matmul_forward(a->fch, NULL, a->ln2, p->t[GPT_FC_W], p->t[GPT_FC_B], N, C, 4 * C);
-    gpt_gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
-    gpt_matmul_forward(a->res3, a->res2, a->fch_gelu, p->t[GPT_FCPROJ_W], p->t[GPT_FCPROJ_B], N, 4 * C, C);
-
+    /* a recomputed block's activations go to the shared set, overwritten by the next one */
+    GPT_TRY(gpt_block_forward(&ws->blk, layer, ws->io->block[layer], ws->io->resid[layer], ws->io->resid[layer + 1], p));
     ws->next_layer++;
     return ZERO_OK;
 }
@@ -252,11 +228,12 @@ zero_status gpt_forward_end(gpt_workspace *ws, const gpt_tensors *final_params, 
     GPT_TRY(check_set(ws, "gpt_forward_end", embed, GPT_MODULE_EMBED, "parameter"));
     const int N = ws->B * ws->T, C = ws->cfg.d_model, V = ws->cfg.vocab;
 
-    gpt_layernorm_forward(ws->lnf, ws->lnf_mean, ws->lnf_rstd, ws->layers[ws->cfg.n_layer - 1].res3,
+    gpt_acts_slot *io = ws->io;
+    gpt_layernorm_forward(io->lnf, io->lnf_mean, io->lnf_rstd, io->resid[ws->cfg.n_layer],
                           final_params->t[GPT_LNF_W], final_params->t[GPT_LNF_B], N, C);
     /* the tied head: logits = ln_f(x) wte^T */
-    gpt_matmul_forward(ws->logits, NULL, ws->lnf, embed->t[GPT_WTE], NULL, N, C, V);
-    double total = gpt_crossentropy_forward(ws->lse, ws->logits, ws->has_targets ? ws->targets : NULL, N, V,
+    gpt_matmul_forward(io->logits, NULL, io->lnf, embed->t[GPT_WTE], NULL, N, C, V);
+    double total = gpt_crossentropy_forward(io->lse, io->logits, ws->has_targets ? io->targets : NULL, N, V,
                                             &ws->valid);
     if (loss) *loss = ws->valid ? (float)(total / ws->valid) : 0.0f;
     ws->phase = GPT_PHASE_FORWARD_DONE;
@@ -278,18 +255,19 @@ zero_status gpt_backward_end(gpt_workspace *ws, float dloss, const gpt_tensors *
     GPT_TRY(check_set(ws, "gpt_backward_end", embed, GPT_MODULE_EMBED, "parameter"));
     GPT_TRY(check_set(ws, "gpt_backward_end", embed_grads, GPT_MODULE_EMBED, "gradient"));
     const int N = ws->B * ws->T, C = ws->cfg.d_model, V = ws->cfg.vocab;
-    const float *last = ws->layers[ws->cfg.n_layer - 1].res3;
+    const gpt_acts_slot *io = ws->io;
+    gpt_acts *a = &ws->acts;
 
     /* loss = mean over valid tokens, so each row's gradient carries dloss / valid */
     float scale = ws->valid ? dloss / (float)ws->valid : 0.0f;
-    gpt_crossentropy_backward(ws->dlogits, ws->logits, ws->lse, ws->targets, N, V, scale);
+    gpt_crossentropy_backward(a->dlogits, io->logits, io->lse, io->targets, N, V, scale);
     /* tied head: dwte += dlogits^T lnf, dlnf = dlogits wte */
-    gpt_matmul_backward(ws->dln, embed_grads->t[GPT_WTE], NULL, ws->dlogits, ws->lnf, embed->t[GPT_WTE], N, C, V,
-                        0, ws->partials, ws->nthreads);
-    memset(ws->dres, 0, sizeof(float) * (size_t)N * C);
-    gpt_layernorm_backward(ws->dres, final_grads->t[GPT_LNF_W], final_grads->t[GPT_LNF_B], ws->dln, last,
-                           final_params->t[GPT_LNF_W], ws->lnf_mean, ws->lnf_rstd, N, C, ws->partials,
-                           ws->nthreads);
+    gpt_matmul_backward(a->dln, embed_grads->t[GPT_WTE], NULL, a->dlogits, io->lnf, embed->t[GPT_WTE], N, C, V,
+                        0, ws->blk.partials, ws->nthreads);
+    memset(a->dres, 0, sizeof(float) * (size_t)N * C);
+    gpt_layernorm_backward(a->dres, final_grads->t[GPT_LNF_W], final_grads->t[GPT_LNF_B], a->dln,
+                           io->resid[ws->cfg.n_layer], final_params->t[GPT_LNF_W], io->lnf_mean, io->lnf_rstd, N, C,
+                           ws->blk.partials, ws->nthreads);
     ws->phase = GPT_PHASE_BACKWARD;
     ws->next_layer = ws->cfg.n_layer - 1;
     return ZERO_OK;
@@ -305,30 +283,11 @@ zero_status gpt_backward_block(gpt_workspace *ws, int layer, const gpt_tensors *
     int m = gpt_module_block(layer);
     GPT_TRY(check_set(ws, "gpt_backward_block", p, m, "parameter"));
     GPT_TRY(check_set(ws, "gpt_backward_block", g, m, "gradient"));
-    const int B = ws->B, T = ws->T, C = ws->cfg.d_model, NH = ws->cfg.n_head, N = B * T;
-    gpt_layer_acts *a = &ws->layers[layer];
-    const float *x = block_input(ws, layer);
-    float *dres = ws->dres;  /* in: d res3; out: d x */
-
-    /* MLP half, in reverse */
-    gpt_matmul_backward(ws->dfch, g->t[GPT_FCPROJ_W], g->t[GPT_FCPROJ_B], dres, a->fch_gelu, p->t[GPT_FCPROJ_W],
-                        N, 4 * C, C, 0, ws->partials, ws->nthreads);
-    gpt_gelu_backward(ws->dfch, a->fch, ws->dfch, (size_t)N * 4 * C);
-    gpt_matmul_backward(ws->dln, g->t[GPT_FC_W], g->t[GPT_FC_B], ws->dfch, a->ln2, p->t[GPT_FC_W], N, C, 4 * C, 0,
-                        ws->partials, ws->nthreads);
-    /* the residual path keeps dres; ln_2 adds its share: dres = d res2 */
-    gpt_layernorm_backward(dres, g->t[GPT_LN2_W], g->t[GPT_LN2_B], ws->dln, a->res2, p->t[GPT_LN2_W],
-                           a->ln2_mean, a->ln2_rstd, N, C, ws->partials, ws->nthreads);
-
-    /* attention half, in reverse */
-    gpt_matmul_backward(ws->dln, g->t[GPT_ATTPROJ_W], g->t[GPT_ATTPROJ_B], dres, a->atty, p->t[GPT_ATTPROJ_W], N,
-                        C, C, 0, ws->partials, ws->nthreads);
-    gpt_attention_backward(ws->dqkv, ws->dln, a->att, a->qkv, B, T, C, NH, ws->att_scratch, ws->nthreads);
-    gpt_matmul_backward(ws->dln, g->t[GPT_QKV_W], g->t[GPT_QKV_B], ws->dqkv, a->ln1, p->t[GPT_QKV_W], N, C, 3 * C,
-                        0, ws->partials, ws->nthreads);
-    gpt_layernorm_backward(dres, g->t[GPT_LN1_W], g->t[GPT_LN1_B], ws->dln, x, p->t[GPT_LN1_W], a->ln1_mean,
-                           a->ln1_rstd, N, C, ws->partials, ws->nthreads);
-
+    const float *x = ws->io->resid[layer];
+    gpt_block_acts *a = ws->io->block[layer];
+    /* checkpointing: recompute the forward from the kept input, same kernels, same order */
+    if (gpt_acts_recomputed(&ws->acts.shape, layer)) GPT_TRY(gpt_block_forward(&ws->blk, layer, a, x, NULL, p));
+    GPT_TRY(gpt_block_backward(&ws->blk, layer, a, x, ws->acts.dres, p, g));
     ws->next_layer--;
     return ZERO_OK;
 }
@@ -339,7 +298,7 @@ zero_status gpt_backward_begin(gpt_workspace *ws, gpt_tensors *embed_grads)
     if (ws->phase != GPT_PHASE_BACKWARD || ws->next_layer != -1)
         return gpt_fail(ZERO_INVALID_STATE, "gpt_backward_begin: called before every block ran backward");
     GPT_TRY(check_set(ws, "gpt_backward_begin", embed_grads, GPT_MODULE_EMBED, "gradient"));
-    gpt_encoder_backward(embed_grads->t[GPT_WTE], embed_grads->t[GPT_WPE], ws->dres, ws->tokens, ws->B, ws->T,
+    gpt_encoder_backward(embed_grads->t[GPT_WTE], embed_grads->t[GPT_WPE], ws->acts.dres, ws->io->tokens, ws->B, ws->T,
                          ws->cfg.d_model);
     ws->phase = GPT_PHASE_IDLE;
     return ZERO_OK;

@@ -85,8 +85,20 @@ typedef struct tp_workspace tp_workspace;
 
 zero_status tp_workspace_create(tp_workspace **out, const gpt_config *cfg, zero_comm *tp, int batch, int seq,
                                 int layer_begin, int layer_end, int slots);
+/* The same with activation checkpointing (gpt.h's gpt_checkpointing; NULL:
+ * none). Block l is recomputed iff l < ck->blocks, counted in the whole
+ * model, so a pipeline stage recomputes its share of the first blocks. The
+ * recomputation of a block repeats its forward all-reduce: every tp rank of
+ * a group must use the same `ck`. The recomputed blocks of all slots share
+ * one block workspace (one forward or backward runs at a time). */
+zero_status tp_workspace_create_ckpt(tp_workspace **out, const gpt_config *cfg, zero_comm *tp, int batch, int seq,
+                                     int layer_begin, int layer_end, int slots, const gpt_checkpointing *ck);
 void tp_workspace_destroy(tp_workspace *ws); /* NULL accepted */
+/* Bytes of the activation allocation; by kind; and for a shape without allocating. */
 size_t tp_workspace_bytes(const tp_workspace *ws);
+void tp_workspace_activation_bytes(const tp_workspace *ws, gpt_activation_bytes *out);
+zero_status tp_activation_bytes_for(const gpt_config *cfg, int tp_size, int batch, int seq, int layer_begin,
+                                    int layer_end, int slots, const gpt_checkpointing *ck, gpt_activation_bytes *out);
 const gpt_config *tp_workspace_config(const tp_workspace *ws);
 void tp_workspace_range(const tp_workspace *ws, int *layer_begin, int *layer_end);
 int tp_workspace_slots(const tp_workspace *ws);

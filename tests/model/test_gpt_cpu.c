@@ -11,6 +11,10 @@
 #include "check.h"
 #include "gpt.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 typedef struct model {
     gpt_config cfg;
     size_t total;
@@ -261,6 +265,120 @@ static void test_finite_differences(void)
     model_free(&m);
 }
 
+/* ------------------------------------------------------------ activation checkpointing */
+/* Gradients, loss and logits with recomputation are BITWISE those without:
+ * the recomputed forward runs the same kernels on the same inputs. Two
+ * micro-batches (accumulation), recomputing none, the first, all but the
+ * last, and every block. */
+static void test_checkpointing_bitwise(void)
+{
+    const gpt_config cfg = {3, 2, 32, 16, 97};
+    const int B = 2, T = 13, N = B * T;
+    int32_t tok[2][26], tgt[2][26];
+    for (int i = 0; i < N; i++)
+        tok[0][i] = i * 37 % 97, tgt[0][i] = (i * 11 + 5) % 97, tok[1][i] = (i * 7 + 3) % 97, tgt[1][i] = i % 97;
+    tgt[1][4] = -1;
+    model m;
+    model_init(&m, cfg);
+    float *ref = malloc(sizeof(float) * m.total), *ref_logits = malloc(sizeof(float) * N * 97);
+    float ref_loss[2] = {0, 0};
+    const int blocks[] = {0, 1, 2, GPT_CHECKPOINT_ALL};
+    for (int v = 0; v < 4; v++) {
+        gpt_checkpointing ck = {blocks[v], v == 3}; /* cpu_offload: no effect on the CPU */
+        gpt_workspace *ws;
+        CHECK_OK(gpt_workspace_create_ckpt(&ws, &cfg, B, T, &ck));
+        memset(m.grads, 0, sizeof(float) * m.total);
+        float loss[2];
+        for (int mb = 0; mb < 2; mb++) {
+            CHECK_OK(gpt_forward(ws, tok[mb], tgt[mb], m.p, &loss[mb]));
+            CHECK_OK(gpt_backward(ws, 0.5f, m.p, m.g));
+        }
+        if (v == 0) {
+            memcpy(ref, m.grads, sizeof(float) * m.total);
+            memcpy(ref_logits, gpt_workspace_logits(ws), sizeof(float) * N * 97);
+            memcpy(ref_loss, loss, sizeof loss);
+        } else {
+            CHECK_MSG(memcmp(ref, m.grads, sizeof(float) * m.total) == 0,
+                      "checkpointing %d blocks: gradients differ from no checkpointing", blocks[v]);
+            CHECK(memcmp(ref_logits, gpt_workspace_logits(ws), sizeof(float) * N * 97) == 0);
+            CHECK(memcmp(ref_loss, loss, sizeof loss) == 0);
+        }
+        gpt_workspace_destroy(ws);
+    }
+    size_t nonzero = 0;
+    for (size_t i = 0; i < m.total; i++) nonzero += ref[i] != 0.0f;
+    CHECK(nonzero > m.total / 2); /* the comparison compared something */
+    gpt_checkpointing bad = {-1, 0};
+    gpt_workspace *ws = NULL;
+    CHECK(gpt_workspace_create_ckpt(&ws, &cfg, B, T, &bad) == ZERO_CONFIG && ws == NULL);
+    CHECK(strstr(gpt_last_error(), "blocks -1") != NULL);
+    free(ref), free(ref_logits);
+    model_free(&m);
+}
+
+/* docs/model.md's formula, written out independently of the model's carving:
+ * r(x) = x rounded up to 64 bytes; f = 4-byte floats and ints. */
+static size_t r64(size_t x) { return (x + 63) / 64 * 64; }
+
+static size_t block_set_bytes(size_t B, size_t T, size_t C, size_t NH)
+{
+    size_t N = B * T;
+    return 4 * r64(4 * N * C)          /* ln1, atty, res2, ln2 */
+           + 4 * r64(4 * N)            /* the LayerNorms' means and rstds */
+           + r64(12 * N * C)           /* qkv */
+           + r64(4 * B * NH * T * T)   /* att */
+           + 2 * r64(16 * N * C);      /* fch, fch_gelu */
+}
+
+static void test_activation_bytes(void)
+{
+#ifdef _OPENMP
+    const size_t nt = (size_t)omp_get_max_threads();
+#else
+    const size_t nt = 1;
+#endif
+    const gpt_config shapes[] = {{3, 2, 32, 16, 97}, {4, 4, 48, 24, 256}, {2, 3, 33, 11, 101}};
+    const int BT[][2] = {{2, 13}, {3, 24}, {1, 11}};
+    for (int k = 0; k < 3; k++) {
+        const gpt_config *c = &shapes[k];
+        const size_t B = (size_t)BT[k][0], T = (size_t)BT[k][1], N = B * T, C = (size_t)c->d_model;
+        const size_t L = (size_t)c->n_layer, V = (size_t)c->vocab;
+        const size_t set = block_set_bytes(B, T, C, (size_t)c->n_head);
+        for (int R = 0; R <= c->n_layer + 1; R++) {
+            size_t rec = (size_t)(R < c->n_layer ? R : c->n_layer);
+            size_t inputs = (L + 1) * r64(4 * N * C);
+            size_t blocks = (L - rec) * set, recompute = rec ? set : 0;
+            size_t head = 2 * r64(4 * N) + r64(4 * N * C) + 3 * r64(4 * N) + r64(4 * N * V);
+            size_t scratch = 2 * r64(4 * N * C) + r64(12 * N * C) + r64(16 * N * C) + r64(4 * N * V) +
+                             r64(4 * nt * 4 * C) + r64(4 * nt * T * T);
+            size_t total = inputs + blocks + recompute + head + scratch;
+            gpt_checkpointing ck = {R == c->n_layer + 1 ? GPT_CHECKPOINT_ALL : R, 0};
+            gpt_activation_bytes want, got;
+            CHECK_OK(gpt_activation_bytes_for(c, (int)B, (int)T, &ck, &want));
+            gpt_workspace *ws;
+            CHECK_OK(gpt_workspace_create_ckpt(&ws, c, (int)B, (int)T, &ck));
+            gpt_workspace_activation_bytes(ws, &got);
+            CHECK_MSG(gpt_workspace_bytes(ws) == total && got.total == total && want.total == total,
+                      "shape %d, %d recomputed: allocated %zu, reported %zu, formula %zu", k, R,
+                      gpt_workspace_bytes(ws), want.total, total);
+            CHECK(got.inputs == inputs && got.blocks == blocks && got.recompute == recompute && got.head == head &&
+                  got.scratch == scratch && got.host == 0);
+            CHECK(memcmp(&got, &want, sizeof got) == 0);
+            if (R == 0) CHECK(total == gpt_workspace_bytes_for(c, (int)B, (int)T));
+            gpt_workspace_destroy(ws);
+        }
+    }
+    /* GPT-2 124M at micro-batch 8 x 1024 (the figure), counted, not allocated */
+    gpt_config gpt2 = {12, 12, 768, 1024, 50257};
+    gpt_checkpointing all = {GPT_CHECKPOINT_ALL, 0};
+    gpt_activation_bytes none_b, all_b;
+    CHECK_OK(gpt_activation_bytes_for(&gpt2, 8, 1024, NULL, &none_b));
+    CHECK_OK(gpt_activation_bytes_for(&gpt2, 8, 1024, &all, &all_b));
+    CHECK(none_b.total - all_b.total == 11 * block_set_bytes(8, 1024, 768, 12));
+    printf("activations, GPT-2 124M, 8 x 1024: %.2f GB without checkpointing, %.2f GB with every block recomputed\n",
+           none_b.total / 1e9, all_b.total / 1e9);
+}
+
 int main(void)
 {
     test_param_list();
@@ -268,5 +386,7 @@ int main(void)
     test_api_order();
     test_accumulate_and_scale();
     test_finite_differences();
+    test_checkpointing_bitwise();
+    test_activation_bytes();
     return check_exit();
 }

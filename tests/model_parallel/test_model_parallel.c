@@ -266,6 +266,58 @@ static int run_step(mp_rank *r, pp_schedule kind, float **shards, float **grads,
     return 0;
 }
 
+/* Activation checkpointing: the first 2 of the 3 blocks recomputed (so a
+ * pipeline has a stage that recomputes and one that does not; under tp the
+ * recomputation repeats the forward all-reduce). The 1F1B gradients and loss
+ * are BITWISE those of the same grid without checkpointing (`want`), and the
+ * workspace holds exactly one block set less per slot and recomputed block,
+ * plus the one shared set. */
+static size_t r64(size_t x) { return (x + 63) / 64 * 64; }
+
+static int check_checkpointing(mp_rank *r, float **shards, float **want, const int32_t *tok, const int32_t *tgt)
+{
+    const gpt_checkpointing ck = {2, 0};
+    tp_workspace *plain = r->ws;
+    int slots = tp_workspace_slots(plain);
+    MP_TRY(tp_workspace_create_ckpt(&r->ws, &g_cfg, r->grid.tp, BATCH, SEQ, r->begin, r->end, slots, &ck));
+    float **g = shards_make(r, NULL);
+    float loss, want_loss;
+    if (run_step(r, PP_1F1B, shards, g, tok, tgt, MICRO, &loss)) return 1;
+    tp_workspace *ckws = r->ws;
+    r->ws = plain;
+    float **g0 = shards_make(r, NULL);
+    if (run_step(r, PP_1F1B, shards, g0, tok, tgt, MICRO, &want_loss)) return 1;
+    CHECK_MSG(loss == want_loss, "checkpointing: loss %.9g vs %.9g without", loss, want_loss);
+    for (size_t i = 0; i < gpt_num_params(&g_cfg); i++)
+        if (r->held[i]) {
+            CHECK_MSG(memcmp(g[i], want[i], sizeof(float) * r->info[i].numel) == 0 &&
+                          memcmp(g0[i], want[i], sizeof(float) * r->info[i].numel) == 0,
+                      "%s: gradient with checkpointing differs from without (tp %d, pp %d)", r->info[i].full.name,
+                      r->tp, r->pp);
+            free(g[i]), free(g0[i]);
+        }
+    free(g), free(g0);
+
+    gpt_activation_bytes a0, a1, f1;
+    tp_workspace_activation_bytes(plain, &a0);
+    tp_workspace_activation_bytes(ckws, &a1);
+    MP_TRY(tp_activation_bytes_for(&g_cfg, r->tp, BATCH, SEQ, r->begin, r->end, slots, &ck, &f1));
+    const size_t N = BATCH * SEQ, C = (size_t)g_cfg.d_model / (size_t)r->tp, H = 4 * (size_t)g_cfg.d_model / (size_t)r->tp;
+    const size_t Cf = (size_t)g_cfg.d_model, NH = (size_t)g_cfg.n_head / (size_t)r->tp;
+    const size_t set = 3 * r64(4 * N * Cf) /* ln1, res2, ln2 */ + r64(4 * N * C) /* atty */ + 4 * r64(4 * N) +
+                       r64(12 * N * C) + r64(4 * BATCH * NH * SEQ * SEQ) + 2 * r64(4 * N * H);
+    int rec = 0;
+    for (int l = r->begin; l < r->end; l++) rec += l < ck.blocks;
+    CHECK(memcmp(&a1, &f1, sizeof a1) == 0);
+    CHECK_MSG(a0.blocks == (size_t)slots * (size_t)(r->end - r->begin) * set && a0.recompute == 0,
+              "stored block sets: %zu bytes, expected %d slots x %d blocks x %zu", a0.blocks, slots, r->end - r->begin,
+              set);
+    CHECK(a1.blocks == a0.blocks - (size_t)slots * (size_t)rec * set && a1.recompute == (rec ? set : 0));
+    CHECK(a1.total == a0.total - a0.blocks + a1.blocks + a1.recompute && a1.inputs == a0.inputs);
+    tp_workspace_destroy(ckws);
+    return 0;
+}
+
 static void check_misuse(mp_rank *r, float **shards)
 {
     int b, e;
@@ -314,6 +366,7 @@ static int grads_mode(zero_comm *world, int tp, int pp)
         if (r.held[i])
             CHECK_MSG(memcmp(g1[i], g2[i], sizeof(float) * r.info[i].numel) == 0, "%s: 1F1B gradient differs from GPipe",
                       r.info[i].full.name);
+    if (check_checkpointing(&r, shards, g2, tok, tgt)) return 1;
     check_misuse(&r, shards);
     double all_worst = worst;
     MP_TRY(zero_allreduce(world, &worst, &all_worst, 1, ZERO_F64, ZERO_MAX));

@@ -1,0 +1,126 @@
+/* Internal: THE activation layout of the GPT, one description serving the
+ * CPU path (gpt_cpu.c), the tensor/pipeline stage runtime (tp_gpt.c) and the
+ * CUDA path (gpt_cuda.cu). Each path adds only its own kernels' scratch
+ * (gpt_carve, after gpt_acts_layout) to the workspace this lays out.
+ *
+ * What a workspace holds, per micro-batch slot (pipelines keep several):
+ *   - the token ids and targets;
+ *   - the RESIDUAL STREAM at every block boundary: resid[i] is the input of
+ *     block begin+i and resid[layers] the output of the range (ln_f's input,
+ *     or what a pipeline stage sends on). Kept for every block, always;
+ *   - a full set of block activations (gpt_block_acts) for each block that
+ *     is NOT recomputed;
+ *   - the head's activations (ln_f, logits, log-sum-exp) on the last stage.
+ * Shared by the slots: ONE block set that every recomputed block uses (its
+ * forward writes there and throws it away; its backward recomputes it there
+ * from resid[i] first), and the backward scratch (one backward at a time).
+ *
+ * Activation checkpointing: block l is recomputed iff l < recompute_below
+ * (the first blocks of the model; on a pipeline, those the first stage holds,
+ * where the most micro-batches are in flight). With offload (CUDA's
+ * cpu_checkpointing), the input of each recomputed block lives in a second,
+ * host region, and the device keeps two staging buffers in its place (block
+ * i reads stage[i % 2] and writes stage[(i + 1) % 2]).
+ *
+ * Every buffer starts at a multiple of `align` bytes and takes its size
+ * rounded up to it, so a region's size is the sum of r(size) over its
+ * buffers; docs/model.md writes the sum out. */
+#ifndef ZERO_MODEL_GPT_ACTS_H
+#define ZERO_MODEL_GPT_ACTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One block's activations kept for its backward. N = B*T rows; Cl = C/tp
+ * attention channels, Hl = 4C/tp MLP units, NHl = n_head/tp heads. The
+ * block's output is not here: it is the next resid[]. */
+typedef struct gpt_block_acts {
+    float *ln1, *ln1_mean, *ln1_rstd; /* N x C, N, N */
+    float *qkv;                       /* N x 3Cl: [q | k | v] of the local heads */
+    float *att;                       /* B x NHl x T x T softmax probabilities */
+    float *atty;                      /* N x Cl attention output before the projection */
+    float *res2;                      /* N x C residual after attention */
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fch, *fch_gelu;            /* N x Hl before and after GELU */
+} gpt_block_acts;
+
+typedef struct gpt_acts_shape {
+    int B, T, C, n_head, vocab;
+    int tp_size;         /* heads and MLP units split over tp (1: none) */
+    int layer_begin, layer_end;
+    int slots;           /* micro-batches in flight */
+    int head;            /* 1: this workspace runs ln_f and the tied head */
+    int recompute_below; /* blocks l < recompute_below are recomputed (0: none) */
+    int offload;         /* inputs of recomputed blocks in the host region */
+    size_t align;        /* 64 (CPU cache lines), 256 (CUDA) */
+} gpt_acts_shape;
+
+/* Byte categories of a layout (gpt_activation_bytes' fields). */
+enum { GPT_ACT_INPUTS, GPT_ACT_BLOCKS, GPT_ACT_RECOMPUTE, GPT_ACT_HEAD, GPT_ACT_SCRATCH, GPT_ACT_HOST,
+       GPT_ACT_NCAT };
+
+/* A cursor over the two regions (0 main: host memory on the CPU, device
+ * memory on CUDA; 1 host, for offload). Counting only when base[r] is NULL. */
+typedef struct gpt_carver {
+    size_t align;
+    size_t off[2];
+    char *base[2];
+    size_t bytes[GPT_ACT_NCAT];
+} gpt_carver;
+
+void gpt_carver_init(gpt_carver *c, size_t align, void *main_base, void *host_base);
+/* `count` elements of `elem` bytes in category `cat` (GPT_ACT_HOST: the
+ * host region); NULL while counting. */
+void *gpt_carve(gpt_carver *c, int cat, size_t count, size_t elem);
+/* The report of what was carved (total = the main region). */
+void gpt_carver_report(const gpt_carver *c, gpt_activation_bytes *out);
+
+typedef struct gpt_acts_slot {
+    int32_t *tokens, *targets;
+    float **resid;          /* layers + 1 (see above); for an offloaded input, a staging buffer */
+    float **kept_host;      /* layers + 1: the host copy of an offloaded input, else NULL */
+    gpt_block_acts **block; /* layers: the set block begin+i uses (its own, or the shared recompute set) */
+    float *lnf, *lnf_mean, *lnf_rstd, *logits, *lse; /* head only */
+} gpt_acts_slot;
+
+typedef struct gpt_acts {
+    gpt_acts_shape shape;
+    int layers;               /* layer_end - layer_begin */
+    gpt_acts_slot *slots;
+    gpt_block_acts *sets;     /* the stored sets (slots x not-recomputed blocks), then the recompute set */
+    gpt_block_acts *recompute;/* the shared set, NULL when no block of the range is recomputed */
+    void *tables;             /* one allocation behind slots, sets and the pointer arrays */
+    /* backward scratch common to every path */
+    float *dres;              /* N x C: gradient of the residual stream */
+    float *dln;               /* N x C */
+    float *dqkv;              /* N x 3Cl */
+    float *dfch;              /* N x Hl */
+    float *dlogits;           /* N x V, head only */
+} gpt_acts;
+
+/* 1 when block `layer` of this shape is recomputed in backward. */
+static inline int gpt_acts_recomputed(const gpt_acts_shape *s, int layer) { return layer < s->recompute_below; }
+
+/* Allocate the pointer tables of `a` for `shape` (host memory); ZERO_OUT_OF_MEMORY. */
+zero_status gpt_acts_init(gpt_acts *a, const gpt_acts_shape *shape);
+void gpt_acts_free(gpt_acts *a); /* the tables only; zeroed struct accepted */
+/* Carve the common layout through `c`, filling the pointers of `a` (which
+ * may be NULL while counting). Each path carves its own scratch after. */
+void gpt_acts_layout(gpt_acts *a, const gpt_acts_shape *shape, gpt_carver *c);
+
+/* blocks [begin, end) of the model recomputed under `ck` (NULL: none) */
+int gpt_checkpointing_below(const gpt_config *cfg, const gpt_checkpointing *ck);
+/* ZERO_CONFIG naming the field when `ck` is out of range. */
+zero_status gpt_checkpointing_validate(const gpt_checkpointing *ck, const char *op);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,65 @@
+/* One transformer block on the CPU (gpt_block.h): the math of gpt.h, with
+ * Megatron's split when k->sum is set (widths Cl, Hl, NHl are then this
+ * rank's share; see tp_gpt.h). */
+#include "gpt_block.h"
+
+#include "gpt_cpu_ops.h"
+#include "gpt_internal.h"
+
+static zero_status block_sum(const gpt_block_ctx *k, float *buf, size_t n, const char *what, int layer)
+{
+    return k->sum ? k->sum(k->sum_ctx, buf, n, what, layer) : ZERO_OK;
+}
+
+zero_status gpt_block_forward(const gpt_block_ctx *k, int layer, gpt_block_acts *a, const float *x, float *out,
+                              const gpt_tensors *p)
+{
+    const int B = k->B, T = k->T, C = k->C, N = B * T, Cl = k->Cl, Hl = k->Hl, lead = k->lead;
+
+    /* attention half: res2 = x + proj(attention(ln_1(x))), the heads split over tp */
+    gpt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->t[GPT_LN1_W], p->t[GPT_LN1_B], N, C);
+    gpt_matmul_forward(a->qkv, NULL, a->ln1, p->t[GPT_QKV_W], p->t[GPT_QKV_B], N, C, 3 * Cl);
+    gpt_attention_forward(a->atty, a->att, a->qkv, B, T, Cl, k->NHl, k->nthreads);
+    /* row-parallel: the partial products sum over tp; the lead rank brings x + bias */
+    gpt_matmul_forward(a->res2, lead ? x : NULL, a->atty, p->t[GPT_ATTPROJ_W], lead ? p->t[GPT_ATTPROJ_B] : NULL, N,
+                       Cl, C);
+    GPT_TRY(block_sum(k, a->res2, (size_t)N * C, "the attention output", layer));
+
+    /* MLP half: out = res2 + proj(gelu(fc(ln_2(res2)))), the hidden units split over tp */
+    gpt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->t[GPT_LN2_W], p->t[GPT_LN2_B], N, C);
+    gpt_matmul_forward(a->fch, NULL, a->ln2, p->t[GPT_FC_W], p->t[GPT_FC_B], N, C, Hl);
+    gpt_gelu_forward(a->fch_gelu, a->fch, (size_t)N * Hl);
+    if (!out) return ZERO_OK; /* recomputation: the output is kept already */
+    gpt_matmul_forward(out, lead ? a->res2 : NULL, a->fch_gelu, p->t[GPT_FCPROJ_W], lead ? p->t[GPT_FCPROJ_B] : NULL,
+                       N, Hl, C);
+    return block_sum(k, out, (size_t)N * C, "the MLP output", layer);
+}
+
+zero_status gpt_block_backward(const gpt_block_ctx *k, int layer, const gpt_block_acts *a, const float *x,
+                               float *dres, const gpt_tensors *p, gpt_tensors *g)
+{
+    const int B = k->B, T = k->T, C = k->C, N = B * T, Cl = k->Cl, Hl = k->Hl, nt = k->nthreads;
+
+    /* MLP half, in reverse. Row-parallel c_proj: g's backward is the identity,
+     * its bias gradient is computed (redundantly under tp) from the replicated dres. */
+    gpt_matmul_backward(k->dfch, g->t[GPT_FCPROJ_W], g->t[GPT_FCPROJ_B], dres, a->fch_gelu, p->t[GPT_FCPROJ_W], N,
+                        Hl, C, 0, k->partials, nt);
+    gpt_gelu_backward(k->dfch, a->fch, k->dfch, (size_t)N * Hl);
+    gpt_matmul_backward(k->dln, g->t[GPT_FC_W], g->t[GPT_FC_B], k->dfch, a->ln2, p->t[GPT_FC_W], N, C, Hl, 0,
+                        k->partials, nt);
+    GPT_TRY(block_sum(k, k->dln, (size_t)N * C, "d ln_2 (backward)", layer)); /* f's backward */
+    /* the residual path keeps dres; ln_2 adds its share: dres = d res2 */
+    gpt_layernorm_backward(dres, g->t[GPT_LN2_W], g->t[GPT_LN2_B], k->dln, a->res2, p->t[GPT_LN2_W], a->ln2_mean,
+                           a->ln2_rstd, N, C, k->partials, nt);
+
+    /* attention half, in reverse */
+    gpt_matmul_backward(k->dln, g->t[GPT_ATTPROJ_W], g->t[GPT_ATTPROJ_B], dres, a->atty, p->t[GPT_ATTPROJ_W], N, Cl,
+                        C, 0, k->partials, nt);
+    gpt_attention_backward(k->dqkv, k->dln, a->att, a->qkv, B, T, Cl, k->NHl, k->att_scratch, nt);
+    gpt_matmul_backward(k->dln, g->t[GPT_QKV_W], g->t[GPT_QKV_B], k->dqkv, a->ln1, p->t[GPT_QKV_W], N, C, 3 * Cl, 0,
+                        k->partials, nt);
+    GPT_TRY(block_sum(k, k->dln, (size_t)N * C, "d ln_1 (backward)", layer));
+    gpt_layernorm_backward(dres, g->t[GPT_LN1_W], g->t[GPT_LN1_B], k->dln, x, p->t[GPT_LN1_W], a->ln1_mean,
+                           a->ln1_rstd, N, C, k->partials, nt);
+    return ZERO_OK;
+}

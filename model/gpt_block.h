@@ -1,0 +1,35 @@
+/* Internal: one transformer block's forward, recomputation and backward on
+ * the CPU, shared by the single-rank model (gpt_cpu.c) and the tensor /
+ * pipeline stage runtime (tp_gpt.c), so both run the same kernels in the same
+ * order (which is what makes tp 1 bitwise equal to gpt_cpu.c, and a
+ * recomputed block bitwise equal to a stored one). */
+#ifndef ZERO_MODEL_GPT_BLOCK_H
+#define ZERO_MODEL_GPT_BLOCK_H
+
+#include "gpt_acts.h"
+
+/* Megatron's all-reduce over the tp group (g forward, f backward); NULL
+ * outside tensor parallelism. `what` names the tensor for messages. */
+typedef zero_status (*gpt_block_sum_fn)(void *ctx, float *buf, size_t n, const char *what, int layer);
+
+typedef struct gpt_block_ctx {
+    int B, T, C;          /* full widths */
+    int Cl, Hl, NHl;      /* this rank's attention channels, MLP units, heads (C, 4C, n_head without tp) */
+    int lead;             /* adds the residual and the row-parallel biases (tp rank 0; 1 without tp) */
+    int nthreads;
+    gpt_block_sum_fn sum;
+    void *sum_ctx;
+    /* backward scratch (gpt_acts' common part, and the CPU kernels' own) */
+    float *dln, *dqkv, *dfch, *partials, *att_scratch;
+} gpt_block_ctx;
+
+/* Forward of block `layer` from x into the activations `a`; the output goes
+ * to `out`. out == NULL recomputes: everything but the last matmul (and its
+ * all-reduce), whose result the caller kept. */
+zero_status gpt_block_forward(const gpt_block_ctx *k, int layer, gpt_block_acts *a, const float *x, float *out,
+                              const gpt_tensors *p);
+/* Backward: dres holds d(output) and becomes d(x); gradients accumulate into g. */
+zero_status gpt_block_backward(const gpt_block_ctx *k, int layer, const gpt_block_acts *a, const float *x,
+                               float *dres, const gpt_tensors *p, gpt_tensors *g);
+
+#endif
