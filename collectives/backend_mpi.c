@@ -109,6 +109,47 @@ zero_status mpi_status_from(zero_comm *c, int mpi_err, const char *what)
 
 static void free_ptr(void *p) { free(p); }
 
+/* A receive matched before we gave up is being copied in (vader copies a
+ * whole message in one progress call; other transports pipeline it): a
+ * moment is enough for it to finish. */
+#define CANCEL_GRACE_S 1.0
+
+typedef struct cancel_ctx {
+    MPI_Request *reqs;
+    int n;
+} cancel_ctx;
+
+static zero_status poll_cancelled(void *ctx, int *done)
+{
+    cancel_ctx *t = ctx;
+    int left = 0;
+    for (int i = 0; i < t->n; i++) {
+        if (t->reqs[i] == MPI_REQUEST_NULL) continue;
+        int flag = 0;
+        /* A request that fails is complete too: MPI no longer touches its buffer. */
+        if (MPI_Test(&t->reqs[i], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) t->reqs[i] = MPI_REQUEST_NULL;
+        left += t->reqs[i] != MPI_REQUEST_NULL;
+    }
+    *done = left == 0;
+    return ZERO_OK;
+}
+
+int mpi_cancel_receives(MPI_Request *reqs, int n)
+{
+    if (n <= 0) return 0;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return 0;
+    for (int i = 0; i < n; i++)
+        if (reqs[i] != MPI_REQUEST_NULL) MPI_Cancel(&reqs[i]);
+    cancel_ctx t = {reqs, n};
+    (void)coll_poll(poll_cancelled, &t, CANCEL_GRACE_S);
+    int left = 0;
+    for (int i = 0; i < n; i++)
+        if (reqs[i] != MPI_REQUEST_NULL) reqs[left++] = reqs[i];
+    return left;
+}
+
 /* ---------------------------------------------------------------- ops */
 
 static MPI_Datatype mpi_type(zero_dtype d, int reducing)
@@ -131,6 +172,18 @@ static zero_status oom(zero_comm *c, const coll_args *a, size_t bytes)
     coll_describe(a, what, sizeof what);
     return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "%s on group %s rank %d: no memory for %zu bytes of fp32 staging",
                      what, c->name, c->rank, bytes);
+}
+
+/* Receive into a temporary of `count` elements, copied to dst at completion. */
+static zero_status bounce_recv(zero_comm *c, const coll_args *a, mpi_op *op, void *dst, size_t count)
+{
+    size_t bytes = count * zero_dtype_size(a->dtype);
+    op->tmp_recv = malloc(bytes ? bytes : 1);
+    if (!op->tmp_recv) return oom(c, a, bytes);
+    op->copy_src = op->tmp_recv;
+    op->copy_dst = dst;
+    op->copy_count = count;
+    return ZERO_OK;
 }
 
 zero_status mpi_op_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_op *op)
@@ -159,6 +212,12 @@ zero_status mpi_op_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_op *
     char *r = a->recv;
     int rc = MPI_SUCCESS;
 
+    /* MPI's own collectives (libnbc) cannot be cancelled: when one is given
+     * up, its receives would land in the caller's buffer whenever a late peer
+     * shows up, maybe after the caller freed it. So they receive into a
+     * temporary (kept by the graveyard if abandoned) copied out at completion:
+     * only small all-reduces, broadcasts and the forced nbc path go here. */
+    int bounce = n > 1;
     switch (a->kind) {
     case ZERO_OP_ALLREDUCE:
         if (r16) {
@@ -175,6 +234,9 @@ zero_status mpi_op_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_op *
             op->copy_count = a->count;
             op->convert = 1;
             rc = MPI_Iallreduce(op->tmp_send, op->tmp_recv, cnt, MPI_FLOAT, mop, mc, &op->req);
+        } else if (bounce) {
+            ZERO_TRY(bounce_recv(c, a, op, r, a->count));
+            rc = MPI_Iallreduce(s, op->tmp_recv, cnt, mpi_type(a->dtype, 1), mop, mc, &op->req);
         } else {
             rc = MPI_Iallreduce(s == r ? MPI_IN_PLACE : s, r, cnt, mpi_type(a->dtype, 1), mop, mc, &op->req);
         }
@@ -190,7 +252,7 @@ zero_status mpi_op_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_op *
             }
             coll_r16_to_f32((const uint16_t *)s, op->tmp_send, total, a->dtype);
             op->convert = 1;
-        } else if (in_place) {
+        } else if (in_place || bounce) {
             /* MPI's in-place reduce-scatter takes its input from recv and
              * leaves the result at recv[0], not at our chunk: reduce into a
              * temporary and copy our chunk over at the end, which also keeps
@@ -209,13 +271,26 @@ zero_status mpi_op_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_op *
     }
     case ZERO_OP_ALLGATHER: {
         int in_place = s == r + (size_t)c->rank * chunk;
-        rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : s, cnt, mpi_type(a->dtype, 0), r, cnt, mpi_type(a->dtype, 0),
-                            mc, &op->req);
+        if (bounce) {
+            ZERO_TRY(bounce_recv(c, a, op, r, total));
+            rc = MPI_Iallgather(s, cnt, mpi_type(a->dtype, 0), op->tmp_recv, cnt, mpi_type(a->dtype, 0), mc,
+                                &op->req);
+        } else {
+            rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : s, cnt, mpi_type(a->dtype, 0), r, cnt,
+                                mpi_type(a->dtype, 0), mc, &op->req);
+        }
         break;
     }
     case ZERO_OP_BROADCAST:
-        if (c->rank == a->root && s != r) memcpy(r, s, chunk);
-        rc = MPI_Ibcast(r, cnt, mpi_type(a->dtype, 0), a->root, mc, &op->req);
+        if (c->rank == a->root) {
+            if (s != r) memcpy(r, s, chunk);
+            rc = MPI_Ibcast(r, cnt, mpi_type(a->dtype, 0), a->root, mc, &op->req); /* only read here */
+        } else if (bounce) {
+            ZERO_TRY(bounce_recv(c, a, op, r, a->count));
+            rc = MPI_Ibcast(op->tmp_recv, cnt, mpi_type(a->dtype, 0), a->root, mc, &op->req);
+        } else {
+            rc = MPI_Ibcast(r, cnt, mpi_type(a->dtype, 0), a->root, mc, &op->req);
+        }
         break;
     case ZERO_OP_SEND:
         rc = MPI_Isend(s, cnt, mpi_type(a->dtype, 0), a->peer, P2P_TAG, mc, &op->req);
@@ -289,6 +364,13 @@ void mpi_op_abandon(mpi_op *op)
     if (op->sched) {
         mpi_sched_abandon(op->sched);
         op->sched = NULL;
+    }
+    if (op->kind == ZERO_OP_RECV && op->req != MPI_REQUEST_NULL) {
+        /* Received straight into the caller's buffer: take it back. */
+        if (mpi_cancel_receives(&op->req, 1))
+            zero_log(ZERO_LOG_WARN, "recv: a receive could not be cancelled; its buffer may still be written");
+        else
+            op->req = MPI_REQUEST_NULL;
     }
     if (op->req != MPI_REQUEST_NULL) {
         /* MPI may still read or write these; keep them until finalize. */

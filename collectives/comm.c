@@ -67,6 +67,18 @@ zero_status coll_comm_fail(zero_comm *c, zero_status status, const char *fmt, ..
     return zero_fail(&c->err, status, "%s", msg);
 }
 
+zero_status coll_comm_check(const zero_comm *c, const char *fn)
+{
+    if (!c) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "%s: comm is NULL", fn);
+    if (c->magic == ZERO_HANDLE_DEAD)
+        return zero_fail(NULL, ZERO_INVALID_STATE,
+                         "%s: comm %p (group %s) was destroyed by zero_comm_destroy; the handle is stale", fn,
+                         (const void *)c, c->name);
+    if (c->magic != ZERO_HANDLE_COMM)
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "%s: %p is not a zero_comm", fn, (const void *)c);
+    return ZERO_OK;
+}
+
 zero_status coll_comm_set_members(zero_comm *c, int rank, int size)
 {
     int *wr = calloc((size_t)size, sizeof *wr);
@@ -82,16 +94,21 @@ static zero_comm *comm_new(const char *name, double timeout_s, int device)
 {
     zero_comm *c = calloc(1, sizeof *c);
     if (!c) return NULL;
+    c->magic = ZERO_HANDLE_COMM;
     snprintf(c->name, sizeof c->name, "%s", name);
     c->timeout_s = timeout_s;
     c->device = device;
     return c;
 }
 
+/* Release everything but the struct, which is retired (handle.h) so a stale
+ * pointer is recognised later. */
 static void comm_free(zero_comm *c)
 {
     free(c->world_ranks);
-    free(c);
+    c->world_ranks = NULL;
+    c->magic = ZERO_HANDLE_DEAD;
+    zero_handle_retire(c);
 }
 
 /* ---------------------------------------------------------------- world */
@@ -196,9 +213,12 @@ zero_status zero_comm_init_world(zero_comm **out, const zero_comm_config *config
 
 zero_status zero_comm_split(zero_comm *parent, int color, int key, zero_comm **out)
 {
-    if (!out) return zero_fail(parent ? &parent->err : NULL, ZERO_INVALID_ARGUMENT, "zero_comm_split: out is NULL");
+    if (!out)
+        return zero_fail(coll_comm_live(parent) ? &parent->err : NULL, ZERO_INVALID_ARGUMENT,
+                         "zero_comm_split: out is NULL");
     *out = NULL;
     if (!parent) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_split: parent comm is NULL");
+    ZERO_TRY(coll_comm_check(parent, "zero_comm_split"));
     if (parent->failed != ZERO_OK)
         return zero_fail(&parent->err, ZERO_INVALID_STATE,
                          "split of group %s(size %d) rank %d: the group failed earlier (%s); only "
@@ -236,41 +256,73 @@ zero_status zero_comm_split(zero_comm *parent, int color, int key, zero_comm **o
     return ZERO_OK;
 }
 
+/* The request outlives its comm: finish it with a failure now (the backend
+ * gives up on its transfers) and detach it, so zero_wait/zero_test later
+ * only read the request itself. */
+static void detach_request(zero_comm *c, zero_request *req)
+{
+    if (!req->done) {
+        c->be->abandon(c, req);
+        req->done = 1;
+        req->status = ZERO_INVALID_STATE;
+    }
+    req->comm = NULL;
+    req->prev = req->next = NULL;
+}
+
 void zero_comm_destroy(zero_comm *comm)
 {
     if (!comm) return;
+    if (comm->magic != ZERO_HANDLE_COMM) {
+        /* A second destroy, or not a comm at all: refuse to touch it. */
+        zero_fail(NULL, ZERO_INVALID_STATE, "zero_comm_destroy: comm %p %s; ignored", (void *)comm,
+                  comm->magic == ZERO_HANDLE_DEAD ? "was already destroyed" : "is not a zero_comm");
+        zero_log(ZERO_LOG_WARN, "%s", zero_last_error());
+        return;
+    }
     if (comm->outstanding > 0) {
         /* Requests still point at the comm and at transport state: treat it
          * like a failure so the backend leaves shared state alone. */
         zero_log(ZERO_LOG_WARN, "zero_comm_destroy: group %s rank %d destroyed with %d outstanding requests",
                  comm->name, comm->rank, comm->outstanding);
         if (comm->failed == ZERO_OK) comm->failed = ZERO_INVALID_STATE;
+        while (comm->pending) {
+            zero_request *req = comm->pending;
+            comm->pending = req->next;
+            detach_request(comm, req);
+        }
     }
     if (comm->be && comm->be->destroy) comm->be->destroy(comm);
     coll_scratch_release(&comm->scratch);
 #if ZERO_HAVE_MPI
     if (comm->owns_mpi) mpi_env_release();
 #endif
+    /* What zero_comm_last_error says through a stale pointer. */
+    snprintf(comm->err.msg, sizeof comm->err.msg, "group %s was destroyed by zero_comm_destroy", comm->name);
     comm_free(comm);
 }
 
 /* ---------------------------------------------------------------- accessors */
 
-int zero_comm_rank(const zero_comm *comm) { return comm ? comm->rank : -1; }
-int zero_comm_size(const zero_comm *comm) { return comm ? comm->size : 0; }
-zero_backend zero_comm_backend(const zero_comm *comm) { return comm ? comm->backend : ZERO_BACKEND_AUTO; }
-int zero_comm_world_rank(const zero_comm *comm) { return comm ? comm->world_ranks[comm->rank] : -1; }
-const char *zero_comm_name(const zero_comm *comm) { return comm ? comm->name : "(null)"; }
+/* Accessors answer "no comm" for NULL and for a destroyed comm alike. */
+int zero_comm_rank(const zero_comm *comm) { return coll_comm_live(comm) ? comm->rank : -1; }
+int zero_comm_size(const zero_comm *comm) { return coll_comm_live(comm) ? comm->size : 0; }
+zero_backend zero_comm_backend(const zero_comm *comm)
+{
+    return coll_comm_live(comm) ? comm->backend : ZERO_BACKEND_AUTO;
+}
+int zero_comm_world_rank(const zero_comm *comm) { return coll_comm_live(comm) ? comm->world_ranks[comm->rank] : -1; }
+const char *zero_comm_name(const zero_comm *comm) { return coll_comm_live(comm) ? comm->name : "(null)"; }
 
 int zero_comm_world_rank_of(const zero_comm *comm, int rank)
 {
-    if (!comm || rank < 0 || rank >= comm->size) return -1;
+    if (!coll_comm_live(comm) || rank < 0 || rank >= comm->size) return -1;
     return comm->world_ranks[rank];
 }
 
 zero_status zero_comm_set_name(zero_comm *comm, const char *name)
 {
-    if (!comm) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_set_name: comm is NULL");
+    ZERO_TRY(coll_comm_check(comm, "zero_comm_set_name"));
     if (!name || !*name || strlen(name) >= COLL_NAME_MAX)
         return zero_fail(&comm->err, ZERO_INVALID_ARGUMENT,
                          "zero_comm_set_name: name must be 1..%d characters", COLL_NAME_MAX - 1);
@@ -280,7 +332,7 @@ zero_status zero_comm_set_name(zero_comm *comm, const char *name)
 
 zero_status zero_comm_set_timeout(zero_comm *comm, double timeout_s)
 {
-    if (!comm) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_set_timeout: comm is NULL");
+    ZERO_TRY(coll_comm_check(comm, "zero_comm_set_timeout"));
     if (!(timeout_s > 0))
         return zero_fail(&comm->err, ZERO_INVALID_ARGUMENT,
                          "zero_comm_set_timeout on group %s: timeout_s must be > 0, got %g", comm->name, timeout_s);
@@ -288,24 +340,26 @@ zero_status zero_comm_set_timeout(zero_comm *comm, double timeout_s)
     return ZERO_OK;
 }
 
-double zero_comm_timeout(const zero_comm *comm) { return comm ? comm->timeout_s : 0.0; }
+double zero_comm_timeout(const zero_comm *comm) { return coll_comm_live(comm) ? comm->timeout_s : 0.0; }
 
 const char *zero_comm_last_error(const zero_comm *comm)
 {
-    return comm ? comm->err.msg : "zero_comm_last_error: comm is NULL";
+    if (!comm) return "zero_comm_last_error: comm is NULL";
+    /* A destroyed comm's struct is retired, not freed: its last message says so. */
+    return comm->err.msg;
 }
 
 /* ---------------------------------------------------------------- counters */
 
 zero_status zero_comm_get_counters(const zero_comm *comm, zero_comm_counters *out)
 {
-    if (!comm || !out)
-        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_get_counters: %s is NULL", comm ? "out" : "comm");
+    ZERO_TRY(coll_comm_check(comm, "zero_comm_get_counters"));
+    if (!out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_get_counters: out is NULL");
     *out = comm->counters;
     return ZERO_OK;
 }
 
 void zero_comm_reset_counters(zero_comm *comm)
 {
-    if (comm) memset(&comm->counters, 0, sizeof comm->counters);
+    if (coll_comm_live(comm)) memset(&comm->counters, 0, sizeof comm->counters);
 }

@@ -15,6 +15,7 @@
 #include <zero/comm.h>
 
 #include "common/error.h"
+#include "common/handle.h"
 #include "zero_build_config.h"
 
 #if ZERO_HAVE_MPI
@@ -37,7 +38,8 @@ typedef struct coll_args {
 } coll_args;
 
 struct zero_request {
-    zero_comm *comm;
+    zero_comm *comm;   /* NULL once the comm was destroyed with the request outstanding */
+    zero_request *prev, *next; /* the comm's outstanding asynchronous requests */
     coll_args args;
     int done;          /* finished: results are in the caller's buffers */
     zero_status status;
@@ -83,6 +85,7 @@ typedef struct coll_backend {
 } coll_backend;
 
 struct zero_comm {
+    uint32_t magic;         /* ZERO_HANDLE_COMM while alive, ZERO_HANDLE_DEAD once destroyed */
     const coll_backend *be;
     zero_backend backend;
     int rank, size;
@@ -92,6 +95,7 @@ struct zero_comm {
     char name[COLL_NAME_MAX];
     zero_status failed;     /* ZERO_OK, or the error that left the comm unusable */
     int outstanding;        /* issued requests not yet waited on */
+    zero_request *pending;  /* those requests (asynchronous ones), abandoned by destroy */
     uint32_t coll_seq;      /* collectives issued so far: tags point-to-point schedules */
     coll_scratch scratch;   /* reusable temporary memory of the backend's ops */
     int owns_mpi;           /* holds a reference on MPI's lifetime (mpi_env_release) */
@@ -126,6 +130,11 @@ void coll_describe(const coll_args *a, char *buf, size_t len);
 /* "0-3", "0,2,5-7": the world ranks of the members (all but `skip`, -1 = none). */
 void coll_format_ranks(const zero_comm *c, int skip, char *buf, size_t len);
 const char *coll_op_name(zero_op_kind kind);
+
+/* ZERO_OK when c is a live comm; else ZERO_INVALID_ARGUMENT (NULL) or
+ * ZERO_INVALID_STATE (destroyed), with a message naming `fn`. */
+zero_status coll_comm_check(const zero_comm *c, const char *fn);
+static inline int coll_comm_live(const zero_comm *c) { return c && c->magic == ZERO_HANDLE_COMM; }
 
 /* Mark the comm unusable (first error wins) and record the message. */
 zero_status coll_comm_fail(zero_comm *c, zero_status status, const char *fmt, ...) ZERO_PRINTF(3, 4);
@@ -197,6 +206,12 @@ zero_status mpi_sched_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_s
 zero_status mpi_sched_test(zero_comm *c, mpi_sched *s, int *done);
 void mpi_sched_free(mpi_sched *s);
 void mpi_sched_abandon(mpi_sched *s);
+
+/* Take receives back from MPI before their memory goes back to the caller:
+ * cancel every request of reqs[0..n) (all receives), then complete them,
+ * waiting at most a short grace period for ones already matched (their data
+ * is arriving). Returns how many are still pending, moved to reqs[0..). */
+int mpi_cancel_receives(MPI_Request *reqs, int n);
 
 /* Dup a communicator with a deadline (MPI_Comm_idup, polled). */
 zero_status mpi_comm_dup_deadline(zero_comm *c, MPI_Comm parent, MPI_Comm *out, const char *what);

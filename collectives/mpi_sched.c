@@ -65,6 +65,10 @@ struct mpi_sched {
     int tmp_cached;    /* tmp is the comm's scratch buffer */
     int nreq;
     MPI_Request *reqs;
+    MPI_Status *stats;
+    int *expect;       /* per request: elements a receive expects from its peer, -1 for a send */
+    int *peer;         /* per request: the group rank at the other end */
+    zero_comm *comm;   /* for messages */
 };
 
 /* ---------------------------------------------------------------- policy */
@@ -153,6 +157,15 @@ static void reduce_segment(mpi_sched *s, char *out)
 
 /* ---------------------------------------------------------------- phases */
 
+/* Request k goes to or comes from group rank p; a receive expects `expect`
+ * elements (-1: a send). */
+static void note(mpi_sched *s, int k, int p, int expect)
+{
+    s->peer[k] = p;
+    s->expect[k] = expect;
+    s->reqs[k] = MPI_REQUEST_NULL;
+}
+
 static int post_reduce_scatter(mpi_sched *s)
 {
     MPI_Datatype t = wire_type(s->dtype);
@@ -163,6 +176,7 @@ static int post_reduce_scatter(mpi_sched *s)
         memcpy(slot_ptr(s, s->n - 1), s->send + (s->off[s->rank] + b) * s->es, l * s->es);
     for (int p = 0; p < s->n && rc == MPI_SUCCESS; p++) {
         if (p == s->rank || !l) continue;
+        note(s, k, p, (int)l);
         rc = MPI_Irecv(slot_ptr(s, p < s->rank ? p : p - 1), (int)l, t, p, tag, s->mc, &s->reqs[k++]);
     }
     /* Send in a rotated order so not every rank hits rank 0 first. */
@@ -170,7 +184,9 @@ static int post_reduce_scatter(mpi_sched *s)
         int p = (s->rank + i) % s->n;
         size_t pb, pl;
         seg_range(s, p, &pb, &pl);
-        if (pl) rc = MPI_Isend(s->send + (s->off[p] + pb) * s->es, (int)pl, t, p, tag, s->mc, &s->reqs[k++]);
+        if (!pl) continue;
+        note(s, k, p, -1);
+        rc = MPI_Isend(s->send + (s->off[p] + pb) * s->es, (int)pl, t, p, tag, s->mc, &s->reqs[k++]);
     }
     s->nreq = k;
     return rc;
@@ -183,10 +199,12 @@ static int post_allgather(mpi_sched *s, const char *mine, char *base, int tag)
     int k = 0, rc = MPI_SUCCESS;
     for (int p = 0; p < s->n && rc == MPI_SUCCESS; p++) {
         if (p == s->rank || !s->len[p]) continue;
+        note(s, k, p, (int)s->len[p]);
         rc = MPI_Irecv(base + s->off[p] * s->es, (int)s->len[p], t, p, tag, s->mc, &s->reqs[k++]);
     }
     for (int i = 1; i < s->n && rc == MPI_SUCCESS && s->len[s->rank]; i++) {
         int p = (s->rank + i) % s->n;
+        note(s, k, p, -1);
         rc = MPI_Isend(mine, (int)s->len[s->rank], t, p, tag, s->mc, &s->reqs[k++]);
     }
     s->nreq = k;
@@ -208,18 +226,70 @@ static zero_status fail_rc(zero_comm *c, mpi_sched *s, int rc)
     return mpi_status_from(c, rc, what);
 }
 
+/* "rank 1 (world 1)" */
+static void name_peer(const mpi_sched *s, int p, char *buf, size_t len)
+{
+    snprintf(buf, len, "rank %d (world %d)", p, s->comm->world_ranks[p]);
+}
+
+static zero_status mismatch(zero_comm *c, mpi_sched *s, int k, int got)
+{
+    char who[48], sent[48];
+    name_peer(s, s->peer[k], who, sizeof who);
+    if (got < 0)
+        snprintf(sent, sizeof sent, "more than %d elements", s->expect[k]);
+    else
+        snprintf(sent, sizeof sent, "%d elements", got);
+    return coll_comm_fail(c, ZERO_MISMATCH,
+                          "%s of %zu x %s on group %s(size %d) rank %d (world %d): %s sent %s where this rank "
+                          "expected %d: the ranks called the op with different counts, dtypes or op kinds",
+                          coll_op_name(s->kind), s->count, zero_dtype_name(s->dtype), c->name, c->size, c->rank,
+                          c->world_ranks[c->rank], who, sent, s->expect[k]);
+}
+
+static zero_status check_counts(zero_comm *c, mpi_sched *s)
+{
+    MPI_Datatype t = wire_type(s->dtype);
+    for (int k = 0; k < s->nreq; k++) {
+        if (s->expect[k] < 0) continue;
+        int got = -1;
+        MPI_Get_count(&s->stats[k], t, &got);
+        if (got != s->expect[k]) return mismatch(c, s, k, got < 0 ? 0 : got);
+    }
+    return ZERO_OK;
+}
+
+/* MPI_Testall failed on some request: name the first failed one. */
+static zero_status fail_status(zero_comm *c, mpi_sched *s)
+{
+    for (int k = 0; k < s->nreq; k++) {
+        int err = s->stats[k].MPI_ERROR;
+        if (err == MPI_SUCCESS || err == MPI_ERR_PENDING) continue;
+        int cls = MPI_ERR_OTHER;
+        MPI_Error_class(err, &cls);
+        if (cls == MPI_ERR_TRUNCATE && s->expect[k] >= 0) return mismatch(c, s, k, -1);
+        return fail_rc(c, s, err);
+    }
+    return fail_rc(c, s, MPI_ERR_IN_STATUS);
+}
+
 zero_status mpi_sched_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_sched **out)
 {
     *out = NULL;
     int n = c->size;
     /* One allocation for the schedule and its per-rank arrays: small ops
      * are latency-bound and every malloc shows. */
-    size_t arrays = 2 * (size_t)n * sizeof(size_t) + 2 * (size_t)n * sizeof(MPI_Request);
+    size_t arrays = 2 * (size_t)n * (sizeof(MPI_Status) + sizeof(size_t) + sizeof(MPI_Request) + 2 * sizeof(int));
     mpi_sched *s = calloc(1, sizeof *s + arrays);
     if (!s) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "%s: out of memory", coll_op_name(a->kind));
-    s->reqs = (MPI_Request *)(s + 1);
-    s->off = (size_t *)(s->reqs + 2 * n);
+    /* largest alignment first: statuses, sizes, requests, ints */
+    s->stats = (MPI_Status *)(s + 1);
+    s->off = (size_t *)(s->stats + 2 * n);
     s->len = s->off + n;
+    s->reqs = (MPI_Request *)(s->len + n);
+    s->expect = (int *)(s->reqs + 2 * n);
+    s->peer = s->expect + 2 * n;
+    s->comm = c;
     s->kind = a->kind;
     s->dtype = a->dtype;
     s->op = a->op;
@@ -298,9 +368,13 @@ zero_status mpi_sched_test(zero_comm *c, mpi_sched *s, int *done)
 {
     int flag = 0;
     *done = 0;
-    int rc = MPI_Testall(s->nreq, s->reqs, &flag, MPI_STATUSES_IGNORE);
+    int rc = MPI_Testall(s->nreq, s->reqs, &flag, s->stats);
+    if (rc == MPI_ERR_IN_STATUS) return fail_status(c, s);
     if (rc != MPI_SUCCESS) return fail_rc(c, s, rc);
     if (!flag) return ZERO_OK;
+    /* A peer that passed a smaller count sends less than we expect, and MPI
+     * calls that a success: compare what arrived with what we asked for. */
+    ZERO_TRY(check_counts(c, s));
     if (s->gathering) {
         if (s->own_copy) memcpy(s->own_copy, s->send, s->len[s->rank] * s->es);
         *done = 1;
@@ -326,8 +400,26 @@ zero_status mpi_sched_test(zero_comm *c, mpi_sched *s, int *done)
 void mpi_sched_abandon(mpi_sched *s)
 {
     if (!s) return;
-    int pending = 0;
-    for (int i = 0; i < s->nreq; i++) pending |= s->reqs[i] != MPI_REQUEST_NULL;
+    /* Receives land in the caller's buffer (all-gather) or in tmp: take them
+     * back from MPI before the caller may free that memory (a late peer's
+     * data would otherwise be written into it). Sends cannot be cancelled
+     * in Open MPI; they only read. */
+    int recvs = 0;
+    for (int i = 0; i < s->nreq; i++)
+        if (s->expect[i] >= 0 && s->reqs[i] != MPI_REQUEST_NULL) s->reqs[recvs++] = s->reqs[i];
+    int left = mpi_cancel_receives(s->reqs, recvs);
+    if (left) {
+        zero_log(ZERO_LOG_WARN,
+                 "%s on group %s rank %d: %d receives could not be cancelled; their buffers may still be written",
+                 coll_op_name(s->kind), s->comm->name, s->rank, left);
+        /* The request handles must outlive the schedule for MPI to finish them. */
+        MPI_Request *keep = malloc((size_t)left * sizeof *keep);
+        if (keep) {
+            memcpy(keep, s->reqs, (size_t)left * sizeof *keep);
+            coll_graveyard_add(keep, free);
+        }
+    }
+    int pending = left;
     if (pending && s->tmp) {
         /* MPI may still write tmp: it outlives the comm in the graveyard. */
         coll_scratch_abandon(s->scratch, s->tmp, s->tmp_cached);

@@ -43,7 +43,7 @@ static void buffer_bytes(const zero_comm *c, const coll_args *a, size_t es, size
 
 static zero_status validate(zero_comm *c, coll_args *a, const char *fn)
 {
-    if (!c) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "%s: comm is NULL", fn);
+    ZERO_TRY(coll_comm_check(c, fn));
     if (c->failed != ZERO_OK) {
         char what[96];
         coll_describe(a, what, sizeof what);
@@ -181,16 +181,20 @@ static zero_status run_blocking(zero_comm *c, coll_args *a, const char *fn)
 
 static zero_status run_async(zero_comm *c, coll_args *a, const char *fn, zero_request **out)
 {
-    if (!out) return zero_fail(c ? &c->err : NULL, ZERO_INVALID_ARGUMENT, "%s: req is NULL", fn);
+    zero_errbuf *err = coll_comm_live(c) ? &c->err : NULL;
+    if (!out) return zero_fail(err, ZERO_INVALID_ARGUMENT, "%s: req is NULL", fn);
     *out = NULL;
     zero_request *req = malloc(sizeof *req);
-    if (!req) return zero_fail(c ? &c->err : NULL, ZERO_OUT_OF_MEMORY, "%s: out of memory", fn);
+    if (!req) return zero_fail(err, ZERO_OUT_OF_MEMORY, "%s: out of memory", fn);
     zero_status st = issue(c, a, fn, req);
     if (st != ZERO_OK) {
         free(req);
         return st;
     }
     c->outstanding++;
+    req->next = c->pending;
+    if (c->pending) c->pending->prev = req;
+    c->pending = req;
     *out = req;
     return ZERO_OK;
 }
@@ -287,11 +291,33 @@ zero_status zero_recv_async(zero_comm *comm, void *buf, size_t count, zero_dtype
 
 /* ---------------------------------------------------------------- completion */
 
+/* A request whose comm was destroyed first was finished by the destroy. */
+static zero_status detached(const zero_request *req, const char *fn)
+{
+    char what[96];
+    coll_describe(&req->args, what, sizeof what);
+    if (req->status == ZERO_OK) return ZERO_OK;
+    return zero_fail(NULL, req->status, "%s: %s: its comm was destroyed before the request was waited on (%s)", fn,
+                     what, zero_status_name(req->status));
+}
+
+static void unlink_request(zero_comm *c, zero_request *req)
+{
+    if (req->prev) req->prev->next = req->next;
+    else if (c->pending == req) c->pending = req->next;
+    if (req->next) req->next->prev = req->prev;
+    req->prev = req->next = NULL;
+}
+
 zero_status zero_test(zero_request *req, int *done)
 {
     if (!req || !done)
         return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_test: %s is NULL", req ? "done" : "req");
     zero_comm *c = req->comm;
+    if (!c) {
+        *done = 1;
+        return detached(req, "zero_test");
+    }
     if (!req->done) {
         int d = 0;
         zero_status st = c->be->test(c, req, &d);
@@ -314,6 +340,11 @@ zero_status zero_wait(zero_request *req)
     if (!req) return ZERO_OK;
     zero_comm *c = req->comm;
     zero_status st;
+    if (!c) {
+        st = detached(req, "zero_wait");
+        free(req);
+        return st;
+    }
     if (!req->done && c->failed != ZERO_OK) {
         /* The group already failed (another op timed out): its pending ops
          * will not finish either, so do not wait a second deadline. */
@@ -339,6 +370,7 @@ zero_status zero_wait(zero_request *req)
         st = coll_wait_request(req);
     }
     c->outstanding--;
+    unlink_request(c, req);
     free(req);
     return st;
 }

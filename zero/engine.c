@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/handle.h"
 #include "engine_internal.h"
 
 /* ---------------------------------------------------------------- helpers */
@@ -26,6 +27,14 @@ void engine_mark_broken(zero_engine *e)
 zero_status engine_check_usable(zero_engine *e, const char *what, int need_finalized)
 {
     if (!e) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "%s: engine is NULL", what);
+    if (e->magic != ZERO_HANDLE_ENGINE)
+        return zero_fail(NULL, ZERO_INVALID_STATE, "%s: engine %p %s", what, (void *)e,
+                         e->magic == ZERO_HANDLE_DEAD ? "was destroyed by zero_engine_destroy; the handle is stale"
+                                                      : "is not a zero_engine");
+    if (zero_comm_size(e->dp) < 1) /* the comm answers 0 once destroyed */
+        return zero_fail(&e->err, ZERO_INVALID_STATE,
+                         "%s: the engine's dp comm was destroyed while the engine still uses it (destroy the "
+                         "engine first)", what);
     if (e->broken)
         return zero_fail(&e->err, ZERO_INVALID_STATE,
                          "%s: the engine is unusable after an earlier failure of a collective or of "
@@ -113,6 +122,7 @@ zero_status zero_engine_create(zero_engine **out, const zero_config *config, zer
 
     zero_engine *e = calloc(1, sizeof *e);
     if (!e) return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "engine create: out of memory");
+    e->magic = ZERO_HANDLE_ENGINE;
     e->cfg = *config;
     e->cfg.size = sizeof(zero_config);
     e->dp = dp;
@@ -134,7 +144,12 @@ zero_status zero_engine_create(zero_engine **out, const zero_config *config, zer
 void zero_engine_destroy(zero_engine *e)
 {
     if (!e) return;
-    if (!e->broken) {
+    if (e->magic != ZERO_HANDLE_ENGINE) { /* destroyed before: the struct is retired, not freed */
+        zero_log(ZERO_LOG_WARN, "zero_engine_destroy: engine %p %s; ignored", (void *)e,
+                 e->magic == ZERO_HANDLE_DEAD ? "was already destroyed" : "is not a zero_engine");
+        return;
+    }
+    if (!e->broken && zero_comm_size(e->dp) >= 1) { /* a destroyed comm answers 0: nothing to flush on it */
         (void)grads_flush(e, "engine destroy");
         (void)gather_drop_prefetches(e, "engine destroy");
     }
@@ -175,7 +190,8 @@ void zero_engine_destroy(zero_engine *e)
     free(e->buckets);
     free(e->trace);
     free(e->cur);
-    free(e);
+    e->magic = ZERO_HANDLE_DEAD;
+    zero_handle_retire(e); /* a second destroy or a stale call is then recognised */
 }
 
 const char *zero_engine_last_error(const zero_engine *e)

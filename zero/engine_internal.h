@@ -89,6 +89,7 @@ typedef struct zero_books {
 } zero_books;
 
 struct zero_engine {
+    uint32_t magic;       /* ZERO_HANDLE_ENGINE; ZERO_HANDLE_DEAD once destroyed (common/handle.h) */
     zero_errbuf err;
     zero_config cfg;
     zero_comm *dp;
