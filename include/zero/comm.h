@@ -30,9 +30,16 @@
  * with a message naming the op, the group and the ranks involved; a peer that
  * has left returns ZERO_PEER_FAILURE. After such an error the comm refuses
  * every op with ZERO_INVALID_STATE and may only be destroyed, which never
- * waits for peers. The buffers of an op that timed out may still be written
- * by the transport until MPI is finalized: do not reuse them for anything the
- * program still relies on.
+ * waits for peers. Once the failed call returns, its receive buffers are no
+ * longer written (receives are cancelled, or went to an internal temporary),
+ * so they may be freed; a late peer's data is dropped. Its send buffers may
+ * still be read by a late peer: what that peer receives is then undefined.
+ *
+ * Ranks that disagree: a collective whose peers passed a different count
+ * (or dtype or op kind) fails with ZERO_MISMATCH naming the peer and both
+ * sizes wherever the transport can see it (the MPI backend's point-to-point
+ * schedules: reduce-scatter, all-gather, all-reduce at 2 ranks or from
+ * 32 KiB), never OK with wrong data.
  *
  * Thread safety: a comm may be used by one thread at a time; different comms
  * from different threads when MPI provides MPI_THREAD_MULTIPLE (libzero asks
@@ -108,8 +115,15 @@ ZERO_API zero_status zero_comm_init_world(zero_comm **out, const zero_comm_confi
 ZERO_API zero_status zero_comm_split(zero_comm *parent, int color, int key, zero_comm **out);
 
 /* NULL is accepted. Pending requests must be waited on before (a comm
- * destroyed with requests outstanding is treated like a failed one). Local:
- * never waits for other ranks. */
+ * destroyed with requests outstanding is treated like a failed one: each
+ * request is given up, and zero_wait on it later returns ZERO_INVALID_STATE
+ * and frees it). Local: never waits for other ranks.
+ * A destroyed comm's handle is recognised afterwards (best effort: the last
+ * 1024 destroyed comms and engines): a second destroy is ignored (a warning
+ * through the log handler), ops and setters return ZERO_INVALID_STATE
+ * ("... was destroyed"), accessors answer as for NULL, and an engine still
+ * using it fails its next call with ZERO_INVALID_STATE naming its dp comm.
+ * Destroy engines before their comms. */
 ZERO_API void zero_comm_destroy(zero_comm *comm);
 
 ZERO_API int zero_comm_rank(const zero_comm *comm);

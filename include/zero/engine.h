@@ -179,7 +179,9 @@ ZERO_API zero_status zero_engine_create(zero_engine **out, const zero_config *co
                                         zero_device *dev);
 
 /* Frees everything the engine allocated; waits for (or abandons, after a
- * comm failure) requests in flight. NULL accepted. Not collective. */
+ * comm failure) requests in flight. NULL accepted. Not collective. A second
+ * destroy of the same handle is ignored, and calls through it return
+ * ZERO_INVALID_STATE (best effort, as for comms: see zero_comm_destroy). */
 ZERO_API void zero_engine_destroy(zero_engine *e);
 
 /* The message of the last failed call on this engine; "" if none; never NULL.
