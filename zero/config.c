@@ -43,6 +43,28 @@ zero_status config_validate(const zero_config *c, zero_errbuf *err)
         BAD("offload_optimizer.device %d unknown (none, cpu, nvme)", (int)c->offload_optimizer_device);
     if (c->offload_optimizer_device != ZERO_OFFLOAD_NONE && c->stage < 1)
         BAD("offload_optimizer needs stage 1..3 (stage 0 keeps the optimizer state whole on every rank)");
+    if (c->offload_param_device != ZERO_OFFLOAD_NONE && c->offload_param_device != ZERO_OFFLOAD_CPU &&
+        c->offload_param_device != ZERO_OFFLOAD_NVME)
+        BAD("offload_param.device %d unknown (none, cpu, nvme)", (int)c->offload_param_device);
+    if (c->offload_param_device != ZERO_OFFLOAD_NONE && c->stage != 3)
+        BAD("offload_param.device %s needs stage 3 (stages 0-2 keep the parameters whole on every rank), got "
+            "stage %d", c->offload_param_device == ZERO_OFFLOAD_CPU ? "cpu" : "nvme", c->stage);
+    if (c->offload_param_device == ZERO_OFFLOAD_NVME) {
+        if (!memchr(c->offload_param_nvme_path, '\0', sizeof c->offload_param_nvme_path) ||
+            !c->offload_param_nvme_path[0])
+            BAD("offload_param.nvme_path must be set (an existing directory) for device nvme");
+        if (c->offload_param_buffer_count < 2)
+            BAD("offload_param.buffer_count must be >= 2 (one for the step, one read ahead), got %d",
+                c->offload_param_buffer_count);
+        if (c->offload_param_buffer_size < 1) BAD("offload_param.buffer_size must be >= 1 element");
+    }
+    if (c->offload_optimizer_device == ZERO_OFFLOAD_NVME || c->offload_param_device == ZERO_OFFLOAD_NVME) {
+        if (c->aio_block_size < 4096 || c->aio_block_size % 4096 || c->aio_block_size > ZERO_AIO_BLOCK_SIZE_MAX)
+            BAD("aio.block_size must be a multiple of 4096 in 4096..1073741824 (1 GiB), got %llu",
+                (unsigned long long)c->aio_block_size);
+        if (c->aio_queue_depth < 1 || c->aio_queue_depth > 128)
+            BAD("aio.queue_depth must be 1..128, got %d", c->aio_queue_depth);
+    }
     if (c->offload_optimizer_device == ZERO_OFFLOAD_NVME) {
         if (!memchr(c->offload_nvme_path, '\0', sizeof c->offload_nvme_path) || !c->offload_nvme_path[0])
             BAD("offload_optimizer.nvme_path must be set (an existing directory) for device nvme");
@@ -50,11 +72,6 @@ zero_status config_validate(const zero_config *c, zero_errbuf *err)
             BAD("offload_optimizer.buffer_count must be >= 3 (one read ahead, the chunk being updated, one "
                 "write behind), got %d", c->offload_buffer_count);
         if (c->sub_group_size < 1) BAD("sub_group_size must be >= 1 element");
-        if (c->aio_block_size < 4096 || c->aio_block_size % 4096 || c->aio_block_size > ZERO_AIO_BLOCK_SIZE_MAX)
-            BAD("aio.block_size must be a multiple of 4096 in 4096..1073741824 (1 GiB), got %llu",
-                (unsigned long long)c->aio_block_size);
-        if (c->aio_queue_depth < 1 || c->aio_queue_depth > 128)
-            BAD("aio.queue_depth must be 1..128, got %d", c->aio_queue_depth);
     }
 #undef BAD
     return ZERO_OK;

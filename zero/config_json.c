@@ -133,6 +133,38 @@ static zero_status parse_offload_optimizer(const json_t *obj, zero_config *c)
     return ZERO_OK;
 }
 
+/* zero_optimization.offload_param {device, nvme_path, pin_memory,
+ * buffer_count, buffer_size, max_in_cpu}: the stage-3 parameter shard. */
+static zero_status parse_offload_param(const json_t *obj, zero_config *c)
+{
+    static const char sec[] = "zero_optimization.offload_param";
+    static const char known[] = "device, nvme_path, pin_memory, buffer_count, buffer_size, max_in_cpu";
+    if (!json_is_object(obj)) return bad_value(sec, NULL, "an object", obj);
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)obj, key, v) {
+        zero_status st = ZERO_OK;
+        if (!strcmp(key, "device")) {
+            const char *d = json_is_string(v) ? json_string_value(v) : NULL;
+            if (d && !strcasecmp(d, "none")) c->offload_param_device = ZERO_OFFLOAD_NONE;
+            else if (d && !strcasecmp(d, "cpu")) c->offload_param_device = ZERO_OFFLOAD_CPU;
+            else if (d && !strcasecmp(d, "nvme")) c->offload_param_device = ZERO_OFFLOAD_NVME;
+            else st = bad_value(sec, key, "\"none\", \"cpu\" or \"nvme\"", v);
+        } else if (!strcmp(key, "nvme_path")) {
+            if (json_is_null(v)) c->offload_param_nvme_path[0] = '\0';
+            else if (!json_is_string(v) || json_string_length(v) >= sizeof c->offload_param_nvme_path)
+                st = bad_value(sec, key, "a directory path (a string of at most 255 bytes)", v);
+            else memcpy(c->offload_param_nvme_path, json_string_value(v), json_string_length(v) + 1);
+        } else if (!strcmp(key, "pin_memory")) st = get_bool(sec, key, v, &c->offload_param_pin_memory);
+        else if (!strcmp(key, "buffer_count")) st = get_int(sec, key, v, 2, 1 << 20, &c->offload_param_buffer_count);
+        else if (!strcmp(key, "buffer_size")) st = get_u64(sec, key, v, 1, &c->offload_param_buffer_size);
+        else if (!strcmp(key, "max_in_cpu")) st = get_u64(sec, key, v, 0, &c->offload_param_max_in_cpu);
+        else st = unknown_key(sec, key, known);
+        if (st != ZERO_OK) return st;
+    }
+    return ZERO_OK;
+}
+
 static zero_status parse_zero_optimization(const json_t *obj, zero_config *c)
 {
     static const char sec[] = "zero_optimization";
@@ -140,7 +172,7 @@ static zero_status parse_zero_optimization(const json_t *obj, zero_config *c)
         "stage, reduce_bucket_size, allgather_bucket_size, overlap_comm, contiguous_gradients, "
         "stage3_prefetch_bucket_size, stage3_max_live_parameters, stage3_param_persistence_threshold, "
         "allgather_partitions, reduce_scatter, stage3_max_reuse_distance, "
-        "stage3_gather_16bit_weights_on_model_save, round_robin_gradients, offload_optimizer, sub_group_size";
+        "stage3_gather_16bit_weights_on_model_save, round_robin_gradients, offload_optimizer, offload_param, sub_group_size";
     if (!json_is_object(obj)) return bad_value(sec, NULL, "an object", obj);
     const char *key;
     json_t *v;
@@ -172,6 +204,8 @@ static zero_status parse_zero_optimization(const json_t *obj, zero_config *c)
             st = get_bool(sec, key, v, &flag); /* accepted; no effect on the engine */
         } else if (!strcmp(key, "offload_optimizer")) {
             st = parse_offload_optimizer(v, c);
+        } else if (!strcmp(key, "offload_param")) {
+            st = parse_offload_param(v, c);
         } else if (!strcmp(key, "sub_group_size")) {
             st = get_u64(sec, key, v, 1, &c->sub_group_size);
         } else {

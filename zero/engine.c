@@ -70,7 +70,7 @@ float *layout_master(zero_engine *e, const zero_bucket *b)
     if (e->cfg.stage == 0) return (e->master ? e->master : (float *)e->params_full) + b->flat_off;
     if (e->master) return e->master + b->shard_off;
     if (e->cfg.stage < 3) return (float *)e->params_full + b->flat_off + b->chunk * (uint64_t)e->rank;
-    return (float *)e->params_shard + b->shard_off;
+    return layout_param_chunk(e, b);
 }
 
 float *layout_moment(zero_engine *e, float *mom, const zero_bucket *b)
@@ -172,6 +172,7 @@ void zero_engine_destroy(zero_engine *e)
     size_t d = e->dsize;
     int st = e->cfg.stage;
     engine_free(e, ZERO_MEM_PARAMS, P * d, e->params_full);
+    poff_teardown(e); /* a pool-placed shard is returned with the pool */
     engine_free(e, ZERO_MEM_PARAMS, S * d, e->params_shard);
     engine_free(e, ZERO_MEM_PARAMS, e->persist_numel * d, e->persist);
     engine_free(e, ZERO_MEM_GRADS, P * d, e->grads_full);
@@ -310,7 +311,9 @@ static zero_status alloc_buffers(zero_engine *e)
     if (stage < 3) {
         ZERO_TRY(engine_alloc(e, ZERO_MEM_PARAMS, P * d, &e->params_full));
     } else {
-        ZERO_TRY(engine_alloc(e, ZERO_MEM_PARAMS, S * d, &e->params_shard));
+        /* An offloaded shard is not device memory: offload_param.c places it. */
+        if (e->cfg.offload_param_device != ZERO_OFFLOAD_NONE) ZERO_TRY(poff_setup(e));
+        else ZERO_TRY(engine_alloc(e, ZERO_MEM_PARAMS, S * d, &e->params_shard));
         ZERO_TRY(engine_alloc(e, ZERO_MEM_PARAMS, e->persist_numel * d, &e->persist));
     }
     if (stage < 2) ZERO_TRY(engine_alloc(e, ZERO_MEM_GRADS, P * d, &e->grads_full));
@@ -349,7 +352,8 @@ zero_status layout_load_bucket(zero_engine *e, const zero_bucket *b, const float
     if (st == ZERO_OK && e->cfg.stage < 3)
         st = zero_cast(e->dev, full, ZERO_F32, elem_ptr(e, e->params_full, b->flat_off), dt, b->numel, NULL);
     if (st == ZERO_OK && e->cfg.stage == 3) {
-        st = zero_cast(e->dev, own, ZERO_F32, elem_ptr(e, e->params_shard, b->shard_off), dt, b->chunk, NULL);
+        ZERO_TRY(poff_open(e, b, POFF_WRITE, "engine finalize"));
+        st = zero_cast(e->dev, own, ZERO_F32, layout_param_chunk(e, b), dt, b->chunk, NULL);
         if (st == ZERO_OK && b->persistent)
             st = zero_cast(e->dev, full, ZERO_F32, elem_ptr(e, e->persist, b->persist_off), dt, b->numel, NULL);
     }
@@ -367,6 +371,7 @@ zero_status zero_engine_finalize(zero_engine *e)
     ZERO_TRY(init_check_ranks(e));
     zero_status st = alloc_buffers(e);
     if (st == ZERO_OK) st = init_load(e);
+    if (st == ZERO_OK) st = poff_flush(e, "engine finalize"); /* the last chunk of an offloaded shard */
     if (st != ZERO_OK) {
         engine_mark_broken(e); /* partly allocated: only destroy makes sense now */
         return st;
@@ -492,6 +497,24 @@ zero_status zero_engine_param_info(const zero_engine *e, int param, zero_param_i
     } else {
         out->bucket = -1;
     }
+    return ZERO_OK;
+}
+
+zero_status zero_engine_bucket_info(const zero_engine *e, int bucket, zero_bucket_info *out)
+{
+    if (!e || !out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine bucket_info: NULL argument");
+    memset(out, 0, sizeof *out);
+    if (!e->finalized)
+        return zero_fail((zero_errbuf *)&e->err, ZERO_INVALID_STATE, "engine bucket_info: call zero_engine_finalize first");
+    if (bucket < 0 || bucket >= e->num_buckets)
+        return zero_fail((zero_errbuf *)&e->err, ZERO_NOT_FOUND, "engine bucket_info: unknown bucket %d (%d buckets)",
+                         bucket, e->num_buckets);
+    const zero_bucket *b = &e->buckets[bucket];
+    out->module = b->module;
+    out->persistent = b->persistent;
+    out->numel = b->numel;
+    out->chunk_numel = b->chunk;
+    out->shard_offset = b->shard_off;
     return ZERO_OK;
 }
 

@@ -154,6 +154,13 @@ struct zero_engine {
     float *off_bounce;        /* nvme: one chunk, for init and state access */
     float *off_grad;          /* CUDA: host staging for a chunk of the gradient */
 
+    /* parameter offload (offload_param.c). `poff_walk`: the stage-3 shard is
+     * not device-addressable (nvme, or cpu on CUDA), so it is reached only
+     * through poff_fetch / poff_open; otherwise params_shard points into the
+     * host pool (cpu on the CPU device) or device memory (no offload). */
+    struct param_offload *poff;
+    int poff_walk;
+
     /* scalars */
     int64_t step;
     int64_t skipped;
@@ -280,5 +287,31 @@ zero_status offload_state_io(zero_engine *e, int k, uint64_t off, uint64_t n, fl
 zero_status offload_cast_bucket(zero_engine *e, const zero_bucket *b, const char *what);
 /* The optimizer update and propagation of every bucket, chunk by chunk. */
 zero_status offload_step(zero_engine *e, float grad_scale, const char *what);
+
+/* ---------------------------------------------------------------- offload_param.c */
+/* After the plan, instead of the device shard: the pool, the store, staging. */
+zero_status poff_setup(zero_engine *e);
+void poff_teardown(zero_engine *e);
+enum { POFF_READ = 1, POFF_WRITE = 2 };
+/* Make bucket b's chunk of the shard resident for the step or an accessor
+ * (layout_param_chunk then returns it): POFF_READ loads its values, POFF_WRITE
+ * says the caller will change it (stored by the next open or poff_flush; with
+ * POFF_WRITE alone the caller must overwrite the whole chunk). No-op without
+ * the walk. */
+zero_status poff_open(zero_engine *e, const zero_bucket *b, int flags, const char *what);
+/* poff_open where fp32 params are their own master (no master array, no
+ * optimizer walk): the master of bucket b is its param chunk. */
+zero_status poff_open_master(zero_engine *e, const zero_bucket *b, int flags, const char *what);
+/* Store the open chunk now (it was written through layout_param_chunk). */
+zero_status poff_store_open(zero_engine *e, const char *what);
+/* Write back the open chunk if it changed. No-op without the walk. */
+zero_status poff_flush(zero_engine *e, const char *what);
+/* Bucket b's chunk into `dst` (device memory): the gather's own slot. */
+zero_status poff_fetch(zero_engine *e, const zero_bucket *b, void *dst, const char *what);
+/* Issue NVMe reads of the chunks of the modules recorded next. */
+zero_status poff_read_ahead(zero_engine *e, const char *what);
+/* Bucket b's compute-dtype chunk of the shard where it is resident now
+ * (NULL: in the walk and not open). */
+void *layout_param_chunk(zero_engine *e, const zero_bucket *b);
 
 #endif

@@ -46,6 +46,10 @@ static zero_status issue_gather(zero_engine *e, zero_module *m, int async, const
         if (b->persistent) continue;
         const void *send = elem_ptr(e, e->params_shard, b->shard_off);
         void *recv = elem_ptr(e, m->gathered, b->gather_off);
+        if (e->poff_walk) { /* offloaded: the chunk lands in its own slot, gathered in place */
+            send = elem_ptr(e, recv, b->chunk * (uint64_t)e->rank);
+            ZERO_TRY(poff_fetch(e, b, (void *)send, what));
+        }
         zero_status st = async ? zero_allgather_async(e->dp, send, recv, b->chunk, e->cfg.compute_dtype, &m->reqs[i])
                                : zero_allgather(e->dp, send, recv, b->chunk, e->cfg.compute_dtype);
         if (st != ZERO_OK) {
@@ -132,6 +136,7 @@ zero_status zero_engine_gather(zero_engine *e, int module)
     }
     m->gather_count++;
     if (e->cfg.overlap_comm && e->replay_ok) ZERO_TRY(prefetch_ahead(e, what));
+    if (e->poff_walk) ZERO_TRY(poff_read_ahead(e, what)); /* NVMe reads for the modules after those */
     return ZERO_OK;
 }
 

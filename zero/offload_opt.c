@@ -211,8 +211,10 @@ static zero_status cast_to_params(zero_engine *e, const zero_bucket *b, uint64_t
                                   const float *host_master, const char *what)
 {
     void *dst;
-    if (e->cfg.stage == 3) dst = elem_ptr(e, e->params_shard, lo);
-    else dst = elem_ptr(e, e->params_full, b->flat_off + b->chunk * (uint64_t)e->rank + (lo - b->shard_off));
+    if (e->cfg.stage == 3) { /* the pieces of a bucket cover its whole chunk: write-only open */
+        ZERO_TRY(poff_open(e, b, POFF_WRITE, what));
+        dst = elem_ptr(e, layout_param_chunk(e, b), lo - b->shard_off);
+    } else dst = elem_ptr(e, e->params_full, b->flat_off + b->chunk * (uint64_t)e->rank + (lo - b->shard_off));
     const float *src = host_master;
     zero_status st = ZERO_OK;
     if (e->is_cuda) { /* through device memory: the cast kernel reads device memory */

@@ -33,6 +33,8 @@ static zero_status state_locate(zero_engine *e, zero_state_kind kind, int param,
         return zero_fail(&e->err, ZERO_NOT_FOUND, "%s: the optimizer keeps no %s state (parameter '%s')", what,
                          kind_name(kind), p->name);
     }
+    if (kind == ZERO_STATE_MASTER) /* fp32 offloaded params are their own master */
+        ZERO_TRY(poff_open_master(e, &e->buckets[p->bucket], POFF_READ, what));
     *where = layout_param_state(e, kind, p);
     if (!*where)
         return zero_fail(&e->err, ZERO_NOT_FOUND, "%s: the optimizer keeps no %s state (parameter '%s')", what,
@@ -65,6 +67,7 @@ zero_status zero_engine_state_set(zero_engine *e, zero_state_kind kind, int para
     ZERO_TRY(engine_sync_device(e, "engine state_set"));
     zero_status st = zero_memcpy(e->dev, dst, in, n * sizeof(float));
     if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine state_set: ");
+    if (kind == ZERO_STATE_MASTER) return poff_store_open(e, "engine state_set"); /* the offloaded shard */
     return ZERO_OK;
 }
 
@@ -93,6 +96,7 @@ zero_status zero_engine_params_changed(zero_engine *e)
         if (e->off_walk) ZERO_TRY(offload_cast_bucket(e, b, what)); /* the master is in the store */
         ZERO_TRY(step_propagate_bucket(e, b, what));
     }
+    ZERO_TRY(poff_flush(e, what));
     return engine_sync_device(e, what);
 }
 
@@ -111,6 +115,7 @@ zero_status zero_engine_read_param(zero_engine *e, int param, float *out)
     if (e->cfg.stage == 0) {
         whole = layout_master(e, b);
     } else {
+        ZERO_TRY(poff_open_master(e, b, POFF_READ, what));
         const float *own = layout_master(e, b);
         if (e->off_walk) { /* this rank's part comes from the store */
             ZERO_TRY(offload_state_io(e, 0, b->shard_off, b->chunk, e->slots[0].recv, 0, what));

@@ -59,7 +59,8 @@ zero_status step_propagate_bucket(zero_engine *e, const zero_bucket *b, const ch
         return ZERO_OK;
     }
     default: {
-        void *own = elem_ptr(e, e->params_shard, b->shard_off);
+        if (e->master || b->persistent) ZERO_TRY(poff_open(e, b, e->master ? POFF_WRITE : POFF_READ, what));
+        void *own = layout_param_chunk(e, b);
         if (e->master) st = zero_cast(e->dev, e->master + b->shard_off, ZERO_F32, own, dt, b->chunk, NULL);
         if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine: casting master to params: ");
         if (b->persistent) {
@@ -177,10 +178,12 @@ zero_status zero_engine_step(zero_engine *e, zero_step_result *out)
             if (st != ZERO_OK) return engine_comm_failed(e, st, WHAT);
             g = e->slots[0].send;
         }
+        ZERO_TRY(poff_open_master(e, b, POFF_READ | POFF_WRITE, WHAT));
         ZERO_TRY(optim_update(e, layout_master(e, b), g, layout_moment(e, e->m1, b), layout_moment(e, e->m2, b),
                               layout_region_numel(e, b), grad_scale));
         ZERO_TRY(step_propagate_bucket(e, b, WHAT));
     }
+    ZERO_TRY(poff_flush(e, WHAT)); /* the last updated chunk of an offloaded shard */
     ZERO_TRY(comm_sync(e));
     loss_scaler_update(e, 0);
     ZERO_TRY(grads_zero_all(e));

@@ -145,6 +145,17 @@ typedef struct zero_config {
     uint64_t sub_group_size;          /* nvme: elements per stored chunk of the shard; 1e9 */
     uint64_t aio_block_size;          /* nvme: bytes per I/O segment, a multiple of 4096, at most 1 GiB; 1 MiB */
     int aio_queue_depth;              /* nvme: segments in flight, 1..128; 8 */
+
+    /* ---- appended: parameter offload (DeepSpeed's
+     * zero_optimization.offload_param), stage 3 only: where this rank's
+     * compute-dtype parameter shard lives. See "parameter offload" below and
+     * docs/offload.md. The aio settings above apply to its store too. */
+    zero_offload_device offload_param_device; /* ZERO_OFFLOAD_NONE; CPU and NVME need stage 3 */
+    char offload_param_nvme_path[256];       /* nvme: existing directory for the swap files */
+    int offload_param_pin_memory;            /* accepted (DeepSpeed's default 0); the pool is pinned on CUDA anyway */
+    int offload_param_buffer_count;          /* nvme: staging buffers (one for the step, the rest read ahead); 5 */
+    uint64_t offload_param_buffer_size;      /* nvme: elements per staging buffer, >= the largest bucket chunk; 1e8 */
+    uint64_t offload_param_max_in_cpu;       /* accepted; not used (every chunk goes to NVMe); 1e9 */
 } zero_config;
 
 #define ZERO_CONFIG_VERSION 1u
@@ -153,7 +164,7 @@ typedef struct zero_config {
         sizeof(zero_config), ZERO_CONFIG_VERSION, 0, 500000000u, 500000000u, 0, 1, 50000000u,      \
             1000000000u, 100000u, ZERO_OPTIM_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, 0.0, 0.0, 0,     \
             0.0, 1, ZERO_F32, 0.0, 16, 1000, 2, 1.0, ZERO_OFFLOAD_NONE, "", 0, 4, 1000000000u,     \
-            1048576u, 8                                                                           \
+            1048576u, 8, ZERO_OFFLOAD_NONE, "", 0, 5, 100000000u, 1000000000u                     \
     }
 
 /* Fill `config` (already initialised with ZERO_CONFIG_INIT, whose values stay
@@ -162,7 +173,9 @@ typedef struct zero_config {
  * gradient_clipping, gradient_accumulation_steps, bf16{enabled},
  * fp16{enabled, loss_scale, initial_scale_power, loss_scale_window,
  * hysteresis, min_loss_scale}, zero_optimization.offload_optimizer{device,
- * nvme_path, pin_memory, buffer_count}, zero_optimization.sub_group_size,
+ * nvme_path, pin_memory, buffer_count}, zero_optimization.offload_param{device,
+ * nvme_path, pin_memory, buffer_count, buffer_size, max_in_cpu},
+ * zero_optimization.sub_group_size,
  * aio{block_size, queue_depth}. Other top-level keys are ignored (the caller
  * validates its own). An unknown key inside these sections, a wrong type or
  * an out-of-range value fails with ZERO_CONFIG and a message naming the key
@@ -513,6 +526,50 @@ typedef struct zero_offload_report {
 /* After finalize. device NONE: everything 0. */
 ZERO_API zero_status zero_engine_offload_report(const zero_engine *e, zero_offload_report *out);
 
+/* ----------------------------------------------------- parameter offload
+ * With offload_param_device != NONE (stage 3 only) this rank's compute-dtype
+ * parameter shard (S = plan.shard_numel elements of d bytes; bucket b's chunk
+ * is chunk_b = padded bucket numel / N elements of it) leaves the memory
+ * report's PARAMS category, which then holds the persistent buckets and the
+ * gathered modules only, and is counted here:
+ *
+ *   CPU:  host_bytes = roundup(S * d, 4096): the shard in the pool. On the
+ *         CPU device this moves the accounting only (host memory either
+ *         way); on CUDA the gathers and the step copy chunks between the pool
+ *         and the device.
+ *   NVME: chunk_b of every bucket is one stored tensor, so
+ *           nvme_bytes = sum_b roundup(chunk_b * d, 4096)
+ *         and the host staging is offload_param_buffer_count buffers of the
+ *         largest chunk C = max_b chunk_b (chunk_numel below):
+ *           host_bytes = offload_param_buffer_count * roundup(C * d, 4096)
+ *         (buffer 0: the chunk the step or a checkpoint accessor works on;
+ *         the others: reads ahead along the recorded gather order).
+ *         C > offload_param_buffer_size fails finalize with ZERO_CONFIG
+ *         naming offload_param.buffer_size (DeepSpeed likewise needs
+ *         buffer_size >= the largest parameter).
+ *   CUDA (both): + C * d bytes of device memory under ZERO_MEM_BUFFERS for
+ *         the chunk the step updates.
+ * host_capacity = host_bytes. The swap files are created 0600 under
+ * offload_param_nvme_path and removed by zero_engine_destroy. Results are
+ * bitwise those of the engine without parameter offload. */
+typedef struct zero_param_offload_report {
+    zero_offload_device device;
+    uint64_t host_bytes;    /* host pool bytes in use now */
+    uint64_t host_peak;     /* most host pool bytes in use at once */
+    uint64_t host_capacity; /* the pool's reservation */
+    uint64_t nvme_bytes;    /* bytes the stored chunks occupy (padded) */
+    uint64_t nvme_written;  /* bytes written / read by the store since finalize */
+    uint64_t nvme_read;
+    uint64_t num_chunks;    /* nvme: stored tensors (one per bucket) */
+    uint64_t chunk_numel;   /* C: the largest bucket chunk, elements */
+    int buffer_count;       /* nvme: host staging buffers */
+    uint64_t reads_ahead;   /* nvme: gathered chunks that had been read ahead */
+    uint64_t reads_sync;    /* nvme: gathered chunks read on demand */
+} zero_param_offload_report;
+
+/* After finalize. device NONE: everything 0. */
+ZERO_API zero_status zero_engine_param_offload_report(const zero_engine *e, zero_param_offload_report *out);
+
 /* ================================================================= introspection */
 
 typedef struct zero_plan_info {
@@ -552,6 +609,17 @@ ZERO_API zero_status zero_engine_param_info(const zero_engine *e, int param, zer
 ZERO_API const char *zero_engine_module_name(const zero_engine *e, int module);
 /* -1 (and ZERO_NOT_FOUND from the status form) for an unknown name. */
 ZERO_API zero_status zero_engine_find_param(const zero_engine *e, const char *name, int *param);
+
+/* One bucket of the plan (0 .. plan.num_buckets - 1), after finalize: the
+ * unit of reduce-scatter and gather, and of the offload formulas. */
+typedef struct zero_bucket_info {
+    int module;            /* the module it belongs to */
+    int persistent;        /* stage 3: kept whole */
+    uint64_t numel;        /* padded: a multiple of the dp size */
+    uint64_t chunk_numel;  /* numel / dp size: each rank's part */
+    uint64_t shard_offset; /* where this rank's chunk starts in its shard */
+} zero_bucket_info;
+ZERO_API zero_status zero_engine_bucket_info(const zero_engine *e, int bucket, zero_bucket_info *out);
 
 /* Counters of what the engine did since finalize (for tests and tuning). */
 typedef struct zero_engine_stats {
