@@ -44,6 +44,9 @@ ROUND_TRIP = {
                          "optimizer": {"type": "SGD", "params": {"lr": 0.30000000000000004, "momentum": 0.9}},
                          "aio": {"block_size": 8192}, "train_batch_size": 8888888810,
                          "gradient_accumulation_steps": 888888881},
+    "param_offload": {"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/nv",
+                                                                          "buffer_count": 3, "buffer_size": 4096,
+                                                                          "max_in_cpu": 7}}},
 }
 
 
@@ -58,12 +61,17 @@ def test_print_config_round_trips_exactly(tmp_path, name):
     cfg = json.loads(first)
     zo = cfg["zero_optimization"]
     assert set(zo["offload_optimizer"]) == {"device", "nvme_path", "pin_memory", "buffer_count"}
+    assert set(zo["offload_param"]) == {"device", "nvme_path", "pin_memory", "buffer_count", "buffer_size",
+                                        "max_in_cpu"}
     assert "sub_group_size" in zo and set(cfg["aio"]) == {"block_size", "queue_depth"}
     assert "scheduler" in cfg and cfg["train"]["comm_timeout_s"] == 120.0
     if name == "offload_fp16_sgd":
         assert zo["offload_optimizer"]["device"] == "cpu" and zo["sub_group_size"] == 12345
         assert cfg["optimizer"]["params"]["lr"] == 0.30000000000000004  # 17 digits where 15 do not load back
         assert cfg["train_batch_size"] == 8888888810  # 64-bit, not wrapped
+    if name == "param_offload":
+        assert zo["offload_param"] == {"device": "nvme", "nvme_path": "/nv", "pin_memory": False,
+                                       "buffer_count": 3, "buffer_size": 4096, "max_in_cpu": 7}
 
 
 def test_builtin_config_is_configs_default_json():

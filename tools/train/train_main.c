@@ -130,6 +130,14 @@ static json_t *engine_effective(const zero_config *z)
                         json_pack("{s:s,s:o,s:b,s:i}", "device", od >= 0 && od < 3 ? offload_names[od] : "none",
                                   "nvme_path", z->offload_nvme_path[0] ? json_string(z->offload_nvme_path) : json_null(),
                                   "pin_memory", z->offload_pin_memory, "buffer_count", z->offload_buffer_count));
+    int pd = (int)z->offload_param_device;
+    json_object_set_new(zo, "offload_param",
+                        json_pack("{s:s,s:o,s:b,s:i,s:I,s:I}", "device", pd >= 0 && pd < 3 ? offload_names[pd] : "none",
+                                  "nvme_path",
+                                  z->offload_param_nvme_path[0] ? json_string(z->offload_param_nvme_path) : json_null(),
+                                  "pin_memory", z->offload_param_pin_memory, "buffer_count",
+                                  z->offload_param_buffer_count, "buffer_size", (json_int_t)z->offload_param_buffer_size,
+                                  "max_in_cpu", (json_int_t)z->offload_param_max_in_cpu));
     json_object_set_new(e, "aio", json_pack("{s:I,s:i}", "block_size", (json_int_t)z->aio_block_size, "queue_depth",
                                             z->aio_queue_depth));
     json_object_set_new(e, "gradient_clipping", json_real(z->gradient_clipping));
