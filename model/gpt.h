@@ -50,6 +50,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <zero/engine.h>
 #include <zero/status.h>
 
 #ifdef __cplusplus
@@ -127,9 +128,14 @@ const char *gpt_module_name(const gpt_config *cfg, int module, char *buf, size_t
 zero_status gpt_param_info_get(const gpt_config *cfg, size_t i, gpt_param_info *out);
 /* The position of (module, index) in the parameter list. */
 size_t gpt_param_position(const gpt_config *cfg, int module, int index);
-/* Fill `out` (info->numel floats) with the parameter's initial value. The
- * stream depends only on (seed, parameter position), so every rank and every
- * sharding produce the same model. */
+/* The parameter's GPT-2 initialisation as a libzero init spec (engine.h):
+ * normal(0, init_std) with `seed`, ones (LayerNorm weights) or zeros (biases,
+ * LayerNorm biases). Values depend only on (seed, parameter name, element),
+ * so every rank, stage, dp size and tensor-parallel layout get the same
+ * model; register it with zero_engine_add_param_init. */
+zero_init_spec gpt_param_init_spec(const gpt_param_info *info, uint64_t seed);
+/* Fill `out` (info->numel floats) with those values, the whole tensor
+ * (zero_init_generate of the spec): for references and tests. */
 void gpt_param_init(const gpt_config *cfg, const gpt_param_info *info, uint64_t seed, float *out);
 
 /* Training FLOPs per token of one forward+backward at sequence length T:

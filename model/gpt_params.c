@@ -145,37 +145,31 @@ size_t gpt_param_elements(const gpt_config *cfg)
 }
 
 /* ------------------------------------------------------------ initialisation */
-/* splitmix64: a tiny, well-mixed generator; its whole state is one counter,
- * so a parameter's stream is a pure function of (seed, position). */
-static uint64_t splitmix64(uint64_t *state)
+/* GPT-2's init as a libzero spec: the engine evaluates it on each rank for
+ * just the elements the rank keeps, from (seed, name, index) alone, so every
+ * world size, stage and tensor-parallel layout gets the same model. */
+zero_init_spec gpt_param_init_spec(const gpt_param_info *info, uint64_t seed)
 {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* A uniform double in (0, 1): 53 random bits, never exactly 0. */
-static double uniform_open(uint64_t *state)
-{
-    return ((double)(splitmix64(state) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    zero_init_spec s = ZERO_INIT_SPEC_INIT;
+    switch (info->init) {
+    case GPT_INIT_ONES: s.kind = ZERO_INIT_ONES; break;
+    case GPT_INIT_NORMAL:
+        s.kind = ZERO_INIT_NORMAL;
+        s.mean = 0.0;
+        s.std = info->init_std;
+        s.seed = seed;
+        break;
+    default: s.kind = ZERO_INIT_ZEROS; break;
+    }
+    return s;
 }
 
 void gpt_param_init(const gpt_config *cfg, const gpt_param_info *info, uint64_t seed, float *out)
 {
-    if (info->init != GPT_INIT_NORMAL) {
-        float v = info->init == GPT_INIT_ONES ? 1.0f : 0.0f;
-        for (size_t i = 0; i < info->numel; i++) out[i] = v;
-        return;
-    }
-    uint64_t state = seed ^ (0xD1B54A32D192ED03ull * (gpt_param_position(cfg, info->module, info->index) + 1));
-    /* Box-Muller, both outputs used. */
-    for (size_t i = 0; i < info->numel; i += 2) {
-        double r = sqrt(-2.0 * log(uniform_open(&state)));
-        double a = 6.283185307179586 * uniform_open(&state);
-        out[i] = (float)(info->init_std * r * cos(a));
-        if (i + 1 < info->numel) out[i + 1] = (float)(info->init_std * r * sin(a));
-    }
+    (void)cfg;
+    zero_init_spec s = gpt_param_init_spec(info, seed);
+    /* valid by construction (a finite std >= 0, a name) */
+    (void)zero_init_generate(&s, info->name, 0, info->numel, out);
 }
 
 /* ------------------------------------------------------------ FLOPs */

@@ -13,12 +13,53 @@ static zero_status engine_fail(zero_engine *e, zero_status st, const char *op, c
     return gpt_fail(st, "%s: %s: %s", op, name, zero_engine_last_error(e));
 }
 
-zero_status tp_engine_register(zero_engine *e, const gpt_config *cfg, int tp_size, int tp_rank, int pp_size,
-                               int pp_rank, uint64_t seed, const float *const *full_init, int *param_ids,
-                               int *module_ids)
+/* The init callback of a split tensor: its shard's elements of the full
+ * tensor's spec (tp_param_init_range), so no rank builds the full tensor. */
+typedef struct tp_init_ctx {
+    tp_param_info info;
+    int tp_size, tp_rank;
+    uint64_t seed;
+} tp_init_ctx;
+
+static zero_status tp_init_fill(void *user, int param, const char *name, uint64_t begin, uint64_t end, float *out)
+{
+    (void)param;
+    (void)name;
+    const tp_init_ctx *c = user;
+    return tp_param_init_range(&c->info, c->tp_size, c->tp_rank, c->seed, begin, end, out);
+}
+
+/* Register parameter i's shard: sliced from full_init, or described (a
+ * replicated tensor by its own spec, a split one by the callback over ctx). */
+static zero_status register_param(zero_engine *e, const tp_param_info *info, int module, const float *full_init,
+                                  tp_init_ctx *ctx, int *param_id)
+{
+    int64_t shape[2] = {(int64_t)info->shape[0], (int64_t)info->shape[1]};
+    zero_status st;
+    if (full_init) {
+        float *shard = malloc(sizeof(float) * info->numel);
+        if (!shard) return gpt_fail(ZERO_OUT_OF_MEMORY, "tp_engine_build: %s: no memory for the shard", info->full.name);
+        tp_param_slice(info, ctx->tp_size, ctx->tp_rank, full_init, shard);
+        st = zero_engine_add_param(e, module, info->full.name, info->full.ndim, shape, shard, param_id);
+        free(shard);
+    } else {
+        zero_init_spec spec = gpt_param_init_spec(&info->full, ctx->seed);
+        if (info->split != TP_REPLICATED) {
+            ctx->info = *info;
+            spec.kind = ZERO_INIT_CALLBACK;
+            spec.fill = tp_init_fill;
+            spec.user = ctx;
+        }
+        st = zero_engine_add_param_init(e, module, info->full.name, info->full.ndim, shape, &spec, param_id);
+    }
+    return st == ZERO_OK ? ZERO_OK : engine_fail(e, st, "tp_engine_build: add_param", info->full.name);
+}
+
+zero_status tp_engine_build(zero_engine *e, const gpt_config *cfg, int tp_size, int tp_rank, int pp_size, int pp_rank,
+                            uint64_t seed, const float *const *full_init, int *param_ids, int *module_ids)
 {
     if (!e || !param_ids || !module_ids)
-        return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_engine_register: engine, param_ids or module_ids is NULL");
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_engine_build: engine, param_ids or module_ids is NULL");
     int b, end;
     GPT_TRY(tp_config_validate(cfg, tp_size));
     GPT_TRY(pp_stage_layers(cfg, pp_size, pp_rank, &b, &end));
@@ -34,40 +75,23 @@ zero_status tp_engine_register(zero_engine *e, const gpt_config *cfg, int tp_siz
         char name[32];
         gpt_module_name(cfg, m, name, sizeof name);
         zero_status st = zero_engine_add_module(e, name, &module_ids[m]);
-        if (st != ZERO_OK) return engine_fail(e, st, "tp_engine_register: add_module", name);
+        if (st != ZERO_OK) return engine_fail(e, st, "tp_engine_build: add_module", name);
     }
-    float *full = NULL, *shard = NULL;
+    /* the callbacks' contexts: read by finalize, below */
+    tp_init_ctx *ctx = calloc(np, sizeof *ctx);
+    if (!ctx) return gpt_fail(ZERO_OUT_OF_MEMORY, "tp_engine_build: out of memory");
     zero_status st = ZERO_OK;
     for (size_t i = 0; i < np && st == ZERO_OK; i++) {
         tp_param_info info;
         st = tp_param_info_get(cfg, tp_size, tp_rank, i, &info);
         if (st != ZERO_OK) break;
         if (!pp_stage_holds(cfg, pp_size, pp_rank, info.full.module, info.full.index)) continue;
-        const float *src = full_init ? full_init[i] : NULL;
-        if (!src) {
-            free(full);
-            full = malloc(sizeof(float) * info.full.numel);
-            if (!full) {
-                st = gpt_fail(ZERO_OUT_OF_MEMORY, "tp_engine_register: %s: no memory for the full tensor", info.full.name);
-                break;
-            }
-            gpt_param_init(cfg, &info.full, seed, full);
-            src = full;
-        }
-        free(shard);
-        shard = malloc(sizeof(float) * info.numel);
-        if (!shard) {
-            st = gpt_fail(ZERO_OUT_OF_MEMORY, "tp_engine_register: %s: no memory for the shard", info.full.name);
-            break;
-        }
-        tp_param_slice(&info, tp_size, tp_rank, src, shard);
-        int64_t shape[2] = {(int64_t)info.shape[0], (int64_t)info.shape[1]};
-        st = zero_engine_add_param(e, module_ids[info.full.module], info.full.name, info.full.ndim, shape, shard,
-                                   &param_ids[i]);
-        if (st != ZERO_OK) {
-            st = engine_fail(e, st, "tp_engine_register: add_param", info.full.name);
-            break;
-        }
+        ctx[i].tp_size = tp_size;
+        ctx[i].tp_rank = tp_rank;
+        ctx[i].seed = seed;
+        st = register_param(e, &info, module_ids[info.full.module], full_init ? full_init[i] : NULL, &ctx[i],
+                            &param_ids[i]);
+        if (st != ZERO_OK) break;
         /* Count each tensor once in the model-parallel norm: tp-replicated
          * ones on tp rank 0, the tied wte on the first stage (the last
          * stage's copy is its replica). */
@@ -75,10 +99,11 @@ zero_status tp_engine_register(zero_engine *e, const gpt_config *cfg, int tp_siz
                   (pp_size > 1 && pp_rank == pp_size - 1 && info.full.module == GPT_MODULE_EMBED &&
                    info.full.index == GPT_WTE);
         if (dup && (st = zero_engine_set_param_duplicate(e, param_ids[i], 1)) != ZERO_OK)
-            st = engine_fail(e, st, "tp_engine_register: set_param_duplicate", info.full.name);
+            st = engine_fail(e, st, "tp_engine_build: set_param_duplicate", info.full.name);
     }
-    free(full);
-    free(shard);
+    if (st == ZERO_OK && (st = zero_engine_finalize(e)) != ZERO_OK)
+        st = engine_fail(e, st, "tp_engine_build: finalize", "engine");
+    free(ctx);
     return st;
 }
 

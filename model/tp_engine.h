@@ -5,9 +5,8 @@
  * walks gpt_param_info_get itself:
  *
  *     zero_engine_create(&e, &zc, grid.dp, dev);
- *     tp_engine_register(e, &cfg, grid.tp_size, grid.tp_rank, grid.pp_size, grid.pp_rank,
- *                        seed, NULL, param_ids, module_ids);
- *     zero_engine_finalize(e);
+ *     tp_engine_build(e, &cfg, grid.tp_size, grid.tp_rank, grid.pp_size, grid.pp_rank,
+ *                     seed, NULL, param_ids, module_ids);   (registers and finalizes)
  *     per step: tp_engine_sets(e, &cfg, param_ids, params, grads);
  *               pp_train_step(ws, grid.pp, PP_1F1B, &args, &loss);
  *               pp_tied_grad_allreduce(embed_group, &cfg, &grads[GPT_MODULE_EMBED]);
@@ -19,7 +18,7 @@
  * micro-batch, forward and backward): gather them all before tp_engine_sets
  * and release them after, or set stage3_param_persistence_threshold above
  * the largest shard. Gradient clipping and the fp16 overflow skip span the
- * whole model: tp_engine_register marks every replicated copy but one as a
+ * whole model: tp_engine_build marks every replicated copy but one as a
  * duplicate (zero_engine_set_param_duplicate), and the trainer gives the
  * engine the model-parallel group before the first step:
  *     tp_engine_mp_create(world, &grid, &mp); zero_engine_set_model_parallel(e, mp);
@@ -37,17 +36,20 @@
 extern "C" {
 #endif
 
-/* Before finalize. Adds one engine module per model module this stage
- * holds (named "embed", "block.3", "final"; the last stage's "embed" holds
- * only the tied wte copy), in model order, and each held parameter's tp
- * shard under its GPT-2 name, initialised from full_init[i] (the full
- * tensor of parameter i, gpt_param_info order) or, when full_init is NULL,
- * from gpt_param_init(seed) - the same on every rank, sliced. Fills
- * param_ids (gpt_num_params entries) and module_ids (gpt_num_modules
- * entries) with engine ids, -1 where not held. */
-zero_status tp_engine_register(zero_engine *e, const gpt_config *cfg, int tp_size, int tp_rank, int pp_size,
-                               int pp_rank, uint64_t seed, const float *const *full_init, int *param_ids,
-                               int *module_ids);
+/* COLLECTIVE over the engine's dp group (it finalizes). Adds one engine
+ * module per model module this stage holds (named "embed", "block.3",
+ * "final"; the last stage's "embed" holds only the tied wte copy), in model
+ * order, and each held parameter's tp shard under its GPT-2 name, then
+ * finalizes the engine. Initial values: the slice of full_init[i] (the full
+ * tensor of parameter i, gpt_param_info order; copied, so the engine holds
+ * the shard until finalize) or, when full_init is NULL, the slice of
+ * gpt_param_init(seed) computed without building the full tensor: a
+ * replicated tensor through its init spec, a split one through an init
+ * callback (tp_param_init_range) that computes only the elements this rank
+ * keeps. Fills param_ids (gpt_num_params entries) and module_ids
+ * (gpt_num_modules entries) with engine ids, -1 where not held. */
+zero_status tp_engine_build(zero_engine *e, const gpt_config *cfg, int tp_size, int tp_rank, int pp_size, int pp_rank,
+                            uint64_t seed, const float *const *full_init, int *param_ids, int *module_ids);
 
 /* The module-indexed pointer sets (gpt_num_modules entries each) of the
  * held parameters and their gradient buffers (grads may be NULL); other

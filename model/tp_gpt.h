@@ -65,6 +65,15 @@ typedef struct tp_param_info {
 zero_status tp_config_validate(const gpt_config *cfg, int tp_size);
 /* The shard of parameter i (gpt_param_info order) on tp rank `tp_rank`. */
 zero_status tp_param_info_get(const gpt_config *cfg, int tp_size, int tp_rank, size_t i, tp_param_info *out);
+/* Where row `row` of this rank's shard lies in the full tensor: the full
+ * row and its first column (the shard row's shape[1] elements are
+ * contiguous there). Vectors are shape[1] = 1 tensors. */
+void tp_shard_row(const tp_param_info *info, int tp_size, int tp_rank, size_t row, size_t *full_row, size_t *col0);
+/* Elements [begin, end) of this rank's shard of gpt_param_init(seed) of the
+ * full tensor, computed from the full tensor's init spec without
+ * materialising it (the engine's init callback for split tensors). */
+zero_status tp_param_init_range(const tp_param_info *info, int tp_size, int tp_rank, uint64_t seed, uint64_t begin,
+                                uint64_t end, float *out);
 /* Copy this rank's slice of the full tensor `full` into `shard` (info->numel floats). */
 void tp_param_slice(const tp_param_info *info, int tp_size, int tp_rank, const float *full, float *shard);
 /* Write `shard` into its place in `full` (the rest of `full` untouched). */

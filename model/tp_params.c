@@ -47,34 +47,58 @@ zero_status tp_param_info_get(const gpt_config *cfg, int tp_size, int tp_rank, s
     return ZERO_OK;
 }
 
-/* The shard as (part, row range, column range) blocks of the full tensor:
- * one block for OUT and IN, three (q, k, v) for QKV; to_full chooses the
- * direction. */
+void tp_shard_row(const tp_param_info *info, int tp_size, int tp_rank, size_t row, size_t *full_row, size_t *col0)
+{
+    const size_t rows = info->full.shape[0];
+    *full_row = row;
+    *col0 = 0;
+    switch (info->split) {
+    case TP_REPLICATED: break;
+    case TP_SPLIT_IN: *col0 = (size_t)tp_rank * info->shape[1]; break;
+    case TP_SPLIT_OUT: *full_row = (size_t)tp_rank * info->shape[0] + row; break;
+    case TP_SPLIT_QKV: { /* three parts [q | k | v], each cut into tp_size row blocks */
+        const size_t part_rows = rows / 3, h = part_rows / (size_t)tp_size;
+        *full_row = row / h * part_rows + (size_t)tp_rank * h + row % h;
+        break;
+    }
+    }
+}
+
+/* Shard row by shard row (tp_shard_row); to_full chooses the direction. */
 static void copy_shard(const tp_param_info *info, int tp_size, int tp_rank, float *full, float *shard, int to_full)
 {
-    const size_t rows = info->full.shape[0], cols = info->full.shape[1];
-    if (info->split == TP_REPLICATED) {
+    const size_t cols = info->full.shape[1], w = info->shape[1];
+    if (info->split == TP_REPLICATED) { /* one block */
         if (to_full) memcpy(full, shard, sizeof(float) * info->numel);
         else memcpy(shard, full, sizeof(float) * info->numel);
         return;
     }
-    if (info->split == TP_SPLIT_IN) {
-        const size_t w = cols / (size_t)tp_size, c0 = (size_t)tp_rank * w;
-        for (size_t r = 0; r < rows; r++) {
-            float *fr = full + r * cols + c0, *sr = shard + r * w;
-            if (to_full) memcpy(fr, sr, sizeof(float) * w);
-            else memcpy(sr, fr, sizeof(float) * w);
-        }
-        return;
+    for (size_t r = 0; r < info->shape[0]; r++) {
+        size_t fr, c0;
+        tp_shard_row(info, tp_size, tp_rank, r, &fr, &c0);
+        float *f = full + fr * cols + c0, *sh = shard + r * w;
+        if (to_full) memcpy(f, sh, sizeof(float) * w);
+        else memcpy(sh, f, sizeof(float) * w);
     }
-    const int parts = info->split == TP_SPLIT_QKV ? 3 : 1;
-    const size_t part_rows = rows / (size_t)parts, h = part_rows / (size_t)tp_size;
-    for (int p = 0; p < parts; p++) {
-        float *fp = full + ((size_t)p * part_rows + (size_t)tp_rank * h) * cols;
-        float *sp = shard + (size_t)p * h * cols;
-        if (to_full) memcpy(fp, sp, sizeof(float) * h * cols);
-        else memcpy(sp, fp, sizeof(float) * h * cols);
+}
+
+zero_status tp_param_init_range(const tp_param_info *info, int tp_size, int tp_rank, uint64_t seed, uint64_t begin,
+                                uint64_t end, float *out)
+{
+    const zero_init_spec spec = gpt_param_init_spec(&info->full, seed);
+    const size_t w = info->shape[1], cols = info->full.shape[1];
+    /* each shard row is contiguous in the full tensor: one generate per row piece */
+    for (uint64_t i = begin; i < end;) {
+        const size_t r = (size_t)(i / w), c = (size_t)(i % w);
+        const uint64_t n = end - i < w - c ? end - i : w - c;
+        size_t fr, c0;
+        tp_shard_row(info, tp_size, tp_rank, r, &fr, &c0);
+        const uint64_t f = (uint64_t)fr * cols + c0 + c;
+        zero_status st = zero_init_generate(&spec, info->full.name, f, f + n, out + (i - begin));
+        if (st != ZERO_OK) return gpt_fail(st, "tp_param_init_range: %s: %s", info->full.name, zero_last_error());
+        i += n;
     }
+    return ZERO_OK;
 }
 
 void tp_param_slice(const tp_param_info *info, int tp_size, int tp_rank, const float *full, float *shard)

@@ -25,7 +25,7 @@
  * its 1 s deadline + 3 s, naming the transfer and the stage, and tears down.
  *
  * engine mode: STEPS AdamW steps with the tp shards of each stage registered
- * (tp_engine_register) with a ZeRO engine of stage STAGE over the grid's dp group (every dp rank
+ * (tp_engine_build) with a ZeRO engine of stage STAGE over the grid's dp group (every dp rank
  * its own micro-batches; the same batch every step, so the loss falls),
  * against a world-1 engine on the full model that accumulates all dp x M
  * micro-batches (gradient_accumulation_steps = dp*M): the loss curve within 2e-5
@@ -453,13 +453,12 @@ static int engine_mode(zero_comm *world, int tp, int pp, int stage, int steps, d
     zc.stage3_param_persistence_threshold = 1u << 30; /* stage 3: every module stays gathered (tp_engine.h) */
     zc.gradient_clipping = clip;
 
-    /* tp_engine_register without init tables: the shards of gpt_param_init(seed) */
+    /* tp_engine_build without init tables: the shards of gpt_param_init(seed), computed by each rank */
     {
         zero_engine *e0 = NULL;
         int *pid0 = calloc(np, sizeof *pid0), *mod0 = calloc((size_t)nm, sizeof *mod0);
         MP_TRY(zero_engine_create(&e0, &zc, r.grid.dp, dev));
-        MP_TRY(tp_engine_register(e0, &g_cfg, tp, r.tp_rank, pp, r.pp_rank, 42, NULL, pid0, mod0));
-        MP_TRY(zero_engine_finalize(e0));
+        MP_TRY(tp_engine_build(e0, &g_cfg, tp, r.tp_rank, pp, r.pp_rank, 42, NULL, pid0, mod0));
         for (size_t i = 0; i < np; i++) {
             CHECK(r.held[i] == (pid0[i] >= 0));
             if (!r.held[i]) continue;
@@ -480,8 +479,7 @@ static int engine_mode(zero_comm *world, int tp, int pp, int stage, int steps, d
     MP_TRY(zero_engine_create(&e, &zc, r.grid.dp, dev));
     int *pid = calloc(np, sizeof *pid), *mod = calloc((size_t)nm, sizeof *mod);
     char name[32];
-    MP_TRY(tp_engine_register(e, &g_cfg, tp, r.tp_rank, pp, r.pp_rank, 0, (const float *const *)full, pid, mod));
-    MP_TRY(zero_engine_finalize(e));
+    MP_TRY(tp_engine_build(e, &g_cfg, tp, r.tp_rank, pp, r.pp_rank, 0, (const float *const *)full, pid, mod));
     /* the global norm over dp x (tp x pp); replicated copies counted once */
     zero_comm *mpg = NULL;
     MP_TRY(tp_engine_mp_create(world, &r.grid, &mpg));

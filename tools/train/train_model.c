@@ -75,29 +75,17 @@ zero_status train_model_create(train_model **out, const gpt_config *cfg, int mic
             mfail(err, en, s, "engine add_module %s: %s", name, zero_engine_last_error(engine));
     }
     size_t np = gpt_num_params(cfg);
-    float *init = NULL;
-    size_t cap = 0;
     for (size_t i = 0; i < np && s == ZERO_OK; i++) {
         gpt_param_info pi;
         gpt_param_info_get(cfg, i, &pi);
-        if (pi.numel > cap) {
-            free(init);
-            cap = pi.numel;
-            init = malloc(cap * sizeof *init);
-        }
-        if (!init) {
-            s = mfail(err, en, ZERO_OUT_OF_MEMORY, "model: out of memory");
-            break;
-        }
-        /* every rank computes the same values from (seed, position) */
-        gpt_param_init(cfg, &pi, seed, init);
+        /* GPT-2's init as a spec: each rank computes only what it keeps, at finalize */
+        zero_init_spec init = gpt_param_init_spec(&pi, seed);
         int64_t shape[2] = {(int64_t)pi.shape[0], (int64_t)pi.shape[1]};
         int pid = -1;
-        s = zero_engine_add_param(engine, m->module_id[pi.module], pi.name, pi.ndim, shape, init, &pid);
+        s = zero_engine_add_param_init(engine, m->module_id[pi.module], pi.name, pi.ndim, shape, &init, &pid);
         if (s != ZERO_OK) mfail(err, en, s, "engine add_param %s: %s", pi.name, zero_engine_last_error(engine));
         else if (pid != (int)i) s = mfail(err, en, ZERO_INTERNAL, "engine gave %s the id %d, expected %zu", pi.name, pid, i);
     }
-    free(init);
     if (s == ZERO_OK && (s = zero_engine_finalize(engine)) != ZERO_OK)
         mfail(err, en, s, "engine finalize: %s", zero_engine_last_error(engine));
     zero_plan_info plan;

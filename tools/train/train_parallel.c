@@ -69,13 +69,9 @@ int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_conf
     zero_config c = *zc;
     c.gradient_accumulation_steps = 1; /* the schedule accumulates the micro-batches (dloss 1/M) */
     PTRY(zero_engine_create(&p->engine, &c, p->grid.dp, dev), "engine");
-    PTRY(tp_engine_register(p->engine, cfg, tp, p->grid.tp_rank, pp, p->grid.pp_rank, seed, NULL, p->param_ids,
-                            p->module_ids),
-         "registering the stage's tp shards");
-    if (zero_engine_finalize(p->engine) != ZERO_OK) {
-        pfail(err, en, "engine finalize: %s", zero_engine_last_error(p->engine));
-        goto fail;
-    }
+    PTRY(tp_engine_build(p->engine, cfg, tp, p->grid.tp_rank, pp, p->grid.pp_rank, seed, NULL, p->param_ids,
+                         p->module_ids),
+         "building the engine of the stage's tp shards");
     if (zero_engine_set_model_parallel(p->engine, p->mp) != ZERO_OK) {
         pfail(err, en, "engine set_model_parallel: %s", zero_engine_last_error(p->engine));
         goto fail;
