@@ -88,29 +88,22 @@ void bench_model_free(bench_model *m)
 
 zero_status bench_model_register(const bench_model *m, zero_engine *e)
 {
-    uint64_t max_numel = 0;
-    for (int i = 0; i < m->num_params; i++)
-        if (m->params[i].numel > max_numel) max_numel = m->params[i].numel;
-    float *init = malloc(max_numel * sizeof *init);
-    if (!init) {
-        fprintf(stderr, "zero-bench: out of host memory for init values\n");
-        return ZERO_OUT_OF_MEMORY;
-    }
     zero_status st = ZERO_OK;
     for (int mod = 0; mod < m->num_modules && st == ZERO_OK; mod++) {
         int id = -1;
         st = zero_engine_add_module(e, m->module_names[mod], &id);
     }
-    uint32_t seed = 12345u;
+    /* A spec, not values: each rank computes only what it keeps, so the peak
+     * measured is the stage's own, not the stage's plus a whole fp32 model. */
+    zero_init_spec init = ZERO_INIT_SPEC_INIT;
+    init.kind = ZERO_INIT_UNIFORM;
+    init.lo = -0.05;
+    init.hi = 0.05;
+    init.seed = 12345u;
     for (int i = 0; i < m->num_params && st == ZERO_OK; i++) {
         const bench_param *p = &m->params[i];
-        for (uint64_t k = 0; k < p->numel; k++) {
-            seed = seed * 1664525u + 1013904223u; /* same stream on every rank */
-            init[k] = ((float)(seed >> 8) * (1.0f / 16777216.0f) - 0.5f) * 0.1f;
-        }
-        st = zero_engine_add_param(e, p->module, p->name, p->ndim, p->shape, init, NULL);
+        st = zero_engine_add_param_init(e, p->module, p->name, p->ndim, p->shape, &init, NULL);
     }
-    free(init);
     if (st == ZERO_OK) st = zero_engine_finalize(e);
     return st;
 }

@@ -18,7 +18,18 @@
  *     mismatch (world >= 2) a different seed, value or callback tag on the last
  *              rank fails finalize with ZERO_MISMATCH naming the parameter and
  *              the rank; a failing callback fails finalize naming the range
- *     bad spec invalid specs are refused naming the field */
+ *     bad spec invalid specs are refused naming the field
+ *     memory   stages 0-3: with specs the engine's peak during finalize IS its
+ *              steady state (every category, to the byte; nothing held before);
+ *              with add_param values the peak is that plus exactly 4 bytes x
+ *              the parameters (category other)
+ *   test_engine_init rss   (world 2 in the suite) a 50M-parameter stage-3 model:
+ *              the process's peak resident memory while building it with specs
+ *              is the engine's steady state (within 3% + 16 MB), and at least
+ *              0.9 x 4 bytes x numel below building it with add_param values */
+#include <malloc.h>
+#include <unistd.h>
+
 #include "eng_util.h"
 
 #include "../../zero/philox.h"
@@ -203,6 +214,8 @@ static void reference(int p, uint64_t seed, float *out)
 /* Register the model; `tweak(p, &spec, values)` may change one rank's init. */
 typedef void (*tweak_fn)(int p, zero_init_spec *s, float *values);
 
+static int g_all_specs; /* register K_VALUES params through a spec too (constant 0.5) */
+
 static zero_status register_model(zero_engine *e, uint64_t seed, cb_log *log, tweak_fn tweak)
 {
     zero_status st;
@@ -216,7 +229,10 @@ static zero_status register_model(zero_engine *e, uint64_t seed, cb_log *log, tw
         s.user = log;
         uint64_t n = eng_numel(&eng_model[p]);
         float *values = NULL;
-        if (kind_of(p) == K_VALUES) {
+        if (kind_of(p) == K_VALUES && g_all_specs) {
+            s.kind = ZERO_INIT_CONSTANT;
+            s.value = 0.5;
+        } else if (kind_of(p) == K_VALUES) {
             values = malloc(n * sizeof *values);
             for (uint64_t i = 0; i < n; i++) values[i] = eng_init_value(p, i);
         }
@@ -402,8 +418,153 @@ static void test_bad_specs(zero_comm *comm, zero_device *dev)
     zero_engine_destroy(e);
 }
 
-int main(void)
+/* ---------------------------------------------------------------- memory: the report */
+
+static void test_memory_peak(zero_comm *comm, zero_device *dev, int stage, zero_dtype dt)
 {
+    static const char *names[] = {"params", "grads", "master", "moments", "buffers", "other"};
+    zero_memory_report spec_rep, values_rep;
+    for (int values = 0; values < 2; values++) {
+        zero_config c = base_config(stage, dt);
+        zero_engine *e = NULL;
+        CHECK_OK(zero_engine_create(&e, &c, comm, dev));
+        if (!e) return;
+        cb_log log = {{0}, 0, -1};
+        g_all_specs = 1;
+        CHECK_OK(values ? eng_register(e, 1) : register_model(e, 5, &log, NULL));
+        g_all_specs = 0;
+        CHECK_OK(zero_engine_finalize(e));
+        CHECK_OK(zero_engine_memory_report(e, values ? &values_rep : &spec_rep));
+        zero_engine_destroy(e);
+    }
+    uint64_t values_bytes = 0;
+    for (int p = 0; p < ENG_NPARAMS; p++) values_bytes += eng_numel(&eng_model[p]) * 4;
+    /* the same steady state either way */
+    for (int k = 0; k < ZERO_MEM_CATEGORY_COUNT; k++)
+        CHECK_MSG(spec_rep.bytes[k] == values_rep.bytes[k], "stage %d: %s after finalize: %llu (spec) vs %llu", stage,
+                  names[k], (unsigned long long)spec_rep.bytes[k], (unsigned long long)values_rep.bytes[k]);
+    CHECK(spec_rep.bytes[ZERO_MEM_OTHER] == 0);
+    /* spec: the peak is the steady state, category by category */
+    for (int k = 0; k < ZERO_MEM_CATEGORY_COUNT; k++)
+        CHECK_MSG(spec_rep.peak[k] == spec_rep.bytes[k], "stage %d %s: spec init peaked at %llu %s bytes, steady %llu",
+                  stage, zero_dtype_name(dt), (unsigned long long)spec_rep.peak[k], names[k],
+                  (unsigned long long)spec_rep.bytes[k]);
+    CHECK_MSG(spec_rep.peak_total == spec_rep.total, "stage %d: spec peak %llu, steady %llu", stage,
+              (unsigned long long)spec_rep.peak_total, (unsigned long long)spec_rep.total);
+    /* values: + exactly 4 bytes x numel, held until the buffers are filled */
+    CHECK(values_rep.peak[ZERO_MEM_OTHER] == values_bytes);
+    CHECK_MSG(values_rep.peak_total == values_rep.total + values_bytes,
+              "stage %d: add_param values peak %llu, expected steady %llu + %llu", stage,
+              (unsigned long long)values_rep.peak_total, (unsigned long long)values_rep.total,
+              (unsigned long long)values_bytes);
+}
+
+/* ---------------------------------------------------------------- memory: the process */
+
+static long rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, res = 0;
+    if (!f) return -1;
+    if (fscanf(f, "%ld %ld", &pages, &res) != 2) res = -1;
+    fclose(f);
+    return res < 0 ? -1 : res * sysconf(_SC_PAGESIZE);
+}
+
+static long hwm_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+    fclose(f);
+    return kb < 0 ? -1 : kb * 1024;
+}
+
+/* "5" resets the peak to the current resident size (Linux >= 4.0). */
+static int reset_peak(void)
+{
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return 0;
+    int ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+#define RSS_PARAMS 10
+#define RSS_ROWS 5000
+#define RSS_COLS 1000 /* 10 x 5M = 50M parameters */
+
+/* Build the model one way and return the growth of peak resident memory;
+ * *steady = the engine's total after finalize. */
+static long build_rss(zero_comm *comm, zero_device *dev, int values, uint64_t *steady, uint64_t *eng_peak)
+{
+    zero_config c = ZERO_CONFIG_INIT;
+    c.stage = 3;
+    c.reduce_bucket_size = RSS_ROWS * RSS_COLS;
+    if (!reset_peak()) return -1;
+    long before = rss_bytes();
+    zero_engine *e = NULL;
+    CHECK_OK(zero_engine_create(&e, &c, comm, dev));
+    if (!e) return -1;
+    const int64_t shape[2] = {RSS_ROWS, RSS_COLS};
+    /* the caller's side of the values path: one tensor at a time, as a trainer would */
+    float *buf = values ? malloc((size_t)RSS_ROWS * RSS_COLS * sizeof *buf) : NULL;
+    for (int p = 0; p < RSS_PARAMS; p++) {
+        char name[32];
+        snprintf(name, sizeof name, "layer%d.weight", p);
+        int m = -1;
+        CHECK_OK(zero_engine_add_module(e, name, &m));
+        zero_init_spec s = ZERO_INIT_SPEC_INIT;
+        s.kind = ZERO_INIT_UNIFORM; /* cheaper than normal: this measures memory */
+        s.lo = -0.02;
+        s.hi = 0.02;
+        s.seed = 3;
+        if (values) {
+            for (size_t i = 0; i < (size_t)RSS_ROWS * RSS_COLS; i++) buf[i] = 0.01f;
+            CHECK_OK(zero_engine_add_param(e, m, name, 2, shape, buf, NULL));
+        } else {
+            CHECK_OK(zero_engine_add_param_init(e, m, name, 2, shape, &s, NULL));
+        }
+    }
+    free(buf);
+    CHECK_OK(zero_engine_finalize(e));
+    long hwm = hwm_bytes();
+    zero_memory_report r;
+    CHECK_OK(zero_engine_memory_report(e, &r));
+    *steady = r.total;
+    *eng_peak = r.peak_total;
+    zero_engine_destroy(e);
+    return hwm < 0 ? -1 : hwm - before;
+}
+
+static void test_rss(zero_comm *comm, zero_device *dev)
+{
+    uint64_t steady_s = 0, steady_v = 0, peak_s = 0, peak_v = 0;
+    long spec = build_rss(comm, dev, 0, &steady_s, &peak_s);
+    long values = build_rss(comm, dev, 1, &steady_v, &peak_v);
+    if (spec < 0 || values < 0) {
+        fprintf(stderr, "no VmHWM reset on this kernel: RSS check skipped\n");
+        return;
+    }
+    const double numel4 = 4.0 * RSS_PARAMS * RSS_ROWS * RSS_COLS;
+    fprintf(stderr,
+            "[rank %d] 50M params, stage 3, world %d: peak resident growth with specs %.1f MB (engine steady %.1f MB, "
+            "peak %.1f MB), with add_param values %.1f MB (engine peak %.1f MB); 4 bytes x numel = %.1f MB\n",
+            g_rank, g_world, spec / 1e6, steady_s / 1e6, peak_s / 1e6, values / 1e6, peak_v / 1e6, numel4 / 1e6);
+    CHECK(steady_s == steady_v && peak_s == steady_s && peak_v == steady_v + (uint64_t)numel4);
+    CHECK_MSG(fabs((double)spec - (double)steady_s) <= 0.03 * steady_s + 16e6,
+              "specs: peak resident growth %.1f MB, engine steady state %.1f MB", spec / 1e6, steady_s / 1e6);
+    CHECK_MSG((double)values - (double)spec >= 0.9 * numel4,
+              "add_param values peaked only %.1f MB above specs (4 bytes x numel = %.1f MB)", (values - spec) / 1e6,
+              numel4 / 1e6);
+}
+
+int main(int argc, char **argv)
+{
+    /* freed large blocks go back to the OS at once, so resident memory tracks live allocations */
+    mallopt(M_MMAP_THRESHOLD, 64 * 1024);
     zero_comm *world = NULL;
     zero_device *dev = NULL;
     if (zero_comm_init_world(&world, NULL) != ZERO_OK || zero_device_open(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
@@ -413,11 +574,21 @@ int main(void)
     g_rank = zero_comm_rank(world);
     g_world = zero_comm_size(world);
     check_set_rank(g_rank);
+    if (argc > 1 && !strcmp(argv[1], "rss")) {
+        test_rss(world, dev);
+        zero_device_close(dev);
+        zero_comm_destroy(world);
+        return check_exit();
+    }
     test_philox_kat();
     test_formula();
     for (int stage = 0; stage < 4; stage++) {
         test_values(world, dev, stage, ZERO_F32);
         test_values(world, dev, stage, ZERO_BF16);
+    }
+    for (int stage = 0; stage < 4; stage++) {
+        test_memory_peak(world, dev, stage, ZERO_F32);
+        test_memory_peak(world, dev, stage, ZERO_BF16);
     }
     test_mismatch(world, dev);
     test_bad_specs(world, dev);

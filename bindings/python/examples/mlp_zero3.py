@@ -55,14 +55,14 @@ def main():
             "optimizer": {"type": "AdamW", "params": {"lr": args.lr, "weight_decay": 0.0}},
             "gradient_clipping": 1.0,
         }
-        # The same initial values on every rank (libzero does not broadcast them).
-        init = np.random.default_rng(7)
+        # Initial values described, not given: each rank computes only the part it
+        # keeps (its shard at stage 3) from (seed, name, index); nothing is broadcast.
         with zero.Engine(world, config) as eng:
             fc1 = eng.add_module("fc1", {
-                "weight": (init.standard_normal((d_in, hidden)) / np.sqrt(d_in)).astype(np.float32),
+                "weight": ((d_in, hidden), zero.init.normal(std=1 / np.sqrt(d_in), seed=7)),
                 "bias": (hidden,)})
             fc2 = eng.add_module("fc2", {
-                "weight": (init.standard_normal((hidden, d_out)) / np.sqrt(hidden)).astype(np.float32),
+                "weight": ((hidden, d_out), zero.init.normal(std=1 / np.sqrt(hidden), seed=7)),
                 "bias": (d_out,)})
             eng.finalize()
             x, t = make_data(rank, args.batch, d_in, d_out)

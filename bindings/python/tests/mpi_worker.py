@@ -104,6 +104,23 @@ with zero.Comm.world() as world:
         out["mismatch"] = str(e)
     eng.close()
 
+    # ------------------------------------------------------------ a different init on one rank: MISMATCH
+    # (spec inits: each rank computes only its own shard; the values are the same on every rank)
+    eng = zero.Engine(world, stage=3)
+    m = eng.add_module("m", {"a": ((3, 5), zero.init.normal(0.02, seed=1)),
+                             "b": ((7,), zero.init.uniform(-1, 1, seed=1 + rank))})
+    try:
+        eng.finalize()
+        out["init_mismatch"] = None
+    except zero.ZeroMismatchError as e:
+        out["init_mismatch"] = str(e)
+    eng.close()
+    eng = zero.Engine(world, stage=3, stage3_param_persistence_threshold=0)
+    m = eng.add_module("m", {"a": ((3, 5), zero.init.normal(0.02, seed=1))})
+    eng.finalize()
+    out["init_a"] = eng.read_param(m.params["a"]).ravel().tolist()
+    eng.close()
+
     # ------------------------------------------------------------ a late peer: TIMEOUT
     with world.split(color=0, key=rank) as tcomm:
         tcomm.timeout = 0.5

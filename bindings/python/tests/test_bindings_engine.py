@@ -145,6 +145,37 @@ def test_registration_checks(zero_mod, world):
     eng.close()
 
 
+def test_init_specs(zero_mod, world):
+    """Spec inits (zero.init): nothing held before finalize, the values zero.init.generate
+    gives (any sub-range of them too), bad specs named."""
+    zi = zero_mod.init
+    eng = zero_mod.Engine(world, stage=3)
+    m = eng.add_module("m", {"w": ((6, 7), zi.normal(0.5, mean=1.0, seed=9)), "b": ((7,), zi.constant(0.25))})
+    u = eng.add_param(m, "m.u", init=zi.uniform(-2, 3, seed=2), shape=(5,))
+    o = eng.add_param(m, "m.o", init=zi.ones(), shape=(3,))
+    assert eng.memory_report()["total"] == 0
+    eng.finalize()
+    w = zi.generate(zi.normal(0.5, mean=1.0, seed=9), "m.w", 0, 42)
+    assert np.array_equal(eng.read_param(m.params["w"]).ravel(), w)
+    assert np.array_equal(zi.generate(zi.normal(0.5, mean=1.0, seed=9), "m.w", 5, 13), w[5:13])
+    assert np.all(eng.read_param(m.params["b"]) == 0.25) and np.all(eng.read_param(o) == 1.0)
+    uv = eng.read_param(u)
+    assert np.array_equal(uv, zi.generate(zi.uniform(-2, 3, seed=2), "m.u", 0, 5)) and np.all((uv >= -2) & (uv <= 3))
+    assert eng.memory_report()["peak"]["other"] == 0
+    eng.close()
+    eng = zero_mod.Engine(world, stage=1)
+    m = eng.add_module("m")
+    with pytest.raises(zero_mod.ZeroInvalidArgumentError, match="std >= 0"):
+        eng.add_param(m, "w", init=zi.normal(-1.0), shape=(3,))
+    with pytest.raises(zero_mod.ZeroInvalidArgumentError, match="lo <= hi"):
+        eng.add_param(m, "w", init=zi.uniform(1, 0), shape=(3,))
+    with pytest.raises(zero_mod.ZeroInvalidArgumentError, match="needs shape"):
+        eng.add_param(m, "w", init=zi.ones())
+    with pytest.raises(zero_mod.ZeroInvalidArgumentError, match="begin <= end"):
+        zi.generate(zi.ones(), "w", 3, 2)
+    eng.close()
+
+
 def test_init_is_zero_copy_in_and_views_are_zero_copy_out(zero_mod, world):
     eng = zero_mod.Engine(world, stage=0)
     w0 = np.arange(12, dtype=np.float32).reshape(3, 4)

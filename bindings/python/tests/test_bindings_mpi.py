@@ -75,6 +75,19 @@ def test_mismatch_and_timeout_errors_carry_the_message(ranks):
     assert res[1]["timeout"] == "late peer completed"
 
 
+def test_spec_init_is_checked_across_ranks_and_sharded(zero_mod, ranks):
+    """A different uniform seed on rank 1 is named at finalize; a spec init sharded over two
+    ranks (stage 3, each computing its half) reads back the values zero.init.generate gives."""
+    res, _ = ranks
+    for r, out in res.items():
+        msg = out["init_mismatch"]
+        assert msg and "ranks were given different initial values" in msg, msg
+        assert "param #1 'm.b'" in msg and "rank(s) 1 differ from rank 0" in msg
+        assert f"seed {1 + r}" in msg
+        want = zero_mod.init.generate(zero_mod.init.normal(0.02, seed=1), "m.a", 0, 15)
+        assert np.array_equal(np.array(out["init_a"], np.float32), want)
+
+
 def test_checkpoint_of_two_ranks_loads_into_one(zero_mod, ranks):
     """Resharding from Python: the stage-3, 2-rank checkpoint into a 1-rank stage-0 engine."""
     res, ckpt = ranks

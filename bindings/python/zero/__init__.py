@@ -8,7 +8,7 @@
 See docs/python.md. Every failing libzero call raises a ZeroError subclass
 (ZeroTimeoutError, ZeroConfigError, ...) carrying libzero's message.
 """
-from . import checkpoint
+from . import checkpoint, init
 from ._arrays import bf16_to_f32, f32_to_bf16
 from ._ffi import ffi, lib, string
 from .comm import Comm, Device, Grid, cuda_available
@@ -32,7 +32,7 @@ def version():
 
 __all__ = [
     "Comm", "Grid", "Device", "Engine", "Config", "Module", "Param", "ModuleViews", "StepResult",
-    "memory_estimate", "checkpoint", "cuda_available", "bf16_to_f32", "f32_to_bf16", "set_log_handler", "log_to_logging",
+    "memory_estimate", "checkpoint", "init", "cuda_available", "bf16_to_f32", "f32_to_bf16", "set_log_handler", "log_to_logging",
     "version", "COMPILED_VERSION", "ffi", "lib",
     "ZeroError", "ZeroInvalidArgumentError", "ZeroOutOfMemoryError", "ZeroTimeoutError", "ZeroPeerFailureError",
     "ZeroMismatchError", "ZeroInvalidStateError", "ZeroUnsupportedError", "ZeroBackendError", "ZeroIOError",

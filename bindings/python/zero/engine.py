@@ -29,6 +29,7 @@ from .comm import Device
 from .config import Config, as_config
 from .errors import (ZeroError, ZeroInvalidArgumentError, ZeroInvalidStateError, ZeroNotFoundError,
                      ZeroUnsupportedError, check)
+from .init import Init
 
 STATE_KINDS = {"master": lib.ZERO_STATE_MASTER, "moment1": lib.ZERO_STATE_MOMENT1,
                "moment2": lib.ZERO_STATE_MOMENT2}
@@ -216,8 +217,8 @@ class Engine(_Resource):
 
     # ================================================================ registration
     def add_module(self, name, params=None):
-        """Register a module; `params` (optional): {short name: init array or
-        shape}, registered as "<name>.<short name>" in dict order."""
+        """Register a module; `params` (optional): {short name: init array, shape,
+        or (shape, zero.init spec)}, registered as "<name>.<short name>" in dict order."""
         mid = ffi.new("int *")
         self._check(lib.zero_engine_add_module(self._live_handle(), name.encode(), mid))
         m = Module(mid[0], name)
@@ -225,15 +226,27 @@ class Engine(_Resource):
         for pname, spec in (params or {}).items():
             if isinstance(spec, np.ndarray):
                 self.add_param(m, f"{name}.{pname}", init=spec)
+            elif isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], Init):
+                self.add_param(m, f"{name}.{pname}", init=spec[1], shape=spec[0])
             else:
                 self.add_param(m, f"{name}.{pname}", shape=spec)
         return m
 
     def add_param(self, module, name, init=None, shape=None):
-        """Register a parameter of `module`. `init`: a C-contiguous float32
-        array (passed zero-copy; libzero copies it now); None: zeros of
-        `shape`. Returns a Param."""
+        """Register a parameter of `module`. `init`:
+          * a zero.init spec (zero.init.normal(std, seed=...), uniform, constant,
+            ones, zeros) with `shape`: each rank computes only what it keeps, at
+            finalize; nothing is held before (zero_engine_add_param_init);
+          * a C-contiguous float32 array (passed zero-copy; libzero copies it
+            now and holds 4 bytes x numel on every rank until finalize);
+          * None: zeros of `shape`.
+        Returns a Param."""
         m = self.module(module)
+        spec = None
+        if isinstance(init, Init):
+            if shape is None:
+                raise ZeroInvalidArgumentError(f"add_param '{name}': an init spec needs shape")
+            spec, init = init.c_spec(), None
         if init is not None:
             shape = tuple(init.shape) if shape is None else tuple(shape)
             buf, _, n = as_c_buffer(init, f"add_param '{name}' init", dtype=np.float32)
@@ -249,8 +262,12 @@ class Engine(_Resource):
             raise ZeroInvalidArgumentError(f"add_param '{name}': {len(shape)} dimensions; 1..{lib.ZERO_MAX_DIMS}")
         cshape = ffi.new("int64_t[]", list(shape))
         pid = ffi.new("int *")
-        self._check(lib.zero_engine_add_param(self._live_handle(), m.id, name.encode(), len(shape), cshape,
-                                              buf, pid))
+        if spec is not None:
+            self._check(lib.zero_engine_add_param_init(self._live_handle(), m.id, name.encode(), len(shape), cshape,
+                                                       spec, pid))
+        else:
+            self._check(lib.zero_engine_add_param(self._live_handle(), m.id, name.encode(), len(shape), cshape,
+                                                  buf, pid))
         p = Param(pid[0], name, shape, m.id)
         self._params.append(p)
         m.params[m._short(name)] = p
