@@ -64,21 +64,13 @@ zero_status zero_checkpoint_resolve(const char *path, char *out, size_t n)
         if (is_file(p)) return ZERO_OK;
     }
     /* No usable `latest` (never written, or it names a directory being
-     * replaced): take the highest complete step-* directory. */
+     * replaced): take the newest complete step-* directory in save order. */
     DIR *d = opendir(path);
     if (!d)
         return zero_fail(NULL, ZERO_NOT_FOUND, "checkpoint: %s: %s", path, strerror(errno));
-    long long best = -1;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        long long s;
-        char tail;
-        if (sscanf(e->d_name, "step-%lld%c", &s, &tail) != 1) continue;
-        snprintf(p, sizeof p, "%s/%s/meta.json", path, e->d_name);
-        if (is_file(p) && s > best) best = s;
-    }
     closedir(d);
-    if (best < 0)
+    long long best = -1;
+    if (!ckpt_newest_step(path, &best))
         return zero_fail(NULL, ZERO_NOT_FOUND, "checkpoint: no checkpoint in %s (no meta.json, latest or step-*)",
                          path);
     snprintf(out, n, "%s/step-%08lld", path, best);

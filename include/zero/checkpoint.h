@@ -53,7 +53,8 @@ ZERO_EXTERN_C_BEGIN
 typedef struct zero_checkpoint_options {
     size_t size;      /* sizeof(zero_checkpoint_options), set by the INIT macro */
     uint32_t version; /* ZERO_CHECKPOINT_OPTIONS_VERSION */
-    int keep_last;    /* after a save, delete older step-* directories beyond this many; 0 = keep all */
+    int keep_last;    /* after a save, keep the newest this many saves (save order, meta.json's save_seq,
+                         not step numbers) and delete the other step-* directories; 0 = keep all */
     int durable;      /* 1: fsync files and directories (default); 0: skip (tests, tmpfs) */
 } zero_checkpoint_options;
 
@@ -91,7 +92,8 @@ ZERO_API zero_status zero_checkpoint_load(zero_engine *engine, zero_comm *dp, co
 ZERO_API void zero_checkpoint_loaded_free(zero_checkpoint_loaded *loaded); /* NULL accepted */
 
 /* The step directory `path` denotes: itself if it holds meta.json, else the
- * one dir/latest names. ZERO_NOT_FOUND when there is none. */
+ * one dir/latest names, else (no usable latest) the newest complete save in
+ * save order. ZERO_NOT_FOUND when there is none. */
 ZERO_API zero_status zero_checkpoint_resolve(const char *path, char *out, size_t out_size);
 
 /* meta.json of `path`, checked (magic, version, checksum), as a malloc'd JSON

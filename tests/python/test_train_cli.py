@@ -215,3 +215,105 @@ def test_resume_auto_without_a_checkpoint_starts_fresh(tmp_path):
     # and --resume auto without a checkpoint dir is a config error
     p = run_train(TINY + ["--data", corpus(tmp_path), "--steps", "2", "--resume", "auto"], check=False)
     assert p.returncode != 0 and "train.checkpoint.dir" in p.stderr
+
+
+def test_keep_last_keeps_a_fresh_runs_own_checkpoints_and_resume_auto_stays_in_its_run(tmp_path):
+    """Issue 10: run A saves steps 1..6 keeping 2; a fresh run B (another seed) saves step 3
+    into the same directory. keep_last used to keep the highest step numbers (A's 5 and 6),
+    deleting each of B's saves at once, and `--resume auto` then silently continued A. Now
+    the newest saves are kept (B's 2 and 3), `latest` is B's, and resume auto refuses a
+    checkpoint of another seed by name."""
+    ck = tmp_path / "ck"
+    base = TINY + ["--data", corpus(tmp_path), "--checkpoint-dir", str(ck), "--checkpoint-every", "1",
+                   "--set", "train.checkpoint.keep_last=2"]
+    run_train(base + ["--steps", "6", "--seed", "1"])
+    p = run_train(base + ["--steps", "3", "--seed", "2"])
+    assert "already holds checkpoints" in p.stdout
+    assert sorted(x.name for x in ck.iterdir() if x.name.startswith("step-")) == ["step-00000002", "step-00000003"]
+    assert (ck / "latest").read_text().strip() == "step-00000003"
+    meta = [json.loads((ck / f"step-0000000{i}" / "meta.json").read_text())["meta"] for i in (2, 3)]
+    assert [m["user"]["data"]["seed"] for m in meta] == [2, 2]
+    assert [m["save_seq"] for m in meta] == [8, 9]  # A saved 6 times before
+    # B continues from its own step 3
+    p = run_train(base + ["--steps", "4", "--seed", "2", "--resume", "auto"])
+    assert "resumed from " + str(ck / "step-00000003") + ": step 3" in p.stdout
+    # A's config: the newest save is B's, so auto refuses, naming the key and both values
+    p = run_train(base + ["--steps", "8", "--seed", "1", "--resume", "auto"], check=False)
+    assert p.returncode != 0
+    assert "saved by another run: train.seed 2 there, 1 in this run's config" in p.stderr, p.stderr
+    # naming the step directory still loads it (with a warning)
+    p = run_train(base + ["--steps", "4", "--seed", "1", "--resume", str(ck / "step-00000003")])
+    assert "resumed from " + str(ck / "step-00000003") + ": step 3" in p.stdout
+    assert "warning: the checkpoint was trained with train.seed 2, this run uses 1" in p.stdout
+
+
+def _descendants(root):
+    children = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = open(f"/proc/{d}/stat").read()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += children.get(pid, [])
+    return out
+
+
+def _world_rank_pid(root, rank):
+    for pid in _descendants(root):
+        try:
+            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            comm = open(f"/proc/{pid}/comm").read().strip()
+        except OSError:
+            continue
+        if comm == "zero-train" and f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+            return pid
+    return None
+
+
+def test_a_stopped_rank_ends_the_job_within_the_comm_deadline(tmp_path):
+    """Issue 10: the deadline was fixed at 600 s, so a SIGSTOPped rank hung the job for ten
+    minutes. With --comm-timeout 3 the other rank fails with the named timeout, does not wait
+    in MPI_Finalize for the stopped one, and mpirun ends the job."""
+    import shutil
+    import signal
+    import subprocess
+    import time
+    from train_helpers import MPIRUN, exe
+    if shutil.which("mpirun") is None:
+        pytest.skip("needs Open MPI's mpirun")
+    m = tmp_path / "m.jsonl"
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    p = subprocess.Popen([MPIRUN, "2", exe("zero-train"), "--plain"] + TINY +
+                         ["--data", corpus(tmp_path), "--steps", "1000000", "--comm-timeout", "3",
+                          "--metrics", str(m), "--log-every", "1000000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    stopped = None
+    try:
+        deadline = time.time() + 120
+        while not (m.exists() and len(m.read_text().splitlines()) >= 2) and time.time() < deadline:
+            assert p.poll() is None, p.communicate()
+            time.sleep(0.05)
+        stopped = _world_rank_pid(p.pid, 1)
+        assert stopped is not None
+        os.kill(stopped, signal.SIGSTOP)
+        t0 = time.time()
+        out, err = p.communicate(timeout=90)
+        elapsed = time.time() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+        if stopped is not None:
+            try:
+                os.kill(stopped, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert p.returncode != 0
+    assert "zero-train: rank 0, step " in err and "timed out after 3.0 s" in err, err
+    # 3 s deadline + mpirun's teardown; the old fixed deadline was 600 s
+    assert elapsed < 60, elapsed

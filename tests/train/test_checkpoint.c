@@ -255,6 +255,46 @@ int main(void)
     CHECK_OK(zero_barrier(comm));
     CHECK_OK(zero_checkpoint_resolve(ck, resolved, sizeof resolved));
     CHECK(strstr(resolved, "step-00000099") != NULL);
+    /* issue 10: keep_last keeps the newest SAVES, not the highest step numbers:
+     * a fresh run saving step 3 beside another run's steps 5 and 6 keeps its
+     * own step 3 (it used to be pruned at once) and step 6, and resolve falls
+     * back to step 3 when `latest` is gone */
+    char ord[320];
+    snprintf(ord, sizeof ord, "%s/order", dir);
+    CHECK_OK(zero_checkpoint_save(e, comm, ord, 5, NULL, &keep));
+    CHECK_OK(zero_checkpoint_save(e, comm, ord, 6, NULL, &keep));
+    CHECK_OK(zero_checkpoint_save(e, comm, ord, 3, NULL, &keep));
+    snprintf(p, sizeof p, "%s/step-00000003", ord);
+    CHECK(exists(p));
+    snprintf(p, sizeof p, "%s/step-00000006", ord);
+    CHECK(exists(p));
+    snprintf(p, sizeof p, "%s/step-00000005", ord);
+    CHECK(!exists(p)); /* the oldest save */
+    CHECK_OK(zero_checkpoint_resolve(ord, resolved, sizeof resolved));
+    CHECK(strstr(resolved, "step-00000003") != NULL);
+    {
+        char *m3 = NULL, *m6 = NULL;
+        snprintf(p, sizeof p, "%s/step-00000003", ord);
+        CHECK_OK(zero_checkpoint_inspect(p, &m3));
+        snprintf(p, sizeof p, "%s/step-00000006", ord);
+        CHECK_OK(zero_checkpoint_inspect(p, &m6));
+        json_t *j3 = json_loads(m3, 0, NULL), *j6 = json_loads(m6, 0, NULL);
+        json_int_t s3 = json_integer_value(json_object_get(j3, "save_seq"));
+        json_int_t s6 = json_integer_value(json_object_get(j6, "save_seq"));
+        CHECK_MSG(s6 == 2 && s3 == 3, "save_seq: step 3 has %lld, step 6 has %lld", (long long)s3, (long long)s6);
+        json_decref(j3);
+        json_decref(j6);
+        zero_checkpoint_free(m3);
+        zero_checkpoint_free(m6);
+    }
+    CHECK_OK(zero_barrier(comm));
+    if (rank == 0) {
+        snprintf(p, sizeof p, "%s/latest", ord);
+        CHECK(unlink(p) == 0);
+    }
+    CHECK_OK(zero_barrier(comm));
+    CHECK_OK(zero_checkpoint_resolve(ord, resolved, sizeof resolved));
+    CHECK_MSG(strstr(resolved, "step-00000003") != NULL, "without latest: %s", resolved);
     zero_engine_destroy(e);
 
     /* ---- consolidate: a safetensors file with exactly the master weights */

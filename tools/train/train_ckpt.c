@@ -65,16 +65,16 @@ int train_save_checkpoint(run *r)
     return 0;
 }
 
-static int resume_one(run *r, const char *path);
+static int resume_one(run *r, const char *path, int same_run);
 
 /* tp/pp: each position loads the latest of <path>/tp<T>-pp<P>; the grid then
  * checks that every position resumed, and at the same step. */
-int train_resume(run *r, const char *path)
+int train_resume(run *r, const char *path, int same_run)
 {
-    if (!r->par) return resume_one(r, path);
+    if (!r->par) return resume_one(r, path, same_run);
     char sub[1100];
     train_parallel_ckpt_dir(r->par, path, sub, sizeof sub);
-    int ok = resume_one(r, sub) == 0;
+    int ok = resume_one(r, sub, same_run) == 0;
     if (!all_ok(r, ok)) {
         if (ok) r0printf(r, stderr, "zero-train: resume from %s failed on another tp/pp position\n", path);
         return -1;
@@ -91,7 +91,7 @@ int train_resume(run *r, const char *path)
     return 0;
 }
 
-static int resume_one(run *r, const char *path)
+static int resume_one(run *r, const char *path, int same_run)
 {
     zero_checkpoint_loaded l;
     zero_comm *comm = r->par ? train_parallel_dp_comm(r->par) : r->host_comm;
@@ -133,11 +133,37 @@ static int resume_one(run *r, const char *path)
         const char *fp = json_string_value(json_object_get(d, "fingerprint"));
         char mine_fp[32];
         snprintf(mine_fp, sizeof mine_fp, "%016llx", (unsigned long long)r->fingerprint);
-        if (seed != r->cfg.seed)
-            r0printf(r, stdout, "warning: the checkpoint was trained with train.seed %llu, this run uses %llu: the "
-                                "data order changes\n", (unsigned long long)seed, (unsigned long long)r->cfg.seed);
-        if (fp && strcmp(fp, mine_fp) != 0)
-            r0printf(r, stdout, "warning: the corpus differs from the one the checkpoint was trained on\n");
+        /* train.resume "auto" continues THIS run: the newest save in the
+         * directory must be one of a run with the same seed and corpus (the
+         * model shape is checked above). Another run's checkpoint there (a
+         * fresh run started in the same directory, a changed seed) is refused
+         * by name rather than silently continued; naming the step directory
+         * (train.resume PATH) loads it anyway, with warnings. */
+        const char *what = seed != r->cfg.seed ? "train.seed" : fp && strcmp(fp, mine_fp) != 0 ? "data" : NULL;
+        if (same_run && what) {
+            char there[64], here[64];
+            if (what[0] == 't') {
+                snprintf(there, sizeof there, "%llu", (unsigned long long)seed);
+                snprintf(here, sizeof here, "%llu", (unsigned long long)r->cfg.seed);
+            } else {
+                snprintf(there, sizeof there, "corpus fingerprint %s", fp);
+                snprintf(here, sizeof here, "%s", mine_fp);
+            }
+            r0printf(r, stderr,
+                     "zero-train: train.resume \"auto\": the newest checkpoint in %s, %s, was saved by another run: "
+                     "%s %s there, %s in this run's config. Name it (--resume %s) to continue from it anyway, or "
+                     "use another train.checkpoint.dir\n",
+                     r->cfg.ckpt_dir, l.path, what, there, here, l.path);
+            rc = -1;
+        } else {
+            if (seed != r->cfg.seed)
+                r0printf(r, stdout, "warning: the checkpoint was trained with train.seed %llu, this run uses %llu: "
+                                    "the data order changes\n", (unsigned long long)seed, (unsigned long long)r->cfg.seed);
+            if (fp && strcmp(fp, mine_fp) != 0)
+                r0printf(r, stdout, "warning: the corpus differs from the one the checkpoint was trained on\n");
+        }
+    }
+    if (rc == 0) {
         r0printf(r, stdout, "resumed from %s: step %lld (saved by %d ranks at stage %d)\n", l.path,
                  (long long)r->step, l.world_size, l.stage);
     }

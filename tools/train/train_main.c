@@ -476,9 +476,18 @@ int main(int argc, char **argv)
         }
         if (!found) {
             r0printf(&r, stdout, "no checkpoint in %s yet: starting from step 0\n", path);
-        } else if (train_resume(&r, path) != 0) {
+        } else if (train_resume(&r, path, try_auto) != 0) {
             goto done;
         }
+    } else if (r.cfg.ckpt_dir && r.rank == 0) {
+        /* a fresh run in a directory that holds checkpoints: allowed (its saves
+         * are the newest there, and `--resume auto` finds them), but say so */
+        char newest[1100], sub[1100];
+        if (r.par) train_parallel_ckpt_dir(r.par, r.cfg.ckpt_dir, sub, sizeof sub);
+        if (zero_checkpoint_resolve(r.par ? sub : r.cfg.ckpt_dir, newest, sizeof newest) == ZERO_OK)
+            printf("warning: starting from step 0 although train.checkpoint.dir already holds checkpoints (newest: "
+                   "%s); this run's saves replace any of the same step number, and keep_last counts every save "
+                   "there, oldest first\n", newest);
     }
 
     if (train_progress_open(&r.progress, r.cfg.log_every, r.rank == 0 ? r.cfg.metrics_file : NULL, plain) != 0) {
@@ -500,6 +509,12 @@ done:
     zero_device_close(r.dev);
     train_config_free(&r.cfg);
     json_decref(root);
-    zero_comm_destroy(r.host_comm);
+    /* Destroying the last comm finalizes MPI, and MPI_Finalize waits for every
+     * rank: after a failure with a rank stopped, dead or cut off it would hang
+     * for good. So a failed multi-rank run finalizes only if every rank gets
+     * to this barrier (a failed comm refuses it at once); otherwise it exits
+     * without finalizing and mpirun ends the job. */
+    int finalize = rc == 0 || r.world <= 1 || !r.host_comm || zero_barrier(r.host_comm) == ZERO_OK;
+    if (finalize) zero_comm_destroy(r.host_comm);
     return rc;
 }

@@ -45,9 +45,11 @@ void rank_error(const run *r, const char *fmt, ...) __attribute__((format(printf
 /* 1 when every rank passed ok = 1 (one all-reduce). */
 int all_ok(run *r, int ok);
 
-/* train_ckpt.c: save the run (collective), resume from `path` (collective). */
+/* train_ckpt.c: save the run (collective), resume from `path` (collective).
+ * same_run (train.resume "auto"): refuse a checkpoint of another run (another
+ * train.seed or corpus) instead of warning. */
 int train_save_checkpoint(run *r);
-int train_resume(run *r, const char *path);
+int train_resume(run *r, const char *path, int same_run);
 
 /* train_loop.c: train up to cfg.steps (or until a stop signal, see there);
  * write the logits of a fixed batch. */
