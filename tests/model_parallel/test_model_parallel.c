@@ -210,6 +210,22 @@ static void check_slicing(const mp_rank *r, float **full)
             float *sh = malloc(sizeof(float) * ti.numel);
             tp_param_slice(&ti, r->tp, t, full[i], sh);
             tp_param_unslice(&ti, r->tp, t, sh, back);
+            /* the init callback's values: any range of the shard equals that range of the
+             * slice of gpt_param_init, without building the full tensor */
+            float *init = malloc(sizeof(float) * ti.full.numel), *want = malloc(sizeof(float) * ti.numel);
+            float *got = malloc(sizeof(float) * ti.numel);
+            gpt_param_init(&g_cfg, &ti.full, 42, init);
+            tp_param_slice(&ti, r->tp, t, init, want);
+            const size_t w = ti.shape[1], n = ti.numel;
+            const size_t ranges[3][2] = {{0, n}, {n > 2 ? 1 : 0, n > 2 ? n - 1 : n}, {w / 2, w / 2 + w + 3 < n ? w / 2 + w + 3 : n}};
+            for (int k = 0; k < 3; k++) {
+                size_t b = ranges[k][0], e = ranges[k][1];
+                CHECK_OK(tp_param_init_range(&ti, r->tp, t, 42, b, e, got));
+                CHECK_MSG(memcmp(got, want + b, sizeof(float) * (e - b)) == 0,
+                          "%s: tp rank %d: tp_param_init_range [%zu, %zu) is not the slice of gpt_param_init",
+                          ti.full.name, t, b, e);
+            }
+            free(init), free(want), free(got);
             free(sh);
         }
         CHECK_MSG(memcmp(back, full[i], sizeof(float) * in->full.numel) == 0, "%s: slices do not reassemble",
