@@ -43,9 +43,11 @@ EXCLUDED = {
 FAKE_SYSTEM_HEADERS = ["stddef.h", "stdint.h", "stdbool.h", "stdio.h"]
 
 # Our own additions to the cdef (not copies of the headers): the Python log
-# callback, compiled by cffi as a C function that calls into Python.
+# and init-fill callbacks, compiled by cffi as C functions that call into Python.
 EXTRA_CDEF = """
 extern "Python" void _zero_py_log(zero_log_level level, const char *message, void *user);
+extern "Python" zero_status _zero_py_init_fill(void *user, int param, const char *name, uint64_t begin,
+                                               uint64_t end, float *out);
 """
 
 

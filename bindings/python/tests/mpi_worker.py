@@ -115,10 +115,17 @@ with zero.Comm.world() as world:
     except zero.ZeroMismatchError as e:
         out["init_mismatch"] = str(e)
     eng.close()
+    calls = []
     eng = zero.Engine(world, stage=3, stage3_param_persistence_threshold=0)
-    m = eng.add_module("m", {"a": ((3, 5), zero.init.normal(0.02, seed=1))})
+    m = eng.add_module("m", {"a": ((3, 5), zero.init.normal(0.02, seed=1)),
+                             "c": ((11,), zero.init.callback(lambda n, b, e: calls.append((b, e)) or
+                                                             np.arange(b, e) * 0.25))})
     eng.finalize()
     out["init_a"] = eng.read_param(m.params["a"]).ravel().tolist()
+    out["init_c"] = eng.read_param(m.params["c"]).ravel().tolist()
+    info = eng.param_info(m.params["c"])
+    out["init_c_calls"] = calls
+    out["init_c_owned"] = [info["owned_begin"], info["owned_end"]]
     eng.close()
 
     # ------------------------------------------------------------ a late peer: TIMEOUT

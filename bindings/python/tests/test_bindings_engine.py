@@ -176,6 +176,42 @@ def test_init_specs(zero_mod, world):
     eng.close()
 
 
+def test_init_callback(zero_mod, world):
+    """zero.init.callback: called with the ranges the rank keeps (here all: one rank), the
+    values land in the engine; an exception in it is re-raised by finalize."""
+    zi = zero_mod.init
+    calls = []
+
+    def fill(name, begin, end):
+        calls.append((name, begin, end))
+        return np.arange(begin, end) * 0.5 + (1.0 if name == "m.w" else 2.0)
+
+    eng = zero_mod.Engine(world, stage=3, reduce_bucket_size=7)
+    m = eng.add_module("m", {"w": ((3, 4), zi.callback(fill)), "b": ((4,), zi.callback(fill, seed=3))})
+    eng.finalize()
+    assert np.array_equal(eng.read_param(m.params["w"]).ravel(), np.arange(12, dtype=np.float32) * 0.5 + 1)
+    assert np.array_equal(eng.read_param(m.params["b"]), np.arange(4, dtype=np.float32) * 0.5 + 2)
+    covered = sorted((n, i) for n, b, e in calls for i in range(b, e))
+    assert covered == [("m.b", i) for i in range(4)] + [("m.w", i) for i in range(12)]  # each element once
+    eng.close()
+
+    def broken(name, begin, end):
+        raise KeyError(f"no table for {name}")
+
+    eng = zero_mod.Engine(world, stage=1)
+    eng.add_module("m", {"w": ((5,), zi.callback(broken))})
+    with pytest.raises(KeyError, match="no table for m.w"):
+        eng.finalize()
+    eng.close()
+    eng = zero_mod.Engine(world, stage=1)
+    eng.add_module("m", {"w": ((5,), zi.callback(lambda n, b, e: np.zeros(e - b + 1)))})
+    with pytest.raises(zero_mod.ZeroInvalidArgumentError, match=r"returned \d+ values"):
+        eng.finalize()
+    eng.close()
+    with pytest.raises(zero_mod.ZeroInvalidArgumentError, match="not callable"):
+        zi.callback(3)
+
+
 def test_init_is_zero_copy_in_and_views_are_zero_copy_out(zero_mod, world):
     eng = zero_mod.Engine(world, stage=0)
     w0 = np.arange(12, dtype=np.float32).reshape(3, 4)

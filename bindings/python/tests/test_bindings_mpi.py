@@ -86,6 +86,14 @@ def test_spec_init_is_checked_across_ranks_and_sharded(zero_mod, ranks):
         assert f"seed {1 + r}" in msg
         want = zero_mod.init.generate(zero_mod.init.normal(0.02, seed=1), "m.a", 0, 15)
         assert np.array_equal(np.array(out["init_a"], np.float32), want)
+        # a Python callback at stage 3: each owned element once, plus the 5 probes floor(k*10/4)
+        assert out["init_c"] == [i * 0.25 for i in range(11)]
+        lo, hi = out["init_c_owned"]
+        counts = [0] * 11
+        for b, e in out["init_c_calls"]:
+            for i in range(b, e):
+                counts[i] += 1
+        assert counts == [int(lo <= i < hi) + [0, 2, 5, 7, 10].count(i) for i in range(11)], (counts, lo, hi)
 
 
 def test_checkpoint_of_two_ranks_loads_into_one(zero_mod, ranks):

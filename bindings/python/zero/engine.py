@@ -193,6 +193,7 @@ class Engine(_Resource):
         self._modules = []
         self._params = []
         self._persistent = {}
+        self._init_fills = []  # (holder, cffi handle) of callback inits, alive until finalize succeeds
         self._gather_depth = {}
         self._finalized = False
 
@@ -246,7 +247,7 @@ class Engine(_Resource):
         if isinstance(init, Init):
             if shape is None:
                 raise ZeroInvalidArgumentError(f"add_param '{name}': an init spec needs shape")
-            spec, init = init.c_spec(), None
+            spec, init = init.c_spec(keep=self._init_fills), None
         if init is not None:
             shape = tuple(init.shape) if shape is None else tuple(shape)
             buf, _, n = as_c_buffer(init, f"add_param '{name}' init", dtype=np.float32)
@@ -275,7 +276,14 @@ class Engine(_Resource):
 
     def finalize(self):
         """COLLECTIVE: plan, check it across ranks, allocate, load the inits."""
-        self._check(lib.zero_engine_finalize(self._live_handle()))
+        try:
+            self._check(lib.zero_engine_finalize(self._live_handle()))
+        except ZeroError as e:
+            raised = next((h.error for h, _ in self._init_fills if h.error is not None), None)
+            if raised is not None:
+                raise raised from e
+            raise
+        self._init_fills = []  # called by finalize only: kept until it succeeds (a retry calls them again)
         self._finalized = True
         for p in self._params:
             self._persistent[p.id] = bool(self.param_info(p)["persistent"])

@@ -10,6 +10,7 @@ given as init instead is copied and held whole on every rank until finalize
 
 `generate(spec, name, begin, end)` computes the same values without an
 engine (a slice of a tensor, or the reference another framework needs).
+`callback(fn)` lets a Python function fill the ranges a rank keeps.
 """
 import dataclasses
 
@@ -24,7 +25,7 @@ KINDS = {"zeros": lib.ZERO_INIT_ZEROS, "ones": lib.ZERO_INIT_ONES, "constant": l
 
 @dataclasses.dataclass(frozen=True)
 class Init:
-    """One init spec; build it with zeros(), ones(), constant(), normal(), uniform()."""
+    """One init spec; build it with zeros(), ones(), constant(), normal(), uniform(), callback()."""
     kind: str
     value: float = 0.0
     mean: float = 0.0
@@ -32,9 +33,24 @@ class Init:
     lo: float = 0.0
     hi: float = 1.0
     seed: int = 0
+    fn: object = None  # callback: fn(name, begin, end) -> end - begin float32 values
 
-    def c_spec(self):
-        """A zero_init_spec * with these values (libzero validates them)."""
+    def c_spec(self, keep=None):
+        """A zero_init_spec * with these values (libzero validates them). A
+        callback's handle is appended to `keep`, which must outlive finalize."""
+        if self.kind == "callback":
+            if keep is None:
+                raise ZeroInvalidArgumentError("a callback init needs an engine (it has no values of its own)")
+            s = ffi.new("zero_init_spec *")
+            lib.zero_py_init_zero_init_spec(s)
+            holder = _Fill(self.fn)
+            handle = ffi.new_handle(holder)
+            keep.append((holder, handle))
+            s.kind = lib.ZERO_INIT_CALLBACK
+            s.fill = lib._zero_py_init_fill
+            s.user = handle
+            s.seed = int(self.seed)
+            return s
         if self.kind not in KINDS:
             raise ZeroInvalidArgumentError(f"init kind '{self.kind}': one of {sorted(KINDS)}")
         s = ffi.new("zero_init_spec *")
@@ -66,6 +82,42 @@ def normal(std=1.0, mean=0.0, seed=0):
 
 def uniform(lo=0.0, hi=1.0, seed=0):
     return Init("uniform", lo=float(lo), hi=float(hi), seed=int(seed))
+
+
+def callback(fn, seed=0):
+    """fn(name, begin, end) returns elements [begin, end) of the parameter `name`
+    (end - begin numbers, cast to float32). It must be a pure function of
+    (name, index): finalize calls it with the ranges this rank keeps, plus
+    single-element probes for the cross-rank check (dp size > 1). `seed` is a
+    tag the check compares across ranks. An exception in fn fails finalize and
+    is re-raised from it."""
+    if not callable(fn):
+        raise ZeroInvalidArgumentError(f"callback: {type(fn).__name__} is not callable")
+    return Init("callback", seed=int(seed), fn=fn)
+
+
+class _Fill:
+    """A callback init's function and the first exception it raised."""
+
+    def __init__(self, fn):
+        self.fn, self.error = fn, None
+
+
+@ffi.def_extern()
+def _zero_py_init_fill(user, param, name, begin, end, out):
+    holder = ffi.from_handle(user)
+    try:
+        n = end - begin
+        values = np.ascontiguousarray(holder.fn(ffi.string(name).decode(), int(begin), int(end)), np.float32)
+        if values.size != n:
+            raise ZeroInvalidArgumentError(f"init callback for '{ffi.string(name).decode()}' returned "
+                                           f"{values.size} values for [{begin}, {end}), expected {n}")
+        ffi.memmove(out, ffi.from_buffer("float[]", values.ravel()), 4 * n)
+        return lib.ZERO_OK
+    except BaseException as exc:  # noqa: B902 - carried to finalize, which re-raises it
+        if holder.error is None:
+            holder.error = exc
+        return lib.ZERO_INVALID_ARGUMENT
 
 
 def generate(spec, name, begin, end):
