@@ -41,8 +41,21 @@ int gpt_cuda_available(void);
 /* On the current CUDA device. param_dtype: ZERO_F32 or ZERO_BF16. */
 zero_status gpt_cuda_workspace_create(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
                                       zero_dtype param_dtype, gpt_cuda_math math, void *cuda_stream);
+/* The same with activation checkpointing (gpt.h's gpt_checkpointing; NULL:
+ * none). With ck->cpu_offload the inputs of the recomputed blocks live in
+ * pinned host memory (cudaHostAlloc): each is copied there on the stream
+ * after the block that produced it, and back before the block's
+ * recomputation, so the device holds two of them instead of ck->blocks. */
+zero_status gpt_cuda_workspace_create_ckpt(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
+                                           zero_dtype param_dtype, gpt_cuda_math math, void *cuda_stream,
+                                           const gpt_checkpointing *ck);
 void gpt_cuda_workspace_destroy(gpt_cuda_workspace *ws); /* NULL accepted */
+/* Bytes of the device allocation (activations + scratch); by kind (host:
+ * the pinned offload buffer); for a shape without a GPU or an allocation. */
 size_t gpt_cuda_workspace_bytes(const gpt_cuda_workspace *ws);
+void gpt_cuda_workspace_activation_bytes(const gpt_cuda_workspace *ws, gpt_activation_bytes *out);
+zero_status gpt_cuda_activation_bytes_for(const gpt_config *cfg, int batch, int seq, zero_dtype param_dtype,
+                                          const gpt_checkpointing *ck, gpt_activation_bytes *out);
 /* Copy the logits (batch, seq, vocab) of the last forward to host memory. */
 zero_status gpt_cuda_workspace_logits(gpt_cuda_workspace *ws, float *host_out);
 

@@ -1,4 +1,6 @@
 /* The CUDA path's API in a build without CUDA: every call says so. */
+#include <string.h>
+
 #include "gpt_cuda.h"
 #include "gpt_internal.h"
 
@@ -14,8 +16,31 @@ zero_status gpt_cuda_workspace_create(gpt_cuda_workspace **out, const gpt_config
     return NO_CUDA("gpt_cuda_workspace_create");
 }
 
+zero_status gpt_cuda_workspace_create_ckpt(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
+                                           zero_dtype param_dtype, gpt_cuda_math math, void *cuda_stream,
+                                           const gpt_checkpointing *ck)
+{
+    (void)cfg, (void)batch, (void)seq, (void)param_dtype, (void)math, (void)cuda_stream, (void)ck;
+    if (out) *out = NULL;
+    return NO_CUDA("gpt_cuda_workspace_create_ckpt");
+}
+
 void gpt_cuda_workspace_destroy(gpt_cuda_workspace *ws) { (void)ws; }
 size_t gpt_cuda_workspace_bytes(const gpt_cuda_workspace *ws) { (void)ws; return 0; }
+
+void gpt_cuda_workspace_activation_bytes(const gpt_cuda_workspace *ws, gpt_activation_bytes *out)
+{
+    (void)ws;
+    if (out) memset(out, 0, sizeof *out);
+}
+
+zero_status gpt_cuda_activation_bytes_for(const gpt_config *cfg, int batch, int seq, zero_dtype param_dtype,
+                                          const gpt_checkpointing *ck, gpt_activation_bytes *out)
+{
+    (void)cfg, (void)batch, (void)seq, (void)param_dtype, (void)ck;
+    if (out) memset(out, 0, sizeof *out);
+    return NO_CUDA("gpt_cuda_activation_bytes_for");
+}
 
 zero_status gpt_cuda_workspace_logits(gpt_cuda_workspace *ws, float *host_out)
 {

@@ -47,6 +47,8 @@ ROUND_TRIP = {
     "param_offload": {"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/nv",
                                                                           "buffer_count": 3, "buffer_size": 4096,
                                                                           "max_in_cpu": 7}}},
+    "activation_checkpointing": {"activation_checkpointing": {"number_checkpoints": 2, "profile": True}},
+    "activation_checkpointing_all": {"activation_checkpointing": {}},
 }
 
 

@@ -159,6 +159,37 @@ int main(void)
         json_decref(v);
     }
 
+    /* activation_checkpointing (DeepSpeed's section): keys named in every rejection; on when present */
+    expect_reject("{\"activation_checkpointing\": {\"number_checkpoint\": 2}}", 1,
+                  "activation_checkpointing.number_checkpoint: unknown key");
+    expect_reject("{\"activation_checkpointing\": {\"cpu_checkpointing\": 1}}", 1,
+                  "activation_checkpointing.cpu_checkpointing: expected a boolean, got integer");
+    expect_reject("{\"activation_checkpointing\": {\"number_checkpoints\": -1}}", 1,
+                  "activation_checkpointing.number_checkpoints: -1 is out of range");
+    expect_reject("{\"activation_checkpointing\": true}", 1, "activation_checkpointing: expected an object or null");
+    expect_reject("{\"model\": {\"tp\": 2}, \"activation_checkpointing\": {\"partition_activations\": true}}", 2,
+                  "activation_checkpointing.partition_activations: not implemented for model.tp 2");
+    CHECK(parse("{}", 1, &c, err, sizeof err) == 0);
+    CHECK(!c.actckpt.enabled && json_is_null(json_object_get(c.effective, "activation_checkpointing")));
+    train_config_free(&c);
+    CHECK(parse("{\"activation_checkpointing\": {}}", 1, &c, err, sizeof err) == 0);
+    CHECK(c.actckpt.enabled && c.actckpt.blocks == 4 && !c.actckpt.notes[0]); /* every block */
+    CHECK(json_is_null(json_object_get(json_object_get(c.effective, "activation_checkpointing"), "number_checkpoints")));
+    train_config_free(&c);
+    CHECK(parse("{\"activation_checkpointing\": {\"number_checkpoints\": 9, \"profile\": true, "
+                "\"cpu_checkpointing\": true, \"partition_activations\": true}}", 1, &c, err, sizeof err) == 0);
+    CHECK(c.actckpt.blocks == 4 && c.actckpt.cpu_checkpointing); /* clamped to model.n_layer */
+    CHECK_MSG(strstr(c.actckpt.notes, "activation_checkpointing.profile: not implemented") &&
+                  strstr(c.actckpt.notes, "activation_checkpointing.cpu_checkpointing: no effect on train.device \"cpu\"") &&
+                  strstr(c.actckpt.notes, "activation_checkpointing.partition_activations: no effect with model.tp 1"),
+              "notes: %s", c.actckpt.notes);
+    {
+        json_t *a = json_object_get(c.effective, "activation_checkpointing");
+        CHECK(json_integer_value(json_object_get(a, "number_checkpoints")) == 4 &&
+              json_is_true(json_object_get(a, "profile")) && json_is_false(json_object_get(a, "synchronize_checkpoint_boundary")));
+    }
+    train_config_free(&c);
+
     /* the built-in config parses */
     json_error_t je;
     json_t *root = json_loads(train_default_config_json, 0, &je);

@@ -352,6 +352,87 @@ int train_default_corpus(char *out, size_t n, char *note, size_t note_size)
     return -1;
 }
 
+/* ---------------------------------------------------------------- activation_checkpointing */
+
+static int get_bool(json_t *obj, const char *prefix, const char *key, int *dst, char *err, size_t n)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v) return 0;
+    if (!json_is_boolean(v)) return cfail(err, n, "%s.%s: expected a boolean, got %s", prefix, key, type_name(v));
+    *dst = json_is_true(v);
+    return 0;
+}
+
+static void note(train_actckpt *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(train_actckpt *a, const char *fmt, ...)
+{
+    size_t used = strlen(a->notes);
+    used += (size_t)snprintf(a->notes + used, sizeof a->notes - used, "warning: ");
+    if (used >= sizeof a->notes) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a->notes + used, sizeof a->notes - used, fmt, ap);
+    va_end(ap);
+}
+
+/* DeepSpeed's keys: number_checkpoints and cpu_checkpointing are applied;
+ * partition_activations needs model.tp > 1 to mean anything and is refused
+ * there (not implemented: the kept inputs stay replicated over tp); the rest
+ * are accepted with a note naming them when set, since they change nothing
+ * here. Needs model.n_layer, model.tp and train.device parsed. */
+static int parse_actckpt(train_config *c, json_t *root, char *err, size_t n)
+{
+    train_actckpt *a = &c->actckpt;
+    const char *pf = "activation_checkpointing";
+    json_t *s = json_object_get(root, pf);
+    memset(a, 0, sizeof *a);
+    if (!s || json_is_null(s)) return 0;
+    if (!json_is_object(s)) return cfail(err, n, "%s: expected an object or null, got %s", pf, type_name(s));
+    static const char *const keys[] = {"partition_activations", "cpu_checkpointing", "number_checkpoints",
+                                       "contiguous_memory_optimization", "synchronize_checkpoint_boundary",
+                                       "profile", NULL};
+    if (check_keys(s, pf, keys, err, n) || get_bool(s, pf, "partition_activations", &a->partition_activations, err, n) ||
+        get_bool(s, pf, "cpu_checkpointing", &a->cpu_checkpointing, err, n) ||
+        get_bool(s, pf, "contiguous_memory_optimization", &a->contiguous_memory_optimization, err, n) ||
+        get_bool(s, pf, "synchronize_checkpoint_boundary", &a->synchronize_checkpoint_boundary, err, n) ||
+        get_bool(s, pf, "profile", &a->profile, err, n))
+        return -1;
+    a->enabled = 1;
+    a->blocks = c->n_layer;
+    json_t *num = json_object_get(s, "number_checkpoints");
+    if (num && !json_is_null(num)) {
+        if (get_int32(s, pf, "number_checkpoints", &a->blocks, 0, 1 << 20, err, n)) return -1;
+        if (a->blocks > c->n_layer) a->blocks = c->n_layer;
+        a->number_given = 1;
+    }
+    if (a->partition_activations && c->tp > 1)
+        return cfail(err, n, "%s.partition_activations: not implemented for model.tp %d (the kept block inputs stay "
+                     "replicated over the tp group); set it to false", pf, c->tp);
+    if (a->partition_activations)
+        note(a, "%s.partition_activations: no effect with model.tp 1 (nothing to partition over)\n", pf);
+    if (a->cpu_checkpointing && strcmp(c->device, "cuda") != 0)
+        note(a, "%s.cpu_checkpointing: no effect on train.device \"%s\" (the activations are host memory already)\n",
+             pf, c->device);
+    if (a->contiguous_memory_optimization)
+        note(a, "%s.contiguous_memory_optimization: no effect (the activation workspace is one allocation already)\n",
+             pf);
+    if (a->synchronize_checkpoint_boundary)
+        note(a, "%s.synchronize_checkpoint_boundary: ignored (the model's calls are ordered already)\n", pf);
+    if (a->profile) note(a, "%s.profile: not implemented, ignored\n", pf);
+    return 0;
+}
+
+/* The section as the effective config prints it (null: off). New reference. */
+static json_t *actckpt_json(const train_actckpt *a)
+{
+    if (!a->enabled) return json_null();
+    return json_pack("{s:b,s:b,s:o,s:b,s:b,s:b}", "partition_activations", a->partition_activations,
+                     "cpu_checkpointing", a->cpu_checkpointing, "number_checkpoints",
+                     a->number_given ? json_integer(a->blocks) : json_null(), "contiguous_memory_optimization",
+                     a->contiguous_memory_optimization, "synchronize_checkpoint_boundary",
+                     a->synchronize_checkpoint_boundary, "profile", a->profile);
+}
+
 /* ---------------------------------------------------------------- parse */
 
 int train_config_parse(train_config *c, json_t *root, int world, char *err, size_t n)
@@ -361,7 +442,8 @@ int train_config_parse(train_config *c, json_t *root, int world, char *err, size
     static const char *const top_keys[] = {"train_batch_size", "train_micro_batch_size_per_gpu",
                                            "gradient_accumulation_steps", "optimizer", "scheduler",
                                            "gradient_clipping", "bf16", "fp16", "zero_optimization",
-                                           "steps_per_print", "aio", "model", "data", "train", NULL};
+                                           "steps_per_print", "aio", "model", "data", "train",
+                                           "activation_checkpointing", NULL};
     if (check_keys(root, "", top_keys, err, n)) return -1;
 
     /* defaults */
@@ -549,6 +631,7 @@ int train_config_parse(train_config *c, json_t *root, int world, char *err, size
     }
     if (c->tp * c->pp > 1 && strcmp(c->device, "cpu") != 0)
         return cfail(err, n, "train.device: \"%s\": model.tp / model.pp > 1 run on the CPU only", c->device);
+    if (parse_actckpt(c, root, err, n)) return -1;
     json_t *spp = json_object_get(root, "steps_per_print");
     if (spp) {
         if (train && json_object_get(train, "log_every"))
@@ -597,6 +680,7 @@ int train_config_parse(train_config *c, json_t *root, int world, char *err, size
                                   c->device, "comm_backend", c->comm_backend, "comm_timeout_s", c->comm_timeout_s));
     json_object_set_new(e, "train_batch_size", json_integer((json_int_t)c->train_batch_size));
     json_object_set_new(e, "scheduler", train_sched_json(&c->sched));
+    json_object_set_new(e, "activation_checkpointing", actckpt_json(&c->actckpt));
     c->effective = e;
     return 0;
 }

@@ -33,6 +33,19 @@ typedef struct train_sched {
     int warmup_log; /* warmup_type "log" (DeepSpeed's default) or "linear" */
 } train_sched;
 
+/* DeepSpeed's activation_checkpointing section, as the model applies it
+ * (docs/zero-train.md): the section present (and not null) turns per-block
+ * recomputation on. */
+typedef struct train_actckpt {
+    int enabled;
+    int blocks;            /* blocks recomputed, the first ones: number_checkpoints (clamped to
+                            * model.n_layer), every block when it is absent or null */
+    int number_given;      /* number_checkpoints was an integer */
+    int cpu_checkpointing; /* CUDA: the recomputed blocks' inputs in pinned host memory */
+    int partition_activations, contiguous_memory_optimization, synchronize_checkpoint_boundary, profile;
+    char notes[1024];      /* keys accepted that change nothing on this run, one line each (printed by zero-train) */
+} train_actckpt;
+
 typedef struct train_config {
     /* batch: micro * accum * dp, checked in 64 bits (each factor is at most INT32_MAX) */
     int64_t train_batch_size;
@@ -61,6 +74,7 @@ typedef struct train_config {
     /* optimizer lr (read from optimizer.params.lr for the scheduler) */
     double lr;
     train_sched sched;
+    train_actckpt actckpt;
     /* The engine's sections, as given (owned), for zero_config_from_json. */
     json_t *engine_json;
     /* The whole effective config: defaults filled in (owned). */

@@ -171,13 +171,24 @@ int train_loop(run *r)
         else
             printf("summary: nothing to train: already at step %lld of train.steps %lld\n", (long long)r->step,
                    (long long)c->steps);
+        gpt_activation_bytes act, act_without;
+        if (r->par) train_parallel_activation_bytes(r->par, &act, &act_without);
+        else train_model_activation_bytes(r->model, &act, &act_without);
         printf("summary: rank 0 engine memory: params %.2f, grads %.2f, master %.2f, moments %.2f, buffers %.2f MiB "
                "(peak total %.2f MiB); activations %.2f MiB\n",
                mem.bytes[ZERO_MEM_PARAMS] / 1048576.0, mem.bytes[ZERO_MEM_GRADS] / 1048576.0,
                mem.bytes[ZERO_MEM_MASTER] / 1048576.0, mem.bytes[ZERO_MEM_MOMENTS] / 1048576.0,
                mem.bytes[ZERO_MEM_BUFFERS] / 1048576.0, mem.peak_total / 1048576.0,
-               r->par ? train_parallel_workspace_bytes(r->par) / 1048576.0
-                      : train_model_workspace_bytes(r->model) / 1048576.0);
+               act.total / 1048576.0);
+        /* exact bytes, by kind (docs/model.md), and what checkpointing saves */
+        printf("summary: rank 0 activations: %zu bytes = residual stream %zu + block sets %zu + recompute %zu + "
+               "head %zu + scratch %zu", act.total, act.inputs, act.blocks, act.recompute, act.head, act.scratch);
+        if (c->actckpt.enabled)
+            printf("; checkpointing %d of %d blocks: %zu bytes without (saves %.2f MiB)%s", c->actckpt.blocks,
+                   c->n_layer, act_without.total,
+                   ((double)act_without.total - (double)act.total) / 1048576.0, act.host ? "; host" : "");
+        if (act.host) printf(" %zu bytes", act.host);
+        printf("\n");
         if (mem_all) {
             printf("summary: engine memory per rank (MiB, now/peak):");
             for (int q = 0; q < r->world && q < 16; q++) printf(" %d: %.2f/%.2f", q, mem_all[2 * q], mem_all[2 * q + 1]);

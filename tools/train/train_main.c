@@ -343,6 +343,8 @@ int main(int argc, char **argv)
         goto done;
     }
 
+    if (r.cfg.actckpt.notes[0]) r0printf(&r, stdout, "%s", r.cfg.actckpt.notes);
+
     /* device and engine comm */
     if (cuda) {
         if (!zero_cuda_available()) {
@@ -404,12 +406,15 @@ int main(int argc, char **argv)
 
     /* engine and model */
     gpt_config g = {r.cfg.n_layer, r.cfg.n_head, r.cfg.d_model, r.cfg.seq_len, r.cfg.vocab};
+    /* activation_checkpointing: blocks 0 .. blocks-1 recomputed in backward */
+    const gpt_checkpointing ckpt = {r.cfg.actckpt.enabled ? r.cfg.actckpt.blocks : 0, r.cfg.actckpt.cpu_checkpointing};
     r.dp = r.world;
     r.dp_rank = r.rank;
     if (model_parallel) {
         /* the grid, the engine over its dp group, this rank's stage and tp shards */
         int ok = train_parallel_create(&r.par, r.host_comm, &g, r.cfg.tp, r.cfg.pp, r.cfg.micro_batch,
-                                       r.cfg.grad_accum, r.cfg.seed, &r.zcfg, r.dev, &r.engine, err, sizeof err) == 0;
+                                       r.cfg.grad_accum, r.cfg.seed, &r.zcfg, r.dev, &r.engine, &ckpt, err,
+                                       sizeof err) == 0;
         if (!ok) rank_error(&r, "%s", err);
         if (!all_ok(&r, ok)) goto done;
         r.dp = train_parallel_dp_size(r.par);
@@ -420,7 +425,8 @@ int main(int argc, char **argv)
         if (!all_ok(&r, ok)) goto done;
     }
     if (!model_parallel &&
-        train_model_create(&r.model, &g, r.cfg.micro_batch, r.cfg.seed, r.engine, r.dev, cuda, err, sizeof err) !=
+        train_model_create(&r.model, &g, r.cfg.micro_batch, r.cfg.seed, r.engine, r.dev, cuda, &ckpt, err,
+                           sizeof err) !=
             ZERO_OK) {
         fprintf(stderr, "zero-train: rank %d: %s\n", r.rank, err);
         goto done;

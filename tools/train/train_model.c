@@ -54,7 +54,8 @@ static size_t module_numel(const gpt_config *cfg, int module)
 }
 
 zero_status train_model_create(train_model **out, const gpt_config *cfg, int micro, uint64_t seed,
-                               zero_engine *engine, zero_device *dev, int cuda, char *err, size_t en)
+                               zero_engine *engine, zero_device *dev, int cuda, const gpt_checkpointing *ck,
+                               char *err, size_t en)
 {
     *out = NULL;
     if (gpt_config_validate(cfg) != ZERO_OK) return mfail(err, en, ZERO_CONFIG, "model: %s", gpt_last_error());
@@ -97,12 +98,12 @@ zero_status train_model_create(train_model **out, const gpt_config *cfg, int mic
             if (m->dtype == ZERO_F16) {
                 s = mfail(err, en, ZERO_UNSUPPORTED,
                           "fp16: the CUDA model takes fp32 or bf16 parameters; use bf16 on --device cuda");
-            } else if ((s = CUDA_CALL(gpt_cuda_workspace_create, &m->cws, cfg, micro, cfg->seq_len, m->dtype, GPT_CUDA_MATH_BF16,
-                                                      NULL)) != ZERO_OK) {
+            } else if ((s = CUDA_CALL(gpt_cuda_workspace_create_ckpt, &m->cws, cfg, micro, cfg->seq_len, m->dtype,
+                                                      GPT_CUDA_MATH_BF16, NULL, ck)) != ZERO_OK) {
                 mfail(err, en, s, "model: %s", gpt_last_error());
             }
         } else {
-            if ((s = gpt_workspace_create(&m->ws, cfg, micro, cfg->seq_len)) != ZERO_OK)
+            if ((s = gpt_workspace_create_ckpt(&m->ws, cfg, micro, cfg->seq_len, ck)) != ZERO_OK)
                 mfail(err, en, s, "model: %s", gpt_last_error());
             if (s == ZERO_OK && m->dtype != ZERO_F32) {
                 m->embed_numel = module_numel(cfg, GPT_MODULE_EMBED);
@@ -140,12 +141,20 @@ void train_model_destroy(train_model *m)
     free(m);
 }
 
-size_t train_model_workspace_bytes(const train_model *m)
+void train_model_activation_bytes(const train_model *m, gpt_activation_bytes *now, gpt_activation_bytes *without)
 {
-    #if TRAIN_HAVE_GPT_CUDA
-    if (m->cws) return gpt_cuda_workspace_bytes(m->cws);
+    memset(now, 0, sizeof *now);
+    memset(without, 0, sizeof *without);
+#if TRAIN_HAVE_GPT_CUDA
+    if (m->cws) {
+        gpt_cuda_workspace_activation_bytes(m->cws, now);
+        gpt_cuda_activation_bytes_for(&m->cfg, m->micro, m->cfg.seq_len, m->dtype, NULL, without);
+        return;
+    }
 #endif
-    return m->ws ? gpt_workspace_bytes(m->ws) : 0;
+    if (!m->ws) return;
+    gpt_workspace_activation_bytes(m->ws, now);
+    gpt_activation_bytes_for(&m->cfg, m->micro, m->cfg.seq_len, NULL, without);
 }
 
 /* ---------------------------------------------------------------- tensors */

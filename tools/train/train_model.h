@@ -25,9 +25,11 @@
 typedef struct train_model train_model;
 
 /* Register the model's parameters with `engine` (not finalized) and finalize
- * (collective). `cuda` selects the CUDA workspace. */
+ * (collective). `cuda` selects the CUDA workspace; `ck` activation
+ * checkpointing (NULL: none). */
 zero_status train_model_create(train_model **out, const gpt_config *cfg, int micro_batch, uint64_t seed,
-                               zero_engine *engine, zero_device *dev, int cuda, char *err, size_t err_size);
+                               zero_engine *engine, zero_device *dev, int cuda, const gpt_checkpointing *ck,
+                               char *err, size_t err_size);
 void train_model_destroy(train_model *m);
 
 /* One micro-step: forward with loss, backward of dloss * loss, grads_ready
@@ -39,7 +41,8 @@ zero_status train_model_micro_step(train_model *m, const int32_t *tokens, const 
  * host memory. Collective at stage 3. */
 zero_status train_model_logits(train_model *m, const int32_t *tokens, float *logits, char *err, size_t err_size);
 
-/* Bytes of the activation workspace (not counted by the engine). */
-size_t train_model_workspace_bytes(const train_model *m);
+/* Bytes of the activation workspace (not counted by the engine), by kind:
+ * as allocated, and what the same workspace would take without checkpointing. */
+void train_model_activation_bytes(const train_model *m, gpt_activation_bytes *now, gpt_activation_bytes *without);
 
 #endif

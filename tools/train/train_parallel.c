@@ -41,7 +41,7 @@ static int pfail(char *err, size_t n, const char *fmt, ...)
 
 int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_config *cfg, int tp, int pp, int micro,
                           int micro_batches, uint64_t seed, const zero_config *zc, zero_device *dev,
-                          zero_engine **engine, char *err, size_t en)
+                          zero_engine **engine, const gpt_checkpointing *ck, char *err, size_t en)
 {
     *out = NULL;
     *engine = NULL;
@@ -63,8 +63,8 @@ int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_conf
     PTRY(tp_engine_mp_create(world, &p->grid, &p->mp), "model-parallel group");
     int b, e;
     PTRY(pp_stage_layers(cfg, pp, p->grid.pp_rank, &b, &e), "pipeline stages");
-    PTRY(tp_workspace_create(&p->ws, cfg, p->grid.tp, micro, cfg->seq_len, b, e,
-                             pp_slots_needed(PP_1F1B, micro_batches, pp, p->grid.pp_rank)),
+    PTRY(tp_workspace_create_ckpt(&p->ws, cfg, p->grid.tp, micro, cfg->seq_len, b, e,
+                                  pp_slots_needed(PP_1F1B, micro_batches, pp, p->grid.pp_rank), ck),
          "tp workspace");
     zero_config c = *zc;
     c.gradient_accumulation_steps = 1; /* the schedule accumulates the micro-batches (dloss 1/M) */
@@ -109,7 +109,15 @@ void train_parallel_ckpt_dir(const train_parallel *p, const char *dir, char *out
 {
     snprintf(out, n, "%s/tp%d-pp%d", dir, p->grid.tp_rank, p->grid.pp_rank);
 }
-size_t train_parallel_workspace_bytes(const train_parallel *p) { return tp_workspace_bytes(p->ws); }
+void train_parallel_activation_bytes(const train_parallel *p, gpt_activation_bytes *now, gpt_activation_bytes *without)
+{
+    int b, e;
+    tp_workspace_activation_bytes(p->ws, now);
+    tp_workspace_range(p->ws, &b, &e);
+    if (tp_activation_bytes_for(&p->cfg, p->grid.tp_size, (int)(tp_workspace_rows(p->ws) / (size_t)p->cfg.seq_len),
+                                p->cfg.seq_len, b, e, tp_workspace_slots(p->ws), NULL, without) != ZERO_OK)
+        *without = *now;
+}
 
 /* Stage 3 with a pipeline: the schedule touches every module of the stage
  * in each micro-batch, forward and backward, so all of them stay gathered

@@ -22,7 +22,7 @@ typedef struct train_parallel train_parallel;
  * registers and finalizes. *engine is owned by the returned object. */
 int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_config *cfg, int tp, int pp,
                           int micro, int micro_batches, uint64_t seed, const zero_config *zc, zero_device *dev,
-                          zero_engine **engine, char *err, size_t err_size);
+                          zero_engine **engine, const gpt_checkpointing *ck, char *err, size_t err_size);
 void train_parallel_destroy(train_parallel *p); /* NULL accepted */
 
 int train_parallel_dp_size(const train_parallel *p);
@@ -33,7 +33,8 @@ zero_comm *train_parallel_dp_comm(const train_parallel *p);
 /* "<dir>/tp<T>-pp<P>": where this rank's tp/pp position keeps its checkpoints. */
 void train_parallel_ckpt_dir(const train_parallel *p, const char *dir, char *out, size_t out_size);
 int train_parallel_dp_rank(const train_parallel *p);
-size_t train_parallel_workspace_bytes(const train_parallel *p);
+/* The stage's activation workspace by kind: as allocated, and without checkpointing. */
+void train_parallel_activation_bytes(const train_parallel *p, gpt_activation_bytes *now, gpt_activation_bytes *without);
 
 /* COLLECTIVE. Forward and backward of this dp rank's micro_batches
  * micro-batches (tokens/targets: micro_batches x micro x seq) through the
