@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpt_acts.h"
 #include "gpt_cuda.h"
 #include "gpt_internal.h"
 
@@ -40,10 +41,6 @@
 static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
 
 /* ------------------------------------------------------------ workspace */
-typedef struct cuda_layer_acts {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
-} cuda_layer_acts;
-
 struct gpt_cuda_workspace {
     gpt_config cfg;
     int B, T;
@@ -51,33 +48,27 @@ struct gpt_cuda_workspace {
     gpt_cuda_math math;
     cudaStream_t stream;
     cublasHandle_t blas;
-    size_t bytes;
-    void *mem;  /* one device allocation, carved */
+    gpt_activation_bytes bytes;
+    void *mem;       /* one device allocation, carved */
+    void *host_mem;  /* pinned: the offloaded inputs of recomputed blocks (cpu_offload), else NULL */
 
-    int32_t *tokens, *targets;      /* device */
+    gpt_acts acts;                  /* the layout (gpt_acts.h): one slot, every block; device pointers */
+    gpt_acts_slot *io;              /* = &acts.slots[0] */
     int32_t *host_targets;          /* host copy, for the valid count */
     float *host_losses;             /* host, N */
     int has_targets;
     long valid;
 
-    float *encoded;
-    cuda_layer_acts *layers;
-    float *lnf, *lnf_mean, *lnf_rstd, *logits, *lse, *losses;
+    /* this path's own scratch */
+    float *losses;                  /* N per-token losses */
     float *q, *k, *v, *y;           /* N x C each, per-head layout (B, NH, T, hs) */
-    float *dres, *dln, *dqkv, *dfch, *dlogits, *dq, *dk, *dv, *dy, *datt;
+    float *dq, *dk, *dv, *dy, *datt;
     /* fp32 staging of bf16 modules: the embed module and one other module */
     float *embed_p, *embed_g, *module_p, *module_g;
 
     int phase;       /* as gpt_cpu.c: 0 idle, 1 forward, 2 forward done, 3 backward */
     int next_layer;
 };
-
-static void *carve(size_t *off, void *base, size_t bytes)
-{
-    size_t at = (*off + 255) & ~(size_t)255;
-    *off = at + bytes;
-    return base ? (char *)base + at : NULL;
-}
 
 static size_t module_numel(const gpt_config *cfg, int module)
 {
@@ -90,67 +81,39 @@ static size_t module_numel(const gpt_config *cfg, int module)
     return n;
 }
 
-static size_t cuda_layout(gpt_cuda_workspace *ws, void *base)
+static gpt_acts_shape cuda_shape(const gpt_config *cfg, int B, int T, const gpt_checkpointing *ck)
 {
-    const gpt_config *cfg = &ws->cfg;
-    size_t N = (size_t)ws->B * ws->T, C = cfg->d_model, V = cfg->vocab;
-    size_t att = (size_t)ws->B * cfg->n_head * ws->T * ws->T;
-    size_t off = 0;
-    cuda_layer_acts scratch;
-#define CARVE(field, count, type) (field) = (type *)carve(&off, base, sizeof(type) * (count))
-    CARVE(ws->tokens, N, int32_t);
-    CARVE(ws->targets, N, int32_t);
-    CARVE(ws->encoded, N * C, float);
-    for (int l = 0; l < cfg->n_layer; l++) {
-        cuda_layer_acts *a = base ? &ws->layers[l] : &scratch;
-        CARVE(a->ln1, N * C, float);
-        CARVE(a->ln1_mean, N, float);
-        CARVE(a->ln1_rstd, N, float);
-        CARVE(a->qkv, N * 3 * C, float);
-        CARVE(a->att, att, float);
-        CARVE(a->atty, N * C, float);
-        CARVE(a->res2, N * C, float);
-        CARVE(a->ln2, N * C, float);
-        CARVE(a->ln2_mean, N, float);
-        CARVE(a->ln2_rstd, N, float);
-        CARVE(a->fch, N * 4 * C, float);
-        CARVE(a->fch_gelu, N * 4 * C, float);
-        CARVE(a->res3, N * C, float);
-    }
-    CARVE(ws->lnf, N * C, float);
-    CARVE(ws->lnf_mean, N, float);
-    CARVE(ws->lnf_rstd, N, float);
-    CARVE(ws->logits, N * V, float);
-    CARVE(ws->lse, N, float);
-    CARVE(ws->losses, N, float);
-    CARVE(ws->q, N * C, float);
-    CARVE(ws->k, N * C, float);
-    CARVE(ws->v, N * C, float);
-    CARVE(ws->y, N * C, float);
-    CARVE(ws->dres, N * C, float);
-    CARVE(ws->dln, N * C, float);
-    CARVE(ws->dqkv, N * 3 * C, float);
-    CARVE(ws->dfch, N * 4 * C, float);
-    CARVE(ws->dlogits, N * V, float);
-    CARVE(ws->dq, N * C, float);
-    CARVE(ws->dk, N * C, float);
-    CARVE(ws->dv, N * C, float);
-    CARVE(ws->dy, N * C, float);
-    CARVE(ws->datt, att, float);
-    if (ws->param_dtype == ZERO_BF16) {
+    gpt_acts_shape s = {B, T, cfg->d_model, cfg->n_head, cfg->vocab, 1, 0, cfg->n_layer, 1, 1,
+                        gpt_checkpointing_below(cfg, ck), ck && ck->cpu_offload, 256};
+    return s;
+}
+
+/* The common layout (gpt_acts.h), then the attention buffers of the
+ * gemm-based attention and the bf16 staging; ws NULL counts only. */
+static void cuda_layout(gpt_cuda_workspace *ws, const gpt_config *cfg, const gpt_acts_shape *s, zero_dtype dt,
+                        gpt_carver *c)
+{
+    const size_t N = (size_t)s->B * s->T, C = (size_t)s->C, f = sizeof(float);
+    const size_t att = (size_t)s->B * s->n_head * s->T * s->T;
+    gpt_cuda_workspace scratch;
+    gpt_acts_layout(ws ? &ws->acts : NULL, s, c);
+    if (!ws) ws = &scratch;
+    const int S = GPT_ACT_SCRATCH;
+    ws->losses = (float *)gpt_carve(c, S, N, f);
+    float **nc[] = {&ws->q, &ws->k, &ws->v, &ws->y, &ws->dq, &ws->dk, &ws->dv, &ws->dy};
+    for (size_t i = 0; i < sizeof nc / sizeof nc[0]; i++) *nc[i] = (float *)gpt_carve(c, S, N * C, f);
+    ws->datt = (float *)gpt_carve(c, S, att, f);
+    ws->embed_p = ws->embed_g = ws->module_p = ws->module_g = NULL;
+    if (dt == ZERO_BF16) {
         size_t e = module_numel(cfg, GPT_MODULE_EMBED);
         size_t m = module_numel(cfg, gpt_module_block(0));
-        size_t f = module_numel(cfg, gpt_module_final(cfg));
-        m = m > f ? m : f;
-        CARVE(ws->embed_p, e, float);
-        CARVE(ws->embed_g, e, float);
-        CARVE(ws->module_p, m, float);
-        CARVE(ws->module_g, m, float);
-    } else {
-        ws->embed_p = ws->embed_g = ws->module_p = ws->module_g = NULL;
+        size_t fm = module_numel(cfg, gpt_module_final(cfg));
+        m = m > fm ? m : fm;
+        ws->embed_p = (float *)gpt_carve(c, S, e, f);
+        ws->embed_g = (float *)gpt_carve(c, S, e, f);
+        ws->module_p = (float *)gpt_carve(c, S, m, f);
+        ws->module_g = (float *)gpt_carve(c, S, m, f);
     }
-#undef CARVE
-    return off;
 }
 
 /* ------------------------------------------------------------ small device helpers */
@@ -541,19 +504,48 @@ extern "C" int gpt_cuda_available(void)
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+static zero_status check_args(const gpt_config *cfg, int batch, int seq, zero_dtype param_dtype,
+                              const gpt_checkpointing *ck, const char *op)
+{
+    GPT_TRY(gpt_config_validate(cfg));
+    GPT_TRY(gpt_checkpointing_validate(ck, op));
+    if (batch < 1 || seq < 1 || seq > cfg->seq_len)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "%s: batch %d x seq %d is invalid (seq_len %d)", op, batch, seq,
+                        cfg->seq_len);
+    if (param_dtype != ZERO_F32 && param_dtype != ZERO_BF16)
+        return gpt_fail(ZERO_UNSUPPORTED, "%s: parameter dtype %s (only f32 and bf16)", op,
+                        zero_dtype_name(param_dtype));
+    return ZERO_OK;
+}
+
+extern "C" zero_status gpt_cuda_activation_bytes_for(const gpt_config *cfg, int batch, int seq, zero_dtype param_dtype,
+                                                     const gpt_checkpointing *ck, gpt_activation_bytes *out)
+{
+    if (!out) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_activation_bytes_for: out is NULL");
+    memset(out, 0, sizeof *out);
+    GPT_TRY(check_args(cfg, batch, seq, param_dtype, ck, "gpt_cuda_activation_bytes_for"));
+    gpt_acts_shape s = cuda_shape(cfg, batch, seq, ck);
+    gpt_carver c;
+    gpt_carver_init(&c, s.align, NULL, NULL);
+    cuda_layout(NULL, cfg, &s, param_dtype, &c);
+    gpt_carver_report(&c, out);
+    return ZERO_OK;
+}
+
 extern "C" zero_status gpt_cuda_workspace_create(gpt_cuda_workspace **out, const gpt_config *cfg, int batch,
                                                  int seq, zero_dtype param_dtype, gpt_cuda_math math,
                                                  void *cuda_stream)
 {
+    return gpt_cuda_workspace_create_ckpt(out, cfg, batch, seq, param_dtype, math, cuda_stream, NULL);
+}
+
+extern "C" zero_status gpt_cuda_workspace_create_ckpt(gpt_cuda_workspace **out, const gpt_config *cfg, int batch,
+                                                      int seq, zero_dtype param_dtype, gpt_cuda_math math,
+                                                      void *cuda_stream, const gpt_checkpointing *ck)
+{
     if (!out) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_create: out is NULL");
     *out = NULL;
-    GPT_TRY(gpt_config_validate(cfg));
-    if (batch < 1 || seq < 1 || seq > cfg->seq_len)
-        return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_create: batch %d x seq %d is invalid (seq_len %d)",
-                        batch, seq, cfg->seq_len);
-    if (param_dtype != ZERO_F32 && param_dtype != ZERO_BF16)
-        return gpt_fail(ZERO_UNSUPPORTED, "gpt_cuda_workspace_create: parameter dtype %s (only f32 and bf16)",
-                        zero_dtype_name(param_dtype));
+    GPT_TRY(check_args(cfg, batch, seq, param_dtype, ck, "gpt_cuda_workspace_create"));
     if (!gpt_cuda_available())
         return gpt_fail(ZERO_UNSUPPORTED, "gpt_cuda_workspace_create: no CUDA device is visible");
     gpt_cuda_workspace *ws = (gpt_cuda_workspace *)calloc(1, sizeof *ws);
@@ -565,22 +557,32 @@ extern "C" zero_status gpt_cuda_workspace_create(gpt_cuda_workspace **out, const
     ws->math = math;
     ws->stream = (cudaStream_t)cuda_stream;
     size_t N = (size_t)batch * seq;
-    ws->layers = (cuda_layer_acts *)calloc((size_t)cfg->n_layer, sizeof *ws->layers);
+    gpt_acts_shape shape = cuda_shape(cfg, batch, seq, ck);
     ws->host_targets = (int32_t *)malloc(sizeof(int32_t) * N);
     ws->host_losses = (float *)malloc(sizeof(float) * N);
     zero_status st = ZERO_OK;
-    if (!ws->layers || !ws->host_targets || !ws->host_losses) {
+    if (!ws->host_targets || !ws->host_losses) {
         st = gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_cuda_workspace_create: no host memory");
-    } else {
-        size_t bytes = cuda_layout(ws, NULL);
+    } else if ((st = gpt_acts_init(&ws->acts, &shape)) == ZERO_OK) {
+        gpt_carver c;
+        gpt_carver_init(&c, shape.align, NULL, NULL);
+        cuda_layout(NULL, cfg, &shape, param_dtype, &c);
+        size_t bytes = c.off[0], host = c.off[1];
         cudaError_t e = cudaMalloc(&ws->mem, bytes);
         if (e != cudaSuccess) {
             ws->mem = NULL;
             st = gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_cuda_workspace_create: cudaMalloc of %zu bytes for batch %d x seq %d: %s",
                           bytes, batch, seq, cudaGetErrorString(e));
+        } else if (host && (e = cudaHostAlloc(&ws->host_mem, host, cudaHostAllocDefault)) != cudaSuccess) {
+            ws->host_mem = NULL;
+            st = gpt_fail(ZERO_OUT_OF_MEMORY,
+                          "gpt_cuda_workspace_create: cudaHostAlloc of %zu pinned bytes for the offloaded block inputs: %s",
+                          host, cudaGetErrorString(e));
         } else {
-            cuda_layout(ws, ws->mem);
-            ws->bytes = bytes;
+            gpt_carver_init(&c, shape.align, ws->mem, ws->host_mem);
+            cuda_layout(ws, cfg, &shape, param_dtype, &c);
+            gpt_carver_report(&c, &ws->bytes);
+            ws->io = &ws->acts.slots[0];
             if (cublasCreate(&ws->blas) != CUBLAS_STATUS_SUCCESS) {
                 ws->blas = NULL;
                 st = gpt_fail(ZERO_BACKEND, "gpt_cuda_workspace_create: cublasCreate failed");
@@ -601,21 +603,50 @@ extern "C" void gpt_cuda_workspace_destroy(gpt_cuda_workspace *ws)
 {
     if (!ws) return;
     if (ws->blas) cublasDestroy(ws->blas);
+    if (ws->host_mem) cudaStreamSynchronize(ws->stream); /* copies to the pinned buffer in flight */
     if (ws->mem) cudaFree(ws->mem);
-    free(ws->layers);
+    if (ws->host_mem) cudaFreeHost(ws->host_mem);
+    gpt_acts_free(&ws->acts);
     free(ws->host_targets);
     free(ws->host_losses);
     free(ws);
 }
 
-extern "C" size_t gpt_cuda_workspace_bytes(const gpt_cuda_workspace *ws) { return ws ? ws->bytes : 0; }
+extern "C" size_t gpt_cuda_workspace_bytes(const gpt_cuda_workspace *ws) { return ws ? ws->bytes.total : 0; }
+
+extern "C" void gpt_cuda_workspace_activation_bytes(const gpt_cuda_workspace *ws, gpt_activation_bytes *out)
+{
+    if (!out) return;
+    if (ws) *out = ws->bytes;
+    else memset(out, 0, sizeof *out);
+}
 
 extern "C" zero_status gpt_cuda_workspace_logits(gpt_cuda_workspace *ws, float *host_out)
 {
     if (!ws || !host_out) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_logits: NULL argument");
     size_t n = (size_t)ws->B * ws->T * ws->cfg.vocab;
-    CUDA_TRY(cudaMemcpyAsync(host_out, ws->logits, sizeof(float) * n, cudaMemcpyDeviceToHost, ws->stream));
+    CUDA_TRY(cudaMemcpyAsync(host_out, ws->io->logits, sizeof(float) * n, cudaMemcpyDeviceToHost, ws->stream));
     CUDA_TRY(cudaStreamSynchronize(ws->stream));
+    return ZERO_OK;
+}
+
+/* The offloaded copy of resid[i] (cpu_offload, recomputed blocks only): to
+ * the pinned buffer once produced, back before the block's recomputation.
+ * Stream-ordered: the staging buffer is overwritten two blocks later, after
+ * the copy in the stream's order. */
+static zero_status offload_input(gpt_cuda_workspace *ws, int i)
+{
+    if (!ws->io->kept_host[i]) return ZERO_OK;
+    size_t n = sizeof(float) * (size_t)ws->B * ws->T * ws->cfg.d_model;
+    CUDA_TRY(cudaMemcpyAsync(ws->io->kept_host[i], ws->io->resid[i], n, cudaMemcpyDeviceToHost, ws->stream));
+    return ZERO_OK;
+}
+
+static zero_status reload_input(gpt_cuda_workspace *ws, int i)
+{
+    if (!ws->io->kept_host[i]) return ZERO_OK;
+    size_t n = sizeof(float) * (size_t)ws->B * ws->T * ws->cfg.d_model;
+    CUDA_TRY(cudaMemcpyAsync(ws->io->resid[i], ws->io->kept_host[i], n, cudaMemcpyHostToDevice, ws->stream));
     return ZERO_OK;
 }
 
@@ -637,40 +668,30 @@ extern "C" zero_status gpt_cuda_forward_begin(gpt_cuda_workspace *ws, const int3
         if (targets && targets[i] >= 0) ws->valid++;
     }
     ws->has_targets = targets != NULL;
-    CUDA_TRY(cudaMemcpyAsync(ws->tokens, tokens, sizeof(int32_t) * N, cudaMemcpyHostToDevice, ws->stream));
+    CUDA_TRY(cudaMemcpyAsync(ws->io->tokens, tokens, sizeof(int32_t) * N, cudaMemcpyHostToDevice, ws->stream));
     if (targets) {
         memcpy(ws->host_targets, targets, sizeof(int32_t) * N);
-        CUDA_TRY(cudaMemcpyAsync(ws->targets, ws->host_targets, sizeof(int32_t) * N, cudaMemcpyHostToDevice,
+        CUDA_TRY(cudaMemcpyAsync(ws->io->targets, ws->host_targets, sizeof(int32_t) * N, cudaMemcpyHostToDevice,
                                  ws->stream));
     }
     float *p[GPT_MAX_MODULE_TENSORS];
     GPT_TRY(stage_params(ws, GPT_MODULE_EMBED, embed, ws->embed_p, p));
-    encoder_forward_kernel<<<blocks_for((size_t)N * C, 256), 256, 0, ws->stream>>>(ws->encoded, ws->tokens,
+    encoder_forward_kernel<<<blocks_for((size_t)N * C, 256), 256, 0, ws->stream>>>(ws->io->resid[0], ws->io->tokens,
                                                                                   p[GPT_WTE], p[GPT_WPE], N, ws->T, C);
     LAUNCH_CHECK("encoder_forward");
+    GPT_TRY(offload_input(ws, 0));
     ws->phase = 1;
     ws->next_layer = 0;
     return ZERO_OK;
 }
 
-static const float *block_input(const gpt_cuda_workspace *ws, int layer)
+/* One block's forward from x into the activations `a`, output to `out`;
+ * out == NULL recomputes (everything but the last matmul, whose output is
+ * kept), as gpt_block.c does on the CPU. `p`: the fp32 view of the block. */
+static zero_status block_forward(gpt_cuda_workspace *ws, gpt_block_acts *a, const float *x, float *out,
+                                 float *const *p)
 {
-    return layer == 0 ? ws->encoded : ws->layers[layer - 1].res3;
-}
-
-extern "C" zero_status gpt_cuda_forward_block(gpt_cuda_workspace *ws, int layer, const gpt_tensors *block)
-{
-    if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_forward_block: workspace is NULL");
-    if (ws->phase != 1 || layer != ws->next_layer)
-        return gpt_fail(ZERO_INVALID_STATE, "gpt_cuda_forward_block: block %d called out of order (expected %d)", layer,
-                        ws->phase == 1 ? ws->next_layer : -1);
-    int m = gpt_module_block(layer);
-    GPT_TRY(check_set(ws, "gpt_cuda_forward_block", block, m, "parameter"));
     const int B = ws->B, T = ws->T, C = ws->cfg.d_model, NH = ws->cfg.n_head, hs = C / NH, N = B * T;
-    cuda_layer_acts *a = &ws->layers[layer];
-    const float *x = block_input(ws, layer);
-    float *p[GPT_MAX_MODULE_TENSORS];
-    GPT_TRY(stage_params(ws, m, block, ws->module_p, p));
     size_t nh = (size_t)N * C;
 
     GPT_TRY(layernorm_forward(ws, a->ln1, a->ln1_mean, a->ln1_rstd, x, p[GPT_LN1_W], p[GPT_LN1_B], N, C));
@@ -693,7 +714,23 @@ extern "C" zero_status gpt_cuda_forward_block(gpt_cuda_workspace *ws, int layer,
     GPT_TRY(matmul_forward(ws, a->fch, NULL, a->ln2, p[GPT_FC_W], p[GPT_FC_B], N, C, 4 * C));
     gelu_forward_kernel<<<blocks_for(4 * nh, 256), 256, 0, ws->stream>>>(a->fch_gelu, a->fch, 4 * nh);
     LAUNCH_CHECK("gelu_forward");
-    GPT_TRY(matmul_forward(ws, a->res3, a->res2, a->fch_gelu, p[GPT_FCPROJ_W], p[GPT_FCPROJ_B], N, 4 * C, C));
+    if (!out) return ZERO_OK;
+    return matmul_forward(ws, out, a->res2, a->fch_gelu, p[GPT_FCPROJ_W], p[GPT_FCPROJ_B], N, 4 * C, C);
+}
+
+extern "C" zero_status gpt_cuda_forward_block(gpt_cuda_workspace *ws, int layer, const gpt_tensors *block)
+{
+    if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_forward_block: workspace is NULL");
+    if (ws->phase != 1 || layer != ws->next_layer)
+        return gpt_fail(ZERO_INVALID_STATE, "gpt_cuda_forward_block: block %d called out of order (expected %d)", layer,
+                        ws->phase == 1 ? ws->next_layer : -1);
+    int m = gpt_module_block(layer);
+    GPT_TRY(check_set(ws, "gpt_cuda_forward_block", block, m, "parameter"));
+    float *p[GPT_MAX_MODULE_TENSORS];
+    GPT_TRY(stage_params(ws, m, block, ws->module_p, p));
+    /* a recomputed block's activations go to the shared set, overwritten by the next one */
+    GPT_TRY(block_forward(ws, ws->io->block[layer], ws->io->resid[layer], ws->io->resid[layer + 1], p));
+    GPT_TRY(offload_input(ws, layer + 1));
     ws->next_layer++;
     return ZERO_OK;
 }
@@ -713,11 +750,12 @@ extern "C" zero_status gpt_cuda_forward_end(gpt_cuda_workspace *ws, const gpt_te
     GPT_TRY(stage_params(ws, fm, final_params, ws->module_p, pf));
     GPT_TRY(stage_params(ws, GPT_MODULE_EMBED, embed, ws->embed_p, pe));
 
-    GPT_TRY(layernorm_forward(ws, ws->lnf, ws->lnf_mean, ws->lnf_rstd, ws->layers[ws->cfg.n_layer - 1].res3,
-                              pf[GPT_LNF_W], pf[GPT_LNF_B], N, C));
-    GPT_TRY(matmul_forward(ws, ws->logits, NULL, ws->lnf, pe[GPT_WTE], NULL, N, C, V));
+    gpt_acts_slot *io = ws->io;
+    GPT_TRY(layernorm_forward(ws, io->lnf, io->lnf_mean, io->lnf_rstd, io->resid[ws->cfg.n_layer], pf[GPT_LNF_W],
+                              pf[GPT_LNF_B], N, C));
+    GPT_TRY(matmul_forward(ws, io->logits, NULL, io->lnf, pe[GPT_WTE], NULL, N, C, V));
     crossentropy_forward_kernel<<<blocks_for((size_t)N * 32, 256), 256, 0, ws->stream>>>(
-        ws->losses, ws->lse, ws->logits, ws->has_targets ? ws->targets : NULL, N, V);
+        ws->losses, io->lse, io->logits, ws->has_targets ? io->targets : NULL, N, V);
     LAUNCH_CHECK("crossentropy_forward");
     if (loss) {
         CUDA_TRY(cudaMemcpyAsync(ws->host_losses, ws->losses, sizeof(float) * N, cudaMemcpyDeviceToHost, ws->stream));
@@ -752,15 +790,15 @@ extern "C" zero_status gpt_cuda_backward_end(gpt_cuda_workspace *ws, float dloss
     GPT_TRY(stage_grads(ws, fm, final_grads, ws->module_g, gf));
     GPT_TRY(stage_grads(ws, GPT_MODULE_EMBED, embed_grads, ws->embed_g, ge));
 
+    const gpt_acts_slot *io = ws->io;
     float scale = ws->valid ? dloss / (float)ws->valid : 0.0f;
     crossentropy_backward_kernel<<<blocks_for((size_t)N * V, 256), 256, 0, ws->stream>>>(
-        ws->dlogits, ws->logits, ws->lse, ws->targets, N, V, scale);
+        ws->acts.dlogits, io->logits, io->lse, io->targets, N, V, scale);
     LAUNCH_CHECK("crossentropy_backward");
-    GPT_TRY(matmul_backward(ws, ws->dln, ge[GPT_WTE], NULL, ws->dlogits, ws->lnf, pe[GPT_WTE], N, C, V));
-    CUDA_TRY(cudaMemsetAsync(ws->dres, 0, sizeof(float) * (size_t)N * C, ws->stream));
-    GPT_TRY(layernorm_backward(ws, ws->dres, gf[GPT_LNF_W], gf[GPT_LNF_B], ws->dln,
-                               ws->layers[ws->cfg.n_layer - 1].res3, pf[GPT_LNF_W], ws->lnf_mean, ws->lnf_rstd, N,
-                               C));
+    GPT_TRY(matmul_backward(ws, ws->acts.dln, ge[GPT_WTE], NULL, ws->acts.dlogits, io->lnf, pe[GPT_WTE], N, C, V));
+    CUDA_TRY(cudaMemsetAsync(ws->acts.dres, 0, sizeof(float) * (size_t)N * C, ws->stream));
+    GPT_TRY(layernorm_backward(ws, ws->acts.dres, gf[GPT_LNF_W], gf[GPT_LNF_B], ws->acts.dln,
+                               io->resid[ws->cfg.n_layer], pf[GPT_LNF_W], io->lnf_mean, io->lnf_rstd, N, C));
     GPT_TRY(unstage_grads(ws, fm, final_grads, ws->module_g));
     GPT_TRY(unstage_grads(ws, GPT_MODULE_EMBED, embed_grads, ws->embed_g));
     ws->phase = 3;
@@ -779,27 +817,32 @@ extern "C" zero_status gpt_cuda_backward_block(gpt_cuda_workspace *ws, int layer
     GPT_TRY(check_set(ws, "gpt_cuda_backward_block", block, m, "parameter"));
     GPT_TRY(check_set(ws, "gpt_cuda_backward_block", block_grads, m, "gradient"));
     const int B = ws->B, T = ws->T, C = ws->cfg.d_model, NH = ws->cfg.n_head, hs = C / NH, N = B * T;
-    cuda_layer_acts *a = &ws->layers[layer];
-    const float *x = block_input(ws, layer);
+    gpt_block_acts *a = ws->io->block[layer];
+    const float *x = ws->io->resid[layer];
     float *p[GPT_MAX_MODULE_TENSORS], *g[GPT_MAX_MODULE_TENSORS];
     GPT_TRY(stage_params(ws, m, block, ws->module_p, p));
+    /* checkpointing: the kept input back from the host if offloaded, then the forward again */
+    if (gpt_acts_recomputed(&ws->acts.shape, layer)) {
+        GPT_TRY(reload_input(ws, layer));
+        GPT_TRY(block_forward(ws, a, x, NULL, p));
+    }
     GPT_TRY(stage_grads(ws, m, block_grads, ws->module_g, g));
     size_t nh = (size_t)N * C;
-    float *dres = ws->dres;
+    float *dres = ws->acts.dres, *dln = ws->acts.dln, *dqkv = ws->acts.dqkv, *dfch = ws->acts.dfch;
 
     /* MLP half */
-    GPT_TRY(matmul_backward(ws, ws->dfch, g[GPT_FCPROJ_W], g[GPT_FCPROJ_B], dres, a->fch_gelu, p[GPT_FCPROJ_W], N,
+    GPT_TRY(matmul_backward(ws, dfch, g[GPT_FCPROJ_W], g[GPT_FCPROJ_B], dres, a->fch_gelu, p[GPT_FCPROJ_W], N,
                             4 * C, C));
-    gelu_backward_kernel<<<blocks_for(4 * nh, 256), 256, 0, ws->stream>>>(ws->dfch, a->fch, ws->dfch, 4 * nh);
+    gelu_backward_kernel<<<blocks_for(4 * nh, 256), 256, 0, ws->stream>>>(dfch, a->fch, dfch, 4 * nh);
     LAUNCH_CHECK("gelu_backward");
-    GPT_TRY(matmul_backward(ws, ws->dln, g[GPT_FC_W], g[GPT_FC_B], ws->dfch, a->ln2, p[GPT_FC_W], N, C, 4 * C));
-    GPT_TRY(layernorm_backward(ws, dres, g[GPT_LN2_W], g[GPT_LN2_B], ws->dln, a->res2, p[GPT_LN2_W], a->ln2_mean,
+    GPT_TRY(matmul_backward(ws, dln, g[GPT_FC_W], g[GPT_FC_B], dfch, a->ln2, p[GPT_FC_W], N, C, 4 * C));
+    GPT_TRY(layernorm_backward(ws, dres, g[GPT_LN2_W], g[GPT_LN2_B], dln, a->res2, p[GPT_LN2_W], a->ln2_mean,
                                a->ln2_rstd, N, C));
 
     /* attention half */
-    GPT_TRY(matmul_backward(ws, ws->dln, g[GPT_ATTPROJ_W], g[GPT_ATTPROJ_B], dres, a->atty, p[GPT_ATTPROJ_W], N, C,
+    GPT_TRY(matmul_backward(ws, dln, g[GPT_ATTPROJ_W], g[GPT_ATTPROJ_B], dres, a->atty, p[GPT_ATTPROJ_W], N, C,
                             C));
-    heads_permute_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>(ws->dy, ws->dln, B, T, NH, hs, 0);
+    heads_permute_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>(ws->dy, dln, B, T, NH, hs, 0);
     LAUNCH_CHECK("heads_permute");
     qkv_permute_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>(ws->q, ws->k, ws->v, a->qkv, B, T, NH, hs, 1);
     LAUNCH_CHECK("qkv_permute");
@@ -812,11 +855,11 @@ extern "C" zero_status gpt_cuda_backward_block(gpt_cuda_workspace *ws, int layer
     LAUNCH_CHECK("softmax_backward");
     GPT_TRY(gemm(ws, 0, 0, T, hs, T, ws->datt, T, sa, ws->k, hs, sh, 0.0f, ws->dq, hs, sh, bh));   /* dQ = dS K */
     GPT_TRY(gemm(ws, 1, 0, T, hs, T, ws->datt, T, sa, ws->q, hs, sh, 0.0f, ws->dk, hs, sh, bh));   /* dK = dS^T Q */
-    qkv_permute_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>(ws->dq, ws->dk, ws->dv, ws->dqkv, B, T, NH, hs,
+    qkv_permute_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>(ws->dq, ws->dk, ws->dv, dqkv, B, T, NH, hs,
                                                                    0);
     LAUNCH_CHECK("qkv_permute");
-    GPT_TRY(matmul_backward(ws, ws->dln, g[GPT_QKV_W], g[GPT_QKV_B], ws->dqkv, a->ln1, p[GPT_QKV_W], N, C, 3 * C));
-    GPT_TRY(layernorm_backward(ws, dres, g[GPT_LN1_W], g[GPT_LN1_B], ws->dln, x, p[GPT_LN1_W], a->ln1_mean,
+    GPT_TRY(matmul_backward(ws, dln, g[GPT_QKV_W], g[GPT_QKV_B], dqkv, a->ln1, p[GPT_QKV_W], N, C, 3 * C));
+    GPT_TRY(layernorm_backward(ws, dres, g[GPT_LN1_W], g[GPT_LN1_B], dln, x, p[GPT_LN1_W], a->ln1_mean,
                                a->ln1_rstd, N, C));
     GPT_TRY(unstage_grads(ws, m, block_grads, ws->module_g));
     ws->next_layer--;
@@ -832,8 +875,9 @@ extern "C" zero_status gpt_cuda_backward_begin(gpt_cuda_workspace *ws, gpt_tenso
     const int N = ws->B * ws->T, C = ws->cfg.d_model;
     float *ge[GPT_MAX_MODULE_TENSORS];
     GPT_TRY(stage_grads(ws, GPT_MODULE_EMBED, embed_grads, ws->embed_g, ge));
-    encoder_backward_kernel<<<blocks_for((size_t)N * C, 256), 256, 0, ws->stream>>>(ge[GPT_WTE], ge[GPT_WPE], ws->dres,
-                                                                                   ws->tokens, N, ws->T, C);
+    encoder_backward_kernel<<<blocks_for((size_t)N * C, 256), 256, 0, ws->stream>>>(ge[GPT_WTE], ge[GPT_WPE],
+                                                                                   ws->acts.dres, ws->io->tokens, N,
+                                                                                   ws->T, C);
     LAUNCH_CHECK("encoder_backward");
     GPT_TRY(unstage_grads(ws, GPT_MODULE_EMBED, embed_grads, ws->embed_g));
     ws->phase = 0;

@@ -83,7 +83,8 @@ static float bf16_round(float x) { return zero_bf16_to_f32(zero_f32_to_bf16(x));
 
 /* One GPU run; returns its loss, logits and grads (fp32 on the host). */
 static int gpu_run(const gpt_config *cfg, const float *params, size_t total, zero_dtype dt, gpt_cuda_math math,
-                   const int32_t *tok, const int32_t *tgt, float *loss, float *logits, float *grads)
+                   const gpt_checkpointing *ck, const int32_t *tok, const int32_t *tgt, float *loss, float *logits,
+                   float *grads)
 {
     size_t es = dt == ZERO_BF16 ? 2 : 4;
     void *dp = NULL, *dg = NULL;
@@ -100,11 +101,15 @@ static int gpu_run(const gpt_config *cfg, const float *params, size_t total, zer
     layout(cfg, dp, es, p);
     layout(cfg, dg, es, g);
     gpt_cuda_workspace *ws = NULL;
-    CHECK_OK(gpt_cuda_workspace_create(&ws, cfg, B_, T_, dt, math, NULL));
+    CHECK_OK(gpt_cuda_workspace_create_ckpt(&ws, cfg, B_, T_, dt, math, NULL, ck));
     if (!ws) {
         fprintf(stderr, "%s\n", gpt_last_error());
         return -1;
     }
+    gpt_activation_bytes got, want;
+    gpt_cuda_workspace_activation_bytes(ws, &got);
+    CHECK_OK(gpt_cuda_activation_bytes_for(cfg, B_, T_, dt, ck, &want));
+    CHECK(memcmp(&got, &want, sizeof got) == 0 && got.total == gpt_cuda_workspace_bytes(ws));
     zero_status st = gpt_cuda_forward(ws, tok, tgt, p, loss);
     if (st == ZERO_OK) st = gpt_cuda_backward(ws, 1.0f, p, g);
     if (st == ZERO_OK) st = gpt_cuda_workspace_logits(ws, logits);
@@ -149,10 +154,79 @@ static void compare_all(const gpt_config *cfg, const char *mode, const float *lg
     }
 }
 
+/* docs/model.md's formula for the CUDA workspace, written out here: every
+ * buffer rounded up to 256 bytes. Needs no GPU (gpt_cuda_activation_bytes_for
+ * only counts), so it runs in every CUDA build. */
+static size_t r256(size_t x) { return (x + 255) / 256 * 256; }
+
+static void check_cuda_bytes(void)
+{
+    const gpt_config cfg = {3, 4, 48, 24, 101};
+    const size_t B = 2, T = 13, N = B * T, C = 48, V = 101, NH = 4, L = 3;
+    const size_t set = 4 * r256(4 * N * C) + 4 * r256(4 * N) + r256(12 * N * C) + r256(4 * B * NH * T * T) +
+                       2 * r256(16 * N * C);
+    for (int dt = 0; dt < 2; dt++)
+        for (int R = 0; R <= 4; R++)
+            for (int off = 0; off < 2; off++) {
+                zero_dtype d = dt ? ZERO_BF16 : ZERO_F32;
+                size_t rec = (size_t)(R < 3 ? R : 3), offl = off && rec;
+                size_t inputs = (L + 1 - (offl ? rec : 0)) * r256(4 * N * C) + (offl ? 2 * r256(4 * N * C) : 0);
+                size_t head = 2 * r256(4 * N) + r256(4 * N * C) + 3 * r256(4 * N) + r256(4 * N * V);
+                size_t scratch = 2 * r256(4 * N * C) + r256(12 * N * C) + r256(16 * N * C) + r256(4 * N * V) +
+                                 r256(4 * N) + 8 * r256(4 * N * C) + r256(4 * B * NH * T * T);
+                if (d == ZERO_BF16) {
+                    size_t e = V * C + 24 * C, m = 12 * C * C + 13 * C; /* embed; a block (> final) */
+                    scratch += 2 * r256(4 * e) + 2 * r256(4 * m);
+                }
+                size_t total = inputs + (L - rec) * set + (rec ? set : 0) + head + scratch;
+                gpt_checkpointing ck = {R == 4 ? GPT_CHECKPOINT_ALL : R, off};
+                gpt_activation_bytes b;
+                CHECK_OK(gpt_cuda_activation_bytes_for(&cfg, (int)B, (int)T, d, &ck, &b));
+                CHECK_MSG(b.total == total && b.host == (offl ? rec * r256(4 * N * C) : 0) && b.inputs == inputs &&
+                              b.blocks == (L - rec) * set && b.recompute == (rec ? set : 0) && b.head == head &&
+                              b.scratch == scratch,
+                          "cuda bytes (%s, %d recomputed, offload %d): %zu, formula %zu", zero_dtype_name(d), R, off,
+                          b.total, total);
+            }
+}
+
+/* Activation checkpointing on the GPU (fp32 math), against the same GPU run
+ * without it: the forward has no atomics, so the loss and logits are
+ * bitwise equal; the backward's column sums and embedding scatter use fp32
+ * atomics, so gradients are compared within 1e-4 * scale + 1e-5 * |x| (the
+ * run-to-run spread of the atomics' order is ~1e-7 relative; a block
+ * backpropagated through stale activations is off by O(1)). Variants: every
+ * block, the first only, every block with the inputs offloaded to pinned
+ * host memory (cpu_offload). */
+static void check_checkpointing(const gpt_config *cfg, const float *params, size_t total, const int32_t *tok,
+                                const int32_t *tgt, float loss0, const float *lg0, const float *gg0)
+{
+    const gpt_checkpointing variants[] = {{GPT_CHECKPOINT_ALL, 0}, {1, 0}, {GPT_CHECKPOINT_ALL, 1}};
+    size_t nl = (size_t)B_ * T_ * V_;
+    float *lg = malloc(nl * 4), *gg = malloc(total * 4);
+    for (int v = 0; v < 3; v++) {
+        float loss;
+        if (gpu_run(cfg, params, total, ZERO_F32, GPT_CUDA_MATH_FP32, &variants[v], tok, tgt, &loss, lg, gg) != 0)
+            continue;
+        CHECK_MSG(memcmp(&loss, &loss0, sizeof loss) == 0 && memcmp(lg, lg0, nl * 4) == 0,
+                  "checkpointing %d blocks (offload %d): forward differs from the run without", variants[v].blocks,
+                  variants[v].cpu_offload);
+        char mode[80];
+        snprintf(mode, sizeof mode, "checkpointing %d blocks, offload %d vs none", variants[v].blocks,
+                 variants[v].cpu_offload);
+        compare_all(cfg, mode, lg, lg0, gg, gg0, 0, 1e-5);
+    }
+    free(lg), free(gg);
+}
+
 #endif /* ZERO_HAVE_CUDA */
 
 int main(void)
 {
+#if ZERO_HAVE_CUDA
+    check_cuda_bytes();
+    if (!gpt_cuda_available() && check_exit() != 0) return 1; /* a wrong formula fails even without a GPU */
+#endif
     if (!gpt_cuda_available()) CHECK_SKIP("no CUDA GPU visible (or this build has no CUDA path)");
 #if ZERO_HAVE_CUDA
     gpt_config cfg = {L_, NH_, C_, T_, V_};
@@ -174,19 +248,20 @@ int main(void)
     float loss_c, loss_g;
     cpu_run(&cfg, params, total, tok, tgt, &loss_c, lc, gc);
 
-    if (gpu_run(&cfg, params, total, ZERO_F32, GPT_CUDA_MATH_FP32, tok, tgt, &loss_g, lg, gg) == 0) {
+    if (gpu_run(&cfg, params, total, ZERO_F32, GPT_CUDA_MATH_FP32, NULL, tok, tgt, &loss_g, lg, gg) == 0) {
         CHECK_CLOSE(loss_g, loss_c, 1e-5);
         printf("fp32 math: loss gpu %.7f cpu %.7f\n", loss_g, loss_c);
         compare_all(&cfg, "fp32 math, fp32 params", lg, lc, gg, gc, 0, 1e-3);
+        check_checkpointing(&cfg, params, total, tok, tgt, loss_g, lg, gg);
     }
-    if (gpu_run(&cfg, params, total, ZERO_F32, GPT_CUDA_MATH_BF16, tok, tgt, &loss_g, lg, gg) == 0) {
+    if (gpu_run(&cfg, params, total, ZERO_F32, GPT_CUDA_MATH_BF16, NULL, tok, tgt, &loss_g, lg, gg) == 0) {
         CHECK_MSG(fabsf(loss_g - loss_c) <= 1e-2f, "bf16 loss %.6f vs cpu %.6f", loss_g, loss_c);
         printf("bf16 math: loss gpu %.7f cpu %.7f\n", loss_g, loss_c);
         compare_all(&cfg, "bf16 math, fp32 params", lg, lc, gg, gc, 1, 3e-2);
     }
     for (size_t i = 0; i < total; i++) params[i] = bf16_round(params[i]);
     cpu_run(&cfg, params, total, tok, tgt, &loss_c, lc, gc);
-    if (gpu_run(&cfg, params, total, ZERO_BF16, GPT_CUDA_MATH_BF16, tok, tgt, &loss_g, lg, gg) == 0) {
+    if (gpu_run(&cfg, params, total, ZERO_BF16, GPT_CUDA_MATH_BF16, NULL, tok, tgt, &loss_g, lg, gg) == 0) {
         CHECK_MSG(fabsf(loss_g - loss_c) <= 1e-2f, "bf16-params loss %.6f vs cpu %.6f", loss_g, loss_c);
         printf("bf16 params: loss gpu %.7f cpu %.7f\n", loss_g, loss_c);
         compare_all(&cfg, "bf16 math, bf16 params and grads", lg, lc, gg, gc, 1, 4e-2);
