@@ -13,6 +13,7 @@ packages=(
   python3-pip python3-setuptools python3-wheel   # the bindings' pip-wheel test
   python3-torch                         # the correctness reference (CPU)
   python3-matplotlib                    # benchmark charts
+  iproute2                              # tests/multihost: network namespaces joined by veth
 )
 missing=()
 for p in "${packages[@]}"; do

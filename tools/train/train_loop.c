@@ -44,17 +44,27 @@ void train_install_stop_signals(void)
 }
 
 /* Sum three scalars over the ranks: the loss, the CPU time of the step, and
- * the stop signal (the largest wins, so every rank sees one if any got one). */
-static void allreduce_step(run *r, double *loss, double *cpu, int *sig)
+ * the stop signal (the largest wins, so every rank sees one if any got one);
+ * then the engine memory's range over the ranks. A failure (a rank stopped or
+ * cut off: the deadline) is the run's failure, reported with the comm's
+ * message: swallowing it left only "the group failed earlier" for the next op. */
+static int allreduce_step(run *r, double *loss, double *cpu, int *sig, double *mem_min, double *mem_max)
 {
     double v[3] = {*loss, *cpu, (double)*sig}, out[3] = {*loss, *cpu, (double)*sig};
-    if (r->world > 1) {
-        if (zero_allreduce(r->host_comm, v, out, 2, ZERO_F64, ZERO_SUM) != ZERO_OK) out[0] = out[1] = NAN;
-        if (zero_allreduce(r->host_comm, v + 2, out + 2, 1, ZERO_F64, ZERO_MAX) != ZERO_OK) out[2] = 0;
+    double mem[2] = {*mem_max, -*mem_min}, mem_out[2] = {*mem_max, -*mem_min};
+    if (r->world > 1 && (zero_allreduce(r->host_comm, v, out, 2, ZERO_F64, ZERO_SUM) != ZERO_OK ||
+                         zero_allreduce(r->host_comm, v + 2, out + 2, 1, ZERO_F64, ZERO_MAX) != ZERO_OK ||
+                         zero_allreduce(r->host_comm, mem, mem_out, 2, ZERO_F64, ZERO_MAX) != ZERO_OK)) {
+        fprintf(stderr, "zero-train: rank %d, step %lld: %s\n", r->rank, (long long)r->step,
+                zero_comm_last_error(r->host_comm));
+        return -1;
     }
     *loss = out[0];
     *cpu = out[1];
     *sig = (int)out[2];
+    *mem_max = mem_out[0];
+    *mem_min = -mem_out[1];
+    return 0;
 }
 
 int train_loop(run *r)
@@ -110,17 +120,14 @@ int train_loop(run *r)
         r->tokens += (uint64_t)c->train_batch_size * (uint64_t)c->seq_len;
         double loss = loss_sum / c->grad_accum, cpu = cpu_s() - c0;
         int sig = (int)stop_signal;
-        allreduce_step(r, &loss, &cpu, &sig);
-        loss /= r->world; /* every tp/pp rank of a dp replica holds the same loss: the mean over dp */
         zero_memory_report mem;
         zero_engine_memory_report(r->engine, &mem);
-        double mib = (double)mem.total / (1024.0 * 1024.0), mn = mib, mx = mib;
-        if (r->world > 1) {
-            double neg = -mib;
-            zero_allreduce(r->host_comm, &mib, &mx, 1, ZERO_F64, ZERO_MAX);
-            zero_allreduce(r->host_comm, &neg, &mn, 1, ZERO_F64, ZERO_MAX);
-            mn = -mn;
+        double mn = (double)mem.total / (1024.0 * 1024.0), mx = mn;
+        if (allreduce_step(r, &loss, &cpu, &sig, &mn, &mx) != 0) {
+            rc = -1;
+            goto out;
         }
+        loss /= r->world; /* every tp/pp rank of a dp replica holds the same loss: the mean over dp */
         double dt = train_now_s() - t0;
         if (isnan(first_loss)) first_loss = loss;
         last_loss = loss;
