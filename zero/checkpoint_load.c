@@ -54,7 +54,7 @@ static zero_status load_local(zero_engine *e, const ckpt_meta *m, unsigned kinds
     for (int p = 0; p < m->n_params && s == ZERO_OK; p++) {
         zero_param_info pi;
         if ((s = zero_engine_param_info(e, p, &pi)) != ZERO_OK) break;
-        uint64_t n = pi.owned_end - pi.owned_begin;
+        uint64_t n = pi.owned_numel; /* all owned ranges, one after another */
         if (n == 0) continue;
         if (n > cap) {
             free(buf);
@@ -66,7 +66,14 @@ static zero_status load_local(zero_engine *e, const ckpt_meta *m, unsigned kinds
         }
         for (int k = 0; k < CKPT_NUM_KINDS && s == ZERO_OK; k++) {
             if (!(kinds & (1u << k))) continue;
-            s = ckpt_read_range(m, fds, k, p, pi.owned_begin, pi.owned_end, buf);
+            uint64_t done = 0;
+            for (int i = 0; i < pi.num_owned_ranges && s == ZERO_OK; i++) {
+                uint64_t b, end;
+                if ((s = zero_engine_param_owned_range(e, p, i, &b, &end)) != ZERO_OK)
+                    s = zero_fail(NULL, s, "checkpoint load: %s", zero_engine_last_error(e));
+                else s = ckpt_read_range(m, fds, k, p, b, end, buf + done);
+                done += end - b;
+            }
             if (s == ZERO_OK && (s = zero_engine_state_set(e, (zero_state_kind)k, p, buf)) != ZERO_OK)
                 s = zero_fail(NULL, s, "checkpoint load: rank %d: setting %s of %s: %s", rank, ckpt_kind_names[k],
                               pi.name, zero_engine_last_error(e));

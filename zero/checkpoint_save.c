@@ -47,7 +47,7 @@ zero_status ckpt_engine_kinds(zero_engine *e, zero_comm *dp, unsigned *kinds)
     for (int p = 0; p < np && local == ZERO_OK; p++) {
         zero_param_info pi;
         if ((local = zero_engine_param_info(e, p, &pi)) != ZERO_OK) break;
-        uint64_t n = pi.owned_end - pi.owned_begin;
+        uint64_t n = pi.owned_numel;
         if (n == 0) continue;
         float *buf = malloc(n * sizeof *buf);
         if (!buf) {
@@ -87,7 +87,7 @@ static zero_status write_shard(zero_engine *e, const char *tmp_dir, int rank, in
     for (int p = 0; p < np && s == ZERO_OK; p++) {
         zero_param_info pi;
         if ((s = zero_engine_param_info(e, p, &pi)) != ZERO_OK) break;
-        uint64_t n = pi.owned_end - pi.owned_begin;
+        uint64_t n = pi.owned_numel; /* all owned ranges, one after another */
         if (n == 0) continue;
         if (n > cap) {
             free(buf);
@@ -105,7 +105,17 @@ static zero_status write_shard(zero_engine *e, const char *tmp_dir, int rank, in
                               pi.name, zero_engine_last_error(e));
                 break;
             }
-            s = ckpt_writer_segment(&w, p, k, pi.owned_begin, buf, n);
+            /* one segment per owned range (a split parameter has several) */
+            uint64_t done = 0;
+            for (int i = 0; i < pi.num_owned_ranges && s == ZERO_OK; i++) {
+                uint64_t b, end;
+                if ((s = zero_engine_param_owned_range(e, p, i, &b, &end)) != ZERO_OK) {
+                    s = zero_fail(NULL, s, "checkpoint save: %s", zero_engine_last_error(e));
+                    break;
+                }
+                s = ckpt_writer_segment(&w, p, k, b, buf + done, end - b);
+                done += end - b;
+            }
         }
     }
     free(buf);

@@ -84,11 +84,10 @@ uint64_t layout_region_numel(const zero_engine *e, const zero_bucket *b)
     return e->cfg.stage == 0 ? b->numel : b->chunk;
 }
 
-float *layout_param_state(zero_engine *e, zero_state_kind kind, const zero_param *p)
+float *layout_chunk_state(zero_engine *e, zero_state_kind kind, const zero_bucket *b, uint64_t in_chunk)
 {
-    const zero_bucket *b = &e->buckets[p->bucket];
-    uint64_t region_off = e->cfg.stage == 0 ? p->in_bucket + p->own_begin
-                                            : p->shard_off - b->shard_off;
+    /* The region is the whole bucket at stage 0, this rank's chunk otherwise. */
+    uint64_t region_off = e->cfg.stage == 0 ? b->chunk * (uint64_t)e->rank + in_chunk : in_chunk;
     float *base;
     switch (kind) {
     case ZERO_STATE_MASTER: base = layout_master(e, b); break;
@@ -108,6 +107,9 @@ zero_status zero_engine_create(zero_engine **out, const zero_config *config, zer
     if (!dp) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine create: dp comm is NULL");
     if (!dev) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine create: device is NULL");
     ZERO_TRY(config_validate(config, NULL));
+    if (!config->contiguous_gradients)
+        zero_log(ZERO_LOG_WARN, "engine create: contiguous_gradients = 0 has no effect: gradients are always "
+                                "written into contiguous buffers (flat at stages 0-1, one per module at 2-3)");
 
     int is_cuda = zero_device_get_kind(dev) == ZERO_DEVICE_CUDA;
     zero_backend be = zero_comm_backend(dp);
@@ -397,7 +399,7 @@ zero_status zero_engine_param_data(zero_engine *e, int param, void **out)
     if (!out) return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "engine param_data: out is NULL");
     *out = NULL;
     const zero_param *p = &e->params[param];
-    const zero_bucket *b = &e->buckets[p->bucket];
+    const zero_bucket *b = &e->buckets[p->first_bucket]; /* a split param continues contiguously */
     if (e->cfg.stage < 3) {
         *out = elem_ptr(e, e->params_full, p->flat_off);
     } else if (b->persistent) {
@@ -420,7 +422,7 @@ zero_status zero_engine_param_grad(zero_engine *e, int param, void **out)
     if (!out) return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "engine param_grad: out is NULL");
     *out = NULL;
     const zero_param *p = &e->params[param];
-    const zero_bucket *b = &e->buckets[p->bucket];
+    const zero_bucket *b = &e->buckets[p->first_bucket]; /* a split param continues contiguously */
     if (e->cfg.stage < 2) {
         *out = elem_ptr(e, e->grads_full, p->flat_off);
         return ZERO_OK;
@@ -454,6 +456,8 @@ zero_status zero_engine_plan_info(const zero_engine *e, zero_plan_info *out)
     out->padded_numel = e->padded;
     out->shard_numel = e->shard;
     out->max_bucket_numel = e->max_bucket;
+    out->bucket_capacity = plan_capacity(&e->cfg, e->world);
+    out->persistent_numel = e->persist_numel;
     out->hash = e->plan_hash;
     out->num_params = e->num_params;
     out->num_modules = e->num_modules;
@@ -489,13 +493,17 @@ zero_status zero_engine_param_info(const zero_engine *e, int param, zero_param_i
     out->numel = p->numel;
     out->dtype = e->cfg.compute_dtype;
     if (e->finalized) {
-        out->bucket = p->bucket;
+        out->bucket = p->first_bucket;
         out->persistent = p->persistent;
         out->owned_begin = p->own_begin;
         out->owned_end = p->own_end;
         out->shard_offset = p->shard_off;
+        out->first_bucket = p->first_bucket;
+        out->num_buckets = p->num_buckets;
+        out->owned_numel = p->own_numel;
+        out->num_owned_ranges = p->own_ranges;
     } else {
-        out->bucket = -1;
+        out->bucket = out->first_bucket = -1;
     }
     return ZERO_OK;
 }
@@ -515,6 +523,24 @@ zero_status zero_engine_bucket_info(const zero_engine *e, int bucket, zero_bucke
     out->numel = b->numel;
     out->chunk_numel = b->chunk;
     out->shard_offset = b->shard_off;
+    return ZERO_OK;
+}
+
+zero_status zero_engine_param_owned_range(const zero_engine *e, int param, int index, uint64_t *begin,
+                                         uint64_t *end)
+{
+    if (!e || !begin || !end) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine param_owned_range: NULL argument");
+    *begin = *end = 0;
+    zero_errbuf *err = (zero_errbuf *)&e->err;
+    if (!e->finalized)
+        return zero_fail(err, ZERO_INVALID_STATE, "engine param_owned_range: call zero_engine_finalize first");
+    if (param < 0 || param >= e->num_params)
+        return zero_fail(err, ZERO_NOT_FOUND, "engine param_owned_range: unknown parameter %d (%d parameters)", param,
+                         e->num_params);
+    const zero_param *p = &e->params[param];
+    if (index < 0 || index >= p->own_ranges || !plan_owned_range(e, p, index, begin, end))
+        return zero_fail(err, ZERO_NOT_FOUND, "engine param_owned_range: parameter '%s' has %d owned range(s) on rank %d, "
+                         "no range %d", p->name, p->own_ranges, e->rank, index);
     return ZERO_OK;
 }
 

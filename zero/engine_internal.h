@@ -25,17 +25,32 @@ typedef struct zero_param {
     zero_init_spec spec; /* add_param_init (and add_param with NULL: zeros): used when init is NULL */
     int persistent;   /* numel < stage3_param_persistence_threshold */
     int duplicate;    /* another mp rank counts this tensor in the norm */
-    /* plan */
-    int bucket;
-    uint64_t flat_off;   /* first element in the flat layout */
-    uint64_t in_bucket;  /* offset inside its bucket */
-    uint64_t own_begin, own_end, shard_off;
+    /* plan (plan.c). A param lies in buckets first_bucket ..
+     * first_bucket + num_buckets - 1; more than one only when it is larger
+     * than the bucket capacity. It is then split exactly at bucket
+     * boundaries and every bucket but its last is full (a multiple of the dp
+     * size, no padding), so its elements are contiguous in every layout
+     * (flat, module gradient, gathered, persistent): element j of the param
+     * is element in_bucket + j of the layout's run starting at first_bucket.
+     * plan_piece / plan_owned_piece give its part of one bucket. */
+    int first_bucket, num_buckets;
+    uint64_t flat_off;   /* element 0 in the flat layout */
+    uint64_t in_bucket;  /* element 0's offset inside first_bucket */
+    /* This rank's owned elements: its part of chunk `rank` of each of its
+     * buckets. Several ranges of the param's elements when it is split
+     * (own_ranges of them, adjacent ones merged; plan_owned_range), but
+     * always one run [shard_off, shard_off + own_numel) of the shard. */
+    uint64_t own_begin, own_end; /* the first owned element and one past the last (own_numel = 0: both 0) */
+    uint64_t own_numel;          /* owned elements (own_end - own_begin when own_ranges <= 1) */
+    uint64_t shard_off;          /* of the first owned element in the shard */
+    int own_ranges;
 } zero_param;
 
 typedef struct zero_bucket {
     int module;
     int persistent;
-    int first_param, num_params;
+    int first_param, num_params; /* the params with a piece in it (the first and the last may be
+                                    split params that also lie in neighbouring buckets) */
     uint64_t numel;       /* padded: a multiple of the dp size */
     uint64_t chunk;       /* numel / dp */
     uint64_t flat_off;    /* in the flat layout */
@@ -205,6 +220,20 @@ static inline uint64_t fnv_u64(uint64_t h, uint64_t v) { return fnv(h, &v, sizeo
 /* ---------------------------------------------------------------- plan.c */
 zero_status plan_build(zero_engine *e);
 zero_status plan_check_ranks(zero_engine *e);
+/* Elements per bucket at most: min(reduce_bucket_size, allgather_bucket_size)
+ * rounded down to a multiple of the dp size, at least the dp size. */
+uint64_t plan_capacity(const zero_config *c, int world);
+/* Param p's piece of bucket b: param elements [*lo, *hi), starting at
+ * element *at of the bucket. 0 (outputs untouched) when p is not in b. */
+int plan_piece(const zero_engine *e, const zero_param *p, const zero_bucket *b, uint64_t *lo, uint64_t *hi,
+               uint64_t *at);
+/* Param p's piece of this rank's chunk of bucket b: param elements
+ * [*lo, *hi), starting at element *in_chunk of the chunk (so at shard
+ * offset b->shard_off + *in_chunk). 0 when this rank owns none of p in b. */
+int plan_owned_piece(const zero_engine *e, const zero_param *p, const zero_bucket *b, uint64_t *lo, uint64_t *hi,
+                     uint64_t *in_chunk);
+/* Owned range `index` (0 .. own_ranges - 1) of p: [*begin, *end). 0 if none. */
+int plan_owned_range(const zero_engine *e, const zero_param *p, int index, uint64_t *begin, uint64_t *end);
 
 /* ---------------------------------------------------------------- init.c */
 /* ZERO_INVALID_ARGUMENT naming the field unless `spec` is usable. */
@@ -242,8 +271,9 @@ void *engine_bucket_grad(zero_engine *e, const zero_bucket *b);
 float *layout_master(zero_engine *e, const zero_bucket *b);
 float *layout_moment(zero_engine *e, float *mom, const zero_bucket *b);
 uint64_t layout_region_numel(const zero_engine *e, const zero_bucket *b);
-/* Where param p's owned element own_begin of a state lives (NULL: absent). */
-float *layout_param_state(zero_engine *e, zero_state_kind kind, const zero_param *p);
+/* Where element `in_chunk` of this rank's chunk of bucket b lives in a
+ * state (NULL: the optimizer has no such state). Pair with plan_owned_piece. */
+float *layout_chunk_state(zero_engine *e, zero_state_kind kind, const zero_bucket *b, uint64_t in_chunk);
 /* Store fp32 values of a whole bucket (device memory) into master, params
  * and persistent copy, as this rank keeps them. */
 zero_status layout_load_bucket(zero_engine *e, const zero_bucket *b, const float *full);

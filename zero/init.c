@@ -268,9 +268,9 @@ zero_status init_check_ranks(zero_engine *e)
 /* ---------------------------------------------------------------- the fill at finalize */
 
 /* The pieces of bucket b, as (param, first element of the piece in the
- * param, offset in the bucket, length). Today a bucket holds whole
- * parameters [first_param, first_param + num_params); when a parameter can
- * be split across buckets, only this function changes. */
+ * param, offset in the bucket, length): the params [first_param,
+ * first_param + num_params), the first and last of which may be split
+ * params that continue in the neighbouring buckets (plan_piece). */
 typedef struct bucket_piece {
     int param;
     uint64_t param_off, bucket_off, len;
@@ -280,10 +280,12 @@ static int bucket_piece_at(const zero_engine *e, const zero_bucket *b, int k, bu
 {
     if (k >= b->num_params) return 0;
     const zero_param *p = &e->params[b->first_param + k];
+    uint64_t lo = 0, hi = 0, at = 0;
+    if (!plan_piece(e, p, b, &lo, &hi, &at)) return 0; /* cannot happen: p has a piece in b */
     out->param = b->first_param + k;
-    out->param_off = 0;
-    out->bucket_off = p->in_bucket;
-    out->len = p->numel;
+    out->param_off = lo;
+    out->bucket_off = at;
+    out->len = hi - lo;
     return 1;
 }
 

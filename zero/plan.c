@@ -1,6 +1,9 @@
 /* The partition plan: a pure function of (parameters in registration order,
- * dp size, reduce_bucket_size, persistence threshold), computed identically
- * on every rank, then compared across ranks. */
+ * dp size, bucket capacity, persistence threshold), computed identically on
+ * every rank, then compared across ranks. The bucket capacity is
+ * min(reduce_bucket_size, allgather_bucket_size) rounded down to a multiple
+ * of the dp size (at least the dp size): every reduce-scatter and every
+ * all-gather the engine issues is one bucket, so both limits hold. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,15 +24,88 @@ static uint64_t param_hash(const zero_engine *e, const zero_param *p)
 
 /* ---------------------------------------------------------------- building */
 
+uint64_t plan_capacity(const zero_config *c, int world)
+{
+    const uint64_t n = (uint64_t)world;
+    uint64_t cap = c->reduce_bucket_size < c->allgather_bucket_size ? c->reduce_bucket_size : c->allgather_bucket_size;
+    cap = cap / n * n;
+    return cap ? cap : n;
+}
+
+/* Append a new, empty bucket of `module` / `persistent` starting at param i. */
+static zero_bucket *open_bucket(zero_engine *e, int *cap_buckets, int module, int persistent, int first_param)
+{
+    if (e->num_buckets == *cap_buckets) {
+        int nc = *cap_buckets ? 2 * *cap_buckets : 64;
+        zero_bucket *b = realloc(e->buckets, (size_t)nc * sizeof *b);
+        if (!b) return NULL;
+        e->buckets = b;
+        *cap_buckets = nc;
+    }
+    zero_bucket *k = &e->buckets[e->num_buckets++];
+    memset(k, 0, sizeof *k);
+    k->module = module;
+    k->persistent = persistent;
+    k->first_param = first_param;
+    return k;
+}
+
+int plan_piece(const zero_engine *e, const zero_param *p, const zero_bucket *b, uint64_t *lo, uint64_t *hi,
+               uint64_t *at)
+{
+    (void)e;
+    const uint64_t pa = p->flat_off, pz = p->flat_off + p->numel;
+    const uint64_t ba = b->flat_off, bz = b->flat_off + b->numel;
+    const uint64_t a = pa > ba ? pa : ba, z = pz < bz ? pz : bz;
+    if (a >= z) return 0;
+    *lo = a - pa;
+    *hi = z - pa;
+    *at = a - ba;
+    return 1;
+}
+
+int plan_owned_piece(const zero_engine *e, const zero_param *p, const zero_bucket *b, uint64_t *lo, uint64_t *hi,
+                     uint64_t *in_chunk)
+{
+    const uint64_t pa = p->flat_off, pz = p->flat_off + p->numel;
+    const uint64_t ca = b->flat_off + b->chunk * (uint64_t)e->rank, cz = ca + b->chunk;
+    const uint64_t a = pa > ca ? pa : ca, z = pz < cz ? pz : cz;
+    if (a >= z) return 0;
+    *lo = a - pa;
+    *hi = z - pa;
+    *in_chunk = a - ca;
+    return 1;
+}
+
+int plan_owned_range(const zero_engine *e, const zero_param *p, int index, uint64_t *begin, uint64_t *end)
+{
+    int found = -1;
+    for (int k = p->first_bucket; k < p->first_bucket + p->num_buckets; k++) {
+        uint64_t lo, hi, in_chunk;
+        if (!plan_owned_piece(e, p, &e->buckets[k], &lo, &hi, &in_chunk)) continue;
+        if (found >= 0 && lo == *end) { /* adjacent (world size 1): one range */
+            *end = hi;
+            continue;
+        }
+        if (found == index) return 1;
+        found++;
+        *begin = lo;
+        *end = hi;
+    }
+    return found == index;
+}
+
 zero_status plan_build(zero_engine *e)
 {
     const uint64_t n = (uint64_t)e->world;
-    const uint64_t cap = e->cfg.reduce_bucket_size;
+    const uint64_t cap = plan_capacity(&e->cfg, e->world);
     const uint64_t thr = e->cfg.stage3_param_persistence_threshold;
 
     /* A finalize that failed its cross-rank check may be retried after the
      * caller fixed nothing or more registrations: start from scratch. */
     free(e->buckets);
+    e->buckets = NULL;
+    e->num_buckets = 0;
     for (int i = 0; i < e->num_modules; i++) {
         zero_module *m = &e->modules[i];
         free(m->bucket_ids);
@@ -37,33 +113,43 @@ zero_status plan_build(zero_engine *e)
         m->num_buckets = 0;
         m->grad_numel = m->gather_numel = 0;
     }
-    e->buckets = calloc((size_t)e->num_params, sizeof *e->buckets);
-    if (!e->buckets) return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "engine finalize: plan allocation failed");
 
-    /* Group consecutive params: a bucket never spans modules, never mixes
-     * persistent and sharded params, and holds at most `cap` elements unless
-     * one param alone is larger (params are never split, so each param's owned
-     * part is one range). */
-    int nb = 0;
-    uint64_t raw = 0;
+    /* Group consecutive params into buckets of at most `cap` elements. A
+     * bucket never spans modules nor mixes persistent and sharded params. A
+     * param that fits starts a new bucket when it does not fit the current
+     * one (so it is never split); a param larger than `cap` fills the
+     * current bucket and then as many new ones as it needs: every bucket it
+     * leaves is exactly `cap` elements (a multiple of the dp size, no
+     * padding), so its elements stay contiguous in every layout. */
+    int cap_buckets = 0;
+    uint64_t raw = 0; /* elements in the current (last) bucket */
     for (int i = 0; i < e->num_params; i++) {
         zero_param *p = &e->params[i];
         p->persistent = p->numel < thr;
-        zero_bucket *cur = nb ? &e->buckets[nb - 1] : NULL;
-        if (!cur || cur->module != p->module || cur->persistent != p->persistent || raw + p->numel > cap) {
-            cur = &e->buckets[nb++];
-            cur->module = p->module;
-            cur->persistent = p->persistent;
-            cur->first_param = i;
+        zero_bucket *cur = e->num_buckets ? &e->buckets[e->num_buckets - 1] : NULL;
+        if (!cur || cur->module != p->module || cur->persistent != p->persistent || raw == cap ||
+            (p->numel <= cap && raw + p->numel > cap)) {
+            if (!(cur = open_bucket(e, &cap_buckets, p->module, p->persistent, i))) goto oom;
             raw = 0;
         }
-        p->bucket = nb - 1;
+        p->first_bucket = e->num_buckets - 1;
+        p->num_buckets = 1;
         p->in_bucket = raw;
-        raw += p->numel;
         cur->num_params++;
-        cur->numel = raw;
+        uint64_t left = p->numel;
+        for (;;) {
+            uint64_t take = left < cap - raw ? left : cap - raw;
+            raw += take;
+            left -= take;
+            cur->numel = raw;
+            if (!left) break;
+            if (!(cur = open_bucket(e, &cap_buckets, p->module, p->persistent, i))) goto oom;
+            cur->num_params = 1;
+            raw = 0;
+            p->num_buckets++;
+        }
     }
-    e->num_buckets = nb;
+    const int nb = e->num_buckets;
 
     uint64_t flat = 0, shard = 0, persist = 0, maxb = 0;
     for (int b = 0; b < nb; b++) {
@@ -96,7 +182,7 @@ zero_status plan_build(zero_engine *e)
     for (int i = 0; i < e->num_modules; i++) {
         zero_module *m = &e->modules[i];
         m->bucket_ids = calloc((size_t)(m->num_buckets ? m->num_buckets : 1), sizeof(int));
-        if (!m->bucket_ids) return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "engine finalize: plan allocation failed");
+        if (!m->bucket_ids) goto oom;
         m->num_buckets = 0;
     }
     for (int b = 0; b < nb; b++) {
@@ -104,22 +190,31 @@ zero_status plan_build(zero_engine *e)
         m->bucket_ids[m->num_buckets++] = b;
     }
 
-    /* Each param's owned part: its intersection with chunk `rank` of its bucket. */
-    const uint64_t r = (uint64_t)e->rank;
+    /* Each param's owned part: its intersection with chunk `rank` of each of
+     * its buckets. Those pieces follow one another in the shard (chunk
+     * `rank` of consecutive buckets is consecutive there, and a split param
+     * covers every bucket it leaves to the end). */
     for (int i = 0; i < e->num_params; i++) {
         zero_param *p = &e->params[i];
-        const zero_bucket *k = &e->buckets[p->bucket];
-        p->flat_off = k->flat_off + p->in_bucket;
-        uint64_t lo = k->chunk * r, hi = k->chunk * (r + 1);
-        uint64_t a = p->in_bucket > lo ? p->in_bucket : lo;
-        uint64_t z = p->in_bucket + p->numel < hi ? p->in_bucket + p->numel : hi;
-        if (a < z) {
-            p->own_begin = a - p->in_bucket;
-            p->own_end = z - p->in_bucket;
-            p->shard_off = k->shard_off + (a - lo);
-        } else {
-            p->own_begin = p->own_end = 0;
-            p->shard_off = k->shard_off;
+        p->flat_off = e->buckets[p->first_bucket].flat_off + p->in_bucket;
+        p->own_begin = p->own_end = p->own_numel = 0;
+        p->own_ranges = 0;
+        p->shard_off = e->buckets[p->first_bucket].shard_off;
+        int first = 1;
+        for (int k = p->first_bucket; k < p->first_bucket + p->num_buckets; k++) {
+            const zero_bucket *b = &e->buckets[k];
+            uint64_t lo, hi, in_chunk;
+            if (!plan_owned_piece(e, p, b, &lo, &hi, &in_chunk)) continue;
+            if (first) {
+                p->own_begin = lo;
+                p->shard_off = b->shard_off + in_chunk;
+                p->own_ranges = 1;
+            } else if (lo != p->own_end) {
+                p->own_ranges++;
+            }
+            first = 0;
+            p->own_end = hi;
+            p->own_numel += hi - lo;
         }
     }
 
@@ -130,6 +225,8 @@ zero_status plan_build(zero_engine *e)
     h = fnv_u64(h, thr);
     e->plan_hash = h;
     return ZERO_OK;
+oom:
+    return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "engine finalize: plan allocation failed");
 }
 
 /* ---------------------------------------------------------------- cross-rank check */
@@ -144,6 +241,7 @@ static uint64_t config_hash(const zero_engine *e)
     uint64_t h = FNV_OFFSET;
     h = fnv_u64(h, (uint64_t)c->stage);
     h = fnv_u64(h, c->reduce_bucket_size);
+    h = fnv_u64(h, c->allgather_bucket_size);
     h = fnv_u64(h, c->stage3_param_persistence_threshold);
     h = fnv_u64(h, (uint64_t)c->compute_dtype);
     h = fnv_u64(h, (uint64_t)c->optimizer);
@@ -162,7 +260,7 @@ zero_status plan_check_ranks(zero_engine *e)
     if (head[2] != -head[3])
         return zero_fail(&e->err, ZERO_MISMATCH,
                          "engine finalize: ranks use different engine configs (stage, reduce_bucket_size, "
-                         "persistence threshold, compute dtype, optimizer, accumulation or overlap_comm "
+                         "allgather_bucket_size, persistence threshold, compute dtype, optimizer, accumulation or overlap_comm "
                          "differ; rank %d has stage %d, dtype %s)",
                          e->rank, e->cfg.stage, zero_dtype_name(e->cfg.compute_dtype));
     /* Round 2: per-parameter hashes over the common prefix. */

@@ -15,8 +15,10 @@ static const char *kind_name(zero_state_kind k)
     return "unknown";
 }
 
-static zero_status state_locate(zero_engine *e, zero_state_kind kind, int param, const void *buf, const char *what,
-                                float **where, size_t *count)
+/* Checks the arguments and that the optimizer keeps such a state
+ * (ZERO_NOT_FOUND otherwise); *count = the owned elements. */
+static zero_status state_check(zero_engine *e, zero_state_kind kind, int param, const void *buf, const char *what,
+                               size_t *count)
 {
     ZERO_TRY(engine_check_usable(e, what, 1));
     if (param < 0 || param >= e->num_params)
@@ -25,50 +27,60 @@ static zero_status state_locate(zero_engine *e, zero_state_kind kind, int param,
     if (kind != ZERO_STATE_MASTER && kind != ZERO_STATE_MOMENT1 && kind != ZERO_STATE_MOMENT2)
         return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: unknown state kind %d", what, (int)kind);
     const zero_param *p = &e->params[param];
-    *count = (size_t)(p->own_end - p->own_begin);
+    *count = (size_t)p->own_numel;
     if (*count && !buf) return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: buffer is NULL", what);
-    if (e->off_walk) { /* offloaded: the caller goes through the store (offload_state_io) */
-        *where = NULL;
-        if ((int)kind < e->off_states) return ZERO_OK;
+    /* offloaded: the states the store keeps; otherwise: the arrays that exist
+     * (the master always: the params themselves for fp32 compute) */
+    int have = e->off_walk ? (int)kind < e->off_states
+                           : kind == ZERO_STATE_MASTER || (kind == ZERO_STATE_MOMENT1 ? e->m1 != NULL : e->m2 != NULL);
+    if (!have)
         return zero_fail(&e->err, ZERO_NOT_FOUND, "%s: the optimizer keeps no %s state (parameter '%s')", what,
                          kind_name(kind), p->name);
+    return ZERO_OK;
+}
+
+/* Move the owned part of `param`'s state between host `buf` and where it
+ * lives: offloaded, one run of the shard in the store; otherwise one copy
+ * per bucket the parameter lies in (a split param's owned pieces are apart
+ * in the flat layout of stage 0 and of fp32 params at stages 1-2). */
+static zero_status state_move(zero_engine *e, zero_state_kind kind, int param, float *buf, int write,
+                              const char *what)
+{
+    size_t n = 0;
+    ZERO_TRY(state_check(e, kind, param, buf, what, &n));
+    if (!n) return ZERO_OK;
+    const zero_param *p = &e->params[param];
+    if (e->off_walk) return offload_state_io(e, (int)kind, p->shard_off, n, buf, write, what);
+    ZERO_TRY(engine_sync_device(e, what));
+    uint64_t done = 0;
+    for (int k = p->first_bucket; k < p->first_bucket + p->num_buckets; k++) {
+        const zero_bucket *b = &e->buckets[k];
+        uint64_t lo, hi, in_chunk;
+        if (!plan_owned_piece(e, p, b, &lo, &hi, &in_chunk)) continue;
+        /* fp32 offloaded params are their own master: make b's chunk resident */
+        if (kind == ZERO_STATE_MASTER) ZERO_TRY(poff_open_master(e, b, POFF_READ, what));
+        float *at = layout_chunk_state(e, kind, b, in_chunk);
+        zero_status st = write ? zero_memcpy(e->dev, at, buf + done, (hi - lo) * sizeof(float))
+                               : zero_memcpy(e->dev, buf + done, at, (hi - lo) * sizeof(float));
+        if (st != ZERO_OK) {
+            char prefix[160];
+            snprintf(prefix, sizeof prefix, "%s: ", what);
+            return zero_fail_forward(&e->err, st, prefix);
+        }
+        if (write && kind == ZERO_STATE_MASTER) ZERO_TRY(poff_store_open(e, what)); /* the offloaded shard */
+        done += hi - lo;
     }
-    if (kind == ZERO_STATE_MASTER) /* fp32 offloaded params are their own master */
-        ZERO_TRY(poff_open_master(e, &e->buckets[p->bucket], POFF_READ, what));
-    *where = layout_param_state(e, kind, p);
-    if (!*where)
-        return zero_fail(&e->err, ZERO_NOT_FOUND, "%s: the optimizer keeps no %s state (parameter '%s')", what,
-                         kind_name(kind), p->name);
     return ZERO_OK;
 }
 
 zero_status zero_engine_state_get(zero_engine *e, zero_state_kind kind, int param, float *out)
 {
-    float *src;
-    size_t n;
-    ZERO_TRY(state_locate(e, kind, param, out, "engine state_get", &src, &n));
-    if (!n) return ZERO_OK;
-    if (e->off_walk)
-        return offload_state_io(e, (int)kind, e->params[param].shard_off, n, out, 0, "engine state_get");
-    ZERO_TRY(engine_sync_device(e, "engine state_get"));
-    zero_status st = zero_memcpy(e->dev, out, src, n * sizeof(float));
-    if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine state_get: ");
-    return ZERO_OK;
+    return state_move(e, kind, param, out, 0, "engine state_get");
 }
 
 zero_status zero_engine_state_set(zero_engine *e, zero_state_kind kind, int param, const float *in)
 {
-    float *dst;
-    size_t n;
-    ZERO_TRY(state_locate(e, kind, param, in, "engine state_set", &dst, &n));
-    if (!n) return ZERO_OK;
-    if (e->off_walk)
-        return offload_state_io(e, (int)kind, e->params[param].shard_off, n, (float *)in, 1, "engine state_set");
-    ZERO_TRY(engine_sync_device(e, "engine state_set"));
-    zero_status st = zero_memcpy(e->dev, dst, in, n * sizeof(float));
-    if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine state_set: ");
-    if (kind == ZERO_STATE_MASTER) return poff_store_open(e, "engine state_set"); /* the offloaded shard */
-    return ZERO_OK;
+    return state_move(e, kind, param, (float *)in, 1, "engine state_set");
 }
 
 zero_status zero_engine_params_changed(zero_engine *e)
@@ -109,26 +121,31 @@ zero_status zero_engine_read_param(zero_engine *e, int param, float *out)
                          e->num_params);
     if (!out) return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: out is NULL", what);
     const zero_param *p = &e->params[param];
-    const zero_bucket *b = &e->buckets[p->bucket];
     ZERO_TRY(grads_flush(e, what)); /* the staging slot is ours for a moment */
-    const float *whole;
-    if (e->cfg.stage == 0) {
-        whole = layout_master(e, b);
-    } else {
-        ZERO_TRY(poff_open_master(e, b, POFF_READ, what));
-        const float *own = layout_master(e, b);
-        if (e->off_walk) { /* this rank's part comes from the store */
-            ZERO_TRY(offload_state_io(e, 0, b->shard_off, b->chunk, e->slots[0].recv, 0, what));
-            own = e->slots[0].recv;
+    /* Bucket by bucket: a split param is assembled from each of its buckets. */
+    for (int k = p->first_bucket; k < p->first_bucket + p->num_buckets; k++) {
+        const zero_bucket *b = &e->buckets[k];
+        uint64_t lo, hi, at;
+        if (!plan_piece(e, p, b, &lo, &hi, &at)) continue;
+        const float *whole;
+        if (e->cfg.stage == 0) {
+            whole = layout_master(e, b);
+        } else {
+            ZERO_TRY(poff_open_master(e, b, POFF_READ, what));
+            const float *own = layout_master(e, b);
+            if (e->off_walk) { /* this rank's part comes from the store */
+                ZERO_TRY(offload_state_io(e, 0, b->shard_off, b->chunk, e->slots[0].recv, 0, what));
+                own = e->slots[0].recv;
+            }
+            ZERO_TRY(engine_sync_device(e, what));
+            zero_status st = zero_allgather(e->dp, own, e->slots[0].send, b->chunk, ZERO_F32);
+            if (st != ZERO_OK) return engine_comm_failed(e, st, what);
+            whole = e->slots[0].send;
         }
         ZERO_TRY(engine_sync_device(e, what));
-        zero_status st = zero_allgather(e->dp, own, e->slots[0].send, b->chunk, ZERO_F32);
-        if (st != ZERO_OK) return engine_comm_failed(e, st, what);
-        whole = e->slots[0].send;
+        zero_status st = zero_memcpy(e->dev, out + lo, whole + at, (hi - lo) * sizeof(float));
+        if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine read_param: ");
     }
-    ZERO_TRY(engine_sync_device(e, what));
-    zero_status st = zero_memcpy(e->dev, out, whole + p->in_bucket, p->numel * sizeof(float));
-    if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine read_param: ");
     return ZERO_OK;
 }
 

@@ -75,7 +75,7 @@ zero_status step_propagate_bucket(zero_engine *e, const zero_bucket *b, const ch
 
 /* Bucket b's sum of squares without the parameters marked duplicate (the
  * whole-chunk sum `whole` stays when it has none): the counted parameters'
- * owned ranges, in order. Non-finite values of duplicates were already
+ * owned pieces of this bucket, in order. Non-finite values of duplicates were already
  * flagged by the whole-chunk pass. */
 static double norm_without_duplicates(zero_engine *e, const zero_bucket *b, double whole, zero_status *st)
 {
@@ -85,10 +85,11 @@ static double norm_without_duplicates(zero_engine *e, const zero_bucket *b, doub
     double s = 0.0;
     for (int i = b->first_param; i < b->first_param + b->num_params; i++) {
         const zero_param *p = &e->params[i];
-        if (p->duplicate || p->own_end == p->own_begin) continue;
+        uint64_t lo, hi, in_chunk;
+        if (p->duplicate || !plan_owned_piece(e, p, b, &lo, &hi, &in_chunk)) continue;
         double ps = 0.0;
         int nf = 0;
-        *st = zero_sumsq(e->dev, e->gacc + p->shard_off, ZERO_F32, p->own_end - p->own_begin, &ps, &nf, NULL);
+        *st = zero_sumsq(e->dev, e->gacc + b->shard_off + in_chunk, ZERO_F32, hi - lo, &ps, &nf, NULL);
         if (*st != ZERO_OK) return 0.0;
         s += ps;
     }

@@ -202,30 +202,8 @@ zero_status bench_expected_memory(zero_engine *e, const zero_config *cfg, zero_m
     /* The fp32 reduced-gradient shard: stages 0-1 on top of the full grads,
      * stages 2-3 instead of the formula's d-byte shard. */
     expected->bytes[ZERO_MEM_GRADS] += plan.stage <= 1 ? P * 4 / n : P * (4 - d) / n;
-    /* Stage 3 keeps persistent buckets whole: sum their padded numel. */
-    if (plan.stage == 3) {
-        uint64_t *bucket_numel = calloc((size_t)plan.num_buckets, sizeof *bucket_numel);
-        int *bucket_persistent = calloc((size_t)plan.num_buckets, sizeof *bucket_persistent);
-        if (!bucket_numel || !bucket_persistent) {
-            free(bucket_numel);
-            free(bucket_persistent);
-            return ZERO_OUT_OF_MEMORY;
-        }
-        for (int i = 0; i < plan.num_params && st == ZERO_OK; i++) {
-            zero_param_info pi;
-            st = zero_engine_param_info(e, i, &pi);
-            if (st == ZERO_OK && pi.bucket >= 0 && pi.bucket < plan.num_buckets) {
-                bucket_numel[pi.bucket] += pi.numel;
-                bucket_persistent[pi.bucket] |= pi.persistent;
-            }
-        }
-        for (int b = 0; b < plan.num_buckets; b++)
-            if (bucket_persistent[b])
-                expected->bytes[ZERO_MEM_PARAMS] += (bucket_numel[b] + n - 1) / n * n * d;
-        free(bucket_numel);
-        free(bucket_persistent);
-        if (st != ZERO_OK) return st;
-    }
+    /* Stage 3 keeps persistent buckets whole (their padded numel). */
+    if (plan.stage == 3) expected->bytes[ZERO_MEM_PARAMS] += plan.persistent_numel * d;
     /* Communication staging: fp32 bucket + fp32 chunk receive, per slot. */
     const uint64_t slots = cfg->overlap_comm ? 2 : 1;
     expected->bytes[ZERO_MEM_BUFFERS] += slots * (B * 4 + B * 4 / n);

@@ -12,19 +12,31 @@
  *
  * ------------------------------------------------------------------ the plan
  * The partition plan is a pure function of (parameters in registration
- * order, dp size, reduce_bucket_size, stage3_param_persistence_threshold):
- * consecutive parameters are grouped into buckets of at most
- * reduce_bucket_size elements; a bucket never spans two modules nor mixes
- * persistent and non-persistent parameters (persistence = numel <
- * stage3_param_persistence_threshold, decided the same way at every stage);
- * a parameter larger than the bucket size gets a bucket of its own and is
- * never split. Each bucket is padded with zeros to a multiple of the dp size
- * and cut into dp equal chunks; rank r owns chunk r of every bucket. The
- * concatenation of a rank's chunks, in bucket order, is its "shard" (fp32
- * master, moments and reduced grads all use this layout). So rank r owns the
- * same elements at every stage, and each parameter's owned part is one
- * contiguous range [owned_begin, owned_end) of its flattened elements
- * (possibly empty). finalize checks the plan is identical on every rank.
+ * order, dp size N, bucket capacity C, stage3_param_persistence_threshold),
+ * the same at every stage. C = min(reduce_bucket_size,
+ * allgather_bucket_size) rounded down to a multiple of N (at least N):
+ * every reduce-scatter and every all-gather the engine issues is one bucket,
+ * so no collective and no staging buffer exceeds either size, whatever the
+ * parameter sizes. Consecutive parameters are grouped into buckets of at
+ * most C elements; a bucket never spans two modules (a module is the unit
+ * of grads_ready and of the stage-3 gather, so a bucket is reduced when its
+ * module's gradients are ready) nor mixes persistent and non-persistent
+ * parameters (persistence = numel < stage3_param_persistence_threshold,
+ * decided the same way at every stage). A parameter of at most C elements
+ * that does not fit the current bucket starts a new one (it is never
+ * split); a larger one fills the current bucket and as many new ones as it
+ * needs, split exactly at bucket boundaries: every bucket it leaves holds
+ * exactly C elements (no padding), so its elements stay contiguous in every
+ * buffer (param_data / param_grad are one pointer). Each bucket is padded
+ * with zeros to a multiple of N and cut into N equal chunks; rank r owns
+ * chunk r of every bucket. The concatenation of a rank's chunks, in bucket
+ * order, is its "shard" (fp32 master, moments and reduced grads all use
+ * this layout). So rank r owns the same elements at every stage. A
+ * parameter's owned part is one contiguous range [owned_begin, owned_end) of
+ * its flattened elements (possibly empty) unless it is split: then it is
+ * one range per bucket (zero_param_info.num_owned_ranges,
+ * zero_engine_param_owned_range), and those ranges lie one after another in
+ * the shard. finalize checks the plan is identical on every rank.
  *
  * ------------------------------------------------------------------ one step
  *   for each micro-step (gradient_accumulation_steps of them):
@@ -100,10 +112,12 @@ typedef struct zero_config {
 
     /* zero_optimization */
     int stage;                                   /* 0..3; default 0 */
-    uint64_t reduce_bucket_size;                 /* elements per gradient bucket; 5e8 */
-    uint64_t allgather_bucket_size;              /* accepted; all-gathers go bucket by bucket; 5e8 */
+    uint64_t reduce_bucket_size;                 /* elements per reduce-scatter (bucket) at most; 5e8 */
+    uint64_t allgather_bucket_size;              /* elements per all-gather at most; 5e8. Buckets hold
+                                                    min(the two) elements, see "the plan" */
     int overlap_comm;                            /* async bucket reduce-scatter + stage-3 prefetch; 0 */
-    int contiguous_gradients;                    /* accepted; gradients are always contiguous; 1 */
+    int contiguous_gradients;                    /* no effect: gradients are always contiguous; 0 logs
+                                                    a warning at create; 1 */
     uint64_t stage3_prefetch_bucket_size;        /* elements in flight by prefetch; 5e7 */
     uint64_t stage3_max_live_parameters;         /* elements gathered + in flight; 1e9 */
     uint64_t stage3_param_persistence_threshold; /* numel below which a param stays whole; 1e5 */
@@ -461,7 +475,9 @@ typedef enum zero_mem_category {
  *            + P*(4-d)/N at stages 2-3 (the shard is fp32, the formula counts d)
  *   params:  + stage 3: each persistent bucket in full (padded numel * d)
  *   buffers: slots * (B*4 + B*4/N), B = plan.max_bucket_numel, slots = 2
- *            with overlap_comm else 1 (fp32 bucket staging + fp32 chunk receive)
+ *            with overlap_comm else 1 (fp32 bucket staging + fp32 chunk receive);
+ *            B <= plan.bucket_capacity (see "the plan"), and B equals it as
+ *            soon as a parameter is split, whatever its size
  * While a micro-step is in progress, stages 2-3 add the module gradient
  * buffers in use (grads) and stage 3 the gathered / prefetched modules
  * (params), each the module's padded bucket numel * d; released ones are
@@ -581,6 +597,11 @@ typedef struct zero_plan_info {
     int num_params, num_modules, num_buckets;
     int dp_size, dp_rank, stage;
     zero_dtype compute_dtype;
+    /* ---- appended */
+    uint64_t bucket_capacity;  /* elements a bucket holds at most: min(reduce_bucket_size,
+                                  allgather_bucket_size) rounded down to a multiple of dp_size
+                                  (at least dp_size); max_bucket_numel <= bucket_capacity */
+    uint64_t persistent_numel; /* stage 3: padded elements of the persistent buckets (kept whole) */
 } zero_plan_info;
 
 /* After finalize. */
@@ -593,25 +614,45 @@ typedef struct zero_param_info {
     int64_t shape[ZERO_MAX_DIMS];
     uint64_t numel;
     zero_dtype dtype;     /* the compute dtype */
-    int bucket;           /* the bucket holding it */
+    int bucket;           /* the (first) bucket holding it; = first_bucket */
     int persistent;       /* stays whole at stage 3 */
-    uint64_t owned_begin; /* this rank's part: flattened elements [owned_begin, owned_end) */
-    uint64_t owned_end;   /*   (begin == end: nothing owned); the same at every stage */
-    uint64_t shard_offset; /* where element owned_begin sits in this rank's fp32 shard */
+    /* This rank's part, the same at every stage. Unless the parameter is
+     * split (num_owned_ranges > 1) it is the flattened elements
+     * [owned_begin, owned_end) (begin == end: nothing owned). A split
+     * parameter's part is num_owned_ranges ranges (zero_engine_param_owned_range);
+     * owned_begin / owned_end are then the first owned element and one past
+     * the last, with gaps between (owned_numel < owned_end - owned_begin). */
+    uint64_t owned_begin;
+    uint64_t owned_end;
+    uint64_t shard_offset; /* where element owned_begin sits in this rank's fp32 shard; the
+                              owned elements of every range follow it there, in order */
+    /* ---- appended */
+    int first_bucket;      /* = bucket */
+    int num_buckets;       /* buckets holding a piece of it: 1 unless it is larger than
+                              plan.bucket_capacity (then split across consecutive buckets) */
+    uint64_t owned_numel;  /* owned elements, all ranges: what state_get / state_set move */
+    int num_owned_ranges;  /* 0 (nothing owned), 1, or more for a split parameter */
 } zero_param_info;
 
 /* Registration data works before finalize; the owned range and shard offset
- * need finalize (zeros before). */
+ * need finalize (zeros before; bucket and first_bucket -1). */
 ZERO_API int zero_engine_num_params(const zero_engine *e);
 ZERO_API int zero_engine_num_modules(const zero_engine *e);
 ZERO_API zero_status zero_engine_param_info(const zero_engine *e, int param, zero_param_info *out);
+/* Owned range `index` (0 .. num_owned_ranges - 1, ascending) of `param` on
+ * this rank: flattened elements [*begin, *end). After finalize; ZERO_NOT_FOUND
+ * for an index out of range. Not collective. */
+ZERO_API zero_status zero_engine_param_owned_range(const zero_engine *e, int param, int index, uint64_t *begin,
+                                                   uint64_t *end);
 /* Owned by the engine, valid until destroy; NULL for an unknown module. */
 ZERO_API const char *zero_engine_module_name(const zero_engine *e, int module);
 /* -1 (and ZERO_NOT_FOUND from the status form) for an unknown name. */
 ZERO_API zero_status zero_engine_find_param(const zero_engine *e, const char *name, int *param);
 
 /* One bucket of the plan (0 .. plan.num_buckets - 1), after finalize: the
- * unit of reduce-scatter and gather, and of the offload formulas. */
+ * unit of reduce-scatter and gather, and of the offload formulas. A
+ * parameter larger than plan.bucket_capacity spans several consecutive
+ * buckets (zero_param_info.first_bucket, num_buckets). */
 typedef struct zero_bucket_info {
     int module;            /* the module it belongs to */
     int persistent;        /* stage 3: kept whole */
@@ -646,7 +687,9 @@ typedef enum zero_state_kind {
 } zero_state_kind;
 
 /* Copy this rank's owned part of `param`'s fp32 state out to / in from host
- * memory: owned_end - owned_begin floats. Not collective; after finalize.
+ * memory: owned_numel floats (= owned_end - owned_begin unless the parameter
+ * is split), its owned ranges one after another in ascending order. Not
+ * collective; after finalize.
  * ZERO_NOT_FOUND for a moment the optimizer does not have (SGD without
  * momentum, MOMENT2 for SGD). After state_set of MASTER, call
  * params_changed() before the next forward. At stage 0 (where every rank

@@ -16,7 +16,7 @@ static void take(zero_engine *e, zero_device *dev, snapshot *s)
     for (int p = 0; p < ENG_NPARAMS; p++) {
         zero_param_info pi;
         zero_engine_param_info(e, p, &pi);
-        own += pi.owned_end - pi.owned_begin;
+        own += pi.owned_numel;
     }
     for (int k = 0; k < 3; k++) {
         s->state[k] = calloc(own + 1, sizeof(float));
@@ -25,7 +25,7 @@ static void take(zero_engine *e, zero_device *dev, snapshot *s)
             zero_param_info pi;
             zero_engine_param_info(e, p, &pi);
             CHECK_OK(zero_engine_state_get(e, (zero_state_kind)k, p, s->state[k] + off));
-            off += pi.owned_end - pi.owned_begin;
+            off += pi.owned_numel;
         }
     }
     s->params = eng_collect_params(e, dev, ZERO_F16);
@@ -67,7 +67,7 @@ static void check_stage(zero_comm *comm, zero_device *dev, int stage)
         for (int p = 0; p < ENG_NPARAMS; p++) {
             zero_param_info pi;
             zero_engine_param_info(e, p, &pi);
-            own += pi.owned_end - pi.owned_begin;
+            own += pi.owned_numel;
             total += pi.numel;
         }
         zero_step_result res;

@@ -19,46 +19,71 @@
 typedef struct plan_ref {
     uint64_t padded, shard, max_bucket, persist;
     uint64_t gather[ENG_NMODULES], grad[ENG_NMODULES];
-    uint64_t own_begin[ENG_NPARAMS], own_end[ENG_NPARAMS];
+    uint64_t own_begin[ENG_NPARAMS], own_end[ENG_NPARAMS], own_numel[ENG_NPARAMS];
 } plan_ref;
 
+/* The documented rules, element by element: capacity C = bucket_cap rounded
+ * down to a multiple of n; a bucket never spans modules nor mixes persistent
+ * and sharded params; a param of at most C elements that does not fit starts
+ * a new bucket; a larger one fills buckets to exactly C; buckets are padded
+ * to a multiple of n; rank r owns chunk r of each. */
+#define PLAN_MAX_BUCKETS 256
 static void plan_compute(int n, int rank, uint64_t bucket_cap, uint64_t thr, plan_ref *pr)
 {
     memset(pr, 0, sizeof *pr);
-    int cur_mod = -1, cur_pers = -1;
-    uint64_t raw = 0;
-    int first = 0;
-    for (int p = 0; p <= ENG_NPARAMS; p++) {
-        uint64_t numel = p < ENG_NPARAMS ? eng_numel(&eng_model[p]) : 0;
-        int mod = p < ENG_NPARAMS ? eng_model[p].module : -2;
-        int pers = numel < thr;
-        if (p == ENG_NPARAMS || mod != cur_mod || pers != cur_pers || raw + numel > bucket_cap) {
-            if (p > 0) { /* close the bucket [first, p) */
-                uint64_t padded = (raw + (uint64_t)n - 1) / (uint64_t)n * (uint64_t)n, chunk = padded / (uint64_t)n;
-                uint64_t lo = chunk * (uint64_t)rank, hi = lo + chunk, at = 0;
-                for (int q = first; q < p; q++) {
-                    uint64_t qn = eng_numel(&eng_model[q]);
-                    uint64_t a = at > lo ? at : lo, z = at + qn < hi ? at + qn : hi;
-                    if (a < z) {
-                        pr->own_begin[q] = a - at;
-                        pr->own_end[q] = z - at;
-                    }
-                    at += qn;
-                }
-                pr->padded += padded;
-                pr->shard += chunk;
-                if (padded > pr->max_bucket) pr->max_bucket = padded;
-                if (cur_pers) pr->persist += padded;
-                else pr->gather[cur_mod] += padded;
-                pr->grad[cur_mod] += padded;
-            }
-            cur_mod = mod;
-            cur_pers = pers;
-            raw = 0;
-            first = p;
+    const uint64_t N = (uint64_t)n, C = bucket_cap >= N ? bucket_cap / N * N : N;
+    uint64_t fill[PLAN_MAX_BUCKETS] = {0};
+    int mod[PLAN_MAX_BUCKETS], pers[PLAN_MAX_BUCKETS];
+    int nb = 0;
+    uint64_t total = 0;
+    for (int p = 0; p < ENG_NPARAMS; p++) total += eng_numel(&eng_model[p]);
+    int *elem_bucket = malloc(total * sizeof *elem_bucket);
+    uint64_t *elem_pos = malloc(total * sizeof *elem_pos);
+    uint64_t e = 0;
+    for (int p = 0; p < ENG_NPARAMS; p++) {
+        uint64_t numel = eng_numel(&eng_model[p]);
+        int m = eng_model[p].module, ps = numel < thr;
+        if (nb == 0 || mod[nb - 1] != m || pers[nb - 1] != ps || (numel <= C && fill[nb - 1] + numel > C)) {
+            mod[nb] = m;
+            pers[nb] = ps;
+            nb++;
         }
-        raw += numel;
+        for (uint64_t j = 0; j < numel; j++, e++) {
+            if (fill[nb - 1] == C) { /* full: the param continues in a new bucket */
+                mod[nb] = m;
+                pers[nb] = ps;
+                nb++;
+            }
+            elem_bucket[e] = nb - 1;
+            elem_pos[e] = fill[nb - 1]++;
+        }
     }
+    CHECK(nb < PLAN_MAX_BUCKETS);
+    uint64_t chunk[PLAN_MAX_BUCKETS];
+    for (int b = 0; b < nb; b++) {
+        uint64_t padded = (fill[b] + N - 1) / N * N;
+        chunk[b] = padded / N;
+        pr->padded += padded;
+        pr->shard += chunk[b];
+        if (padded > pr->max_bucket) pr->max_bucket = padded;
+        if (pers[b]) pr->persist += padded;
+        else pr->gather[mod[b]] += padded;
+        pr->grad[mod[b]] += padded;
+    }
+    e = 0;
+    for (int p = 0; p < ENG_NPARAMS; p++) {
+        uint64_t numel = eng_numel(&eng_model[p]);
+        int first = 1;
+        for (uint64_t j = 0; j < numel; j++, e++) {
+            if (elem_pos[e] / chunk[elem_bucket[e]] != (uint64_t)rank) continue;
+            if (first) pr->own_begin[p] = j;
+            first = 0;
+            pr->own_end[p] = j + 1;
+            pr->own_numel[p]++;
+        }
+    }
+    free(elem_bucket);
+    free(elem_pos);
 }
 
 /* ---------------------------------------------------------------- expected report */
@@ -110,14 +135,17 @@ static void check_config(const zero_config *c, zero_comm *comm, zero_device *dev
     zero_plan_info pi;
     CHECK_OK(zero_engine_plan_info(e, &pi));
     CHECK(pi.padded_numel == pr.padded && pi.shard_numel == pr.shard && pi.max_bucket_numel == pr.max_bucket);
+    CHECK(pi.max_bucket_numel <= pi.bucket_capacity && pi.persistent_numel == pr.persist);
     CHECK(pi.padded_numel % (uint64_t)n == 0 && pi.shard_numel * (uint64_t)n == pi.padded_numel);
     for (int p = 0; p < ENG_NPARAMS; p++) {
         zero_param_info info;
         CHECK_OK(zero_engine_param_info(e, p, &info));
-        CHECK_MSG(info.owned_begin == pr.own_begin[p] && info.owned_end == pr.own_end[p],
-                  "param %d owned [%llu, %llu), expected [%llu, %llu)", p, (unsigned long long)info.owned_begin,
-                  (unsigned long long)info.owned_end, (unsigned long long)pr.own_begin[p],
-                  (unsigned long long)pr.own_end[p]);
+        CHECK_MSG(info.owned_begin == pr.own_begin[p] && info.owned_end == pr.own_end[p] &&
+                      info.owned_numel == pr.own_numel[p],
+                  "param %d owned [%llu, %llu) (%llu), expected [%llu, %llu) (%llu)", p,
+                  (unsigned long long)info.owned_begin, (unsigned long long)info.owned_end,
+                  (unsigned long long)info.owned_numel, (unsigned long long)pr.own_begin[p],
+                  (unsigned long long)pr.own_end[p], (unsigned long long)pr.own_numel[p]);
     }
 
     zero_memory_report want;

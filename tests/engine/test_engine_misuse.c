@@ -99,7 +99,7 @@ static void api_misuse(zero_comm *comm, zero_device *dev)
     float buf[15];
     zero_param_info pi;
     CHECK_OK(zero_engine_param_info(e, p, &pi));
-    if (pi.owned_end > pi.owned_begin) {
+    if (pi.owned_numel > 0) {
         EXPECT(zero_engine_state_get(e, ZERO_STATE_MOMENT1, p, buf), ZERO_NOT_FOUND, "no moment1");
         CHECK_OK(zero_engine_state_get(e, ZERO_STATE_MASTER, p, buf));
     }

@@ -96,7 +96,7 @@ static float *collect_state(zero_engine *e, const zero_config *c, uint64_t *coun
     for (int p = 0; p < zero_engine_num_params(e); p++) {
         zero_param_info pi;
         zero_engine_param_info(e, p, &pi);
-        n += (pi.owned_end - pi.owned_begin) * (uint64_t)kinds;
+        n += (pi.owned_numel) * (uint64_t)kinds;
     }
     float *all = calloc(n ? n : 1, sizeof *all);
     uint64_t off = 0;
@@ -105,12 +105,12 @@ static float *collect_state(zero_engine *e, const zero_config *c, uint64_t *coun
         zero_engine_param_info(e, p, &pi);
         for (int k = 0; k < kinds; k++) {
             CHECK_OK(zero_engine_state_get(e, (zero_state_kind)k, p, all + off));
-            off += pi.owned_end - pi.owned_begin;
+            off += pi.owned_numel;
         }
         if (kinds < 3) {
             float dummy[1];
             zero_status st = zero_engine_state_get(e, ZERO_STATE_MOMENT2, p, dummy);
-            CHECK_MSG(st == ZERO_NOT_FOUND || pi.owned_end == pi.owned_begin,
+            CHECK_MSG(st == ZERO_NOT_FOUND || pi.owned_numel == 0,
                       "state_get of an absent moment2: %s", zero_status_name(st));
         }
     }
@@ -239,7 +239,7 @@ static void check_restore(zero_comm *comm, zero_device *dev, int stage)
     for (int p = 0; p < zero_engine_num_params(a); p++) {
         zero_param_info pi;
         zero_engine_param_info(a, p, &pi);
-        float *buf = malloc((pi.owned_end - pi.owned_begin + 1) * sizeof *buf);
+        float *buf = malloc((pi.owned_numel + 1) * sizeof *buf);
         for (int k = 0; k < 3; k++) {
             CHECK_OK(zero_engine_state_get(a, (zero_state_kind)k, p, buf));
             CHECK_OK(zero_engine_state_set(b, (zero_state_kind)k, p, buf));

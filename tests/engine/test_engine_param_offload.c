@@ -116,7 +116,7 @@ static float *collect_state(zero_engine *e, uint64_t *count)
     for (int p = 0; p < zero_engine_num_params(e); p++) {
         zero_param_info pi;
         zero_engine_param_info(e, p, &pi);
-        n += (pi.owned_end - pi.owned_begin) * 3;
+        n += (pi.owned_numel) * 3;
     }
     float *all = calloc(n ? n : 1, sizeof *all);
     uint64_t off = 0;
@@ -125,7 +125,7 @@ static float *collect_state(zero_engine *e, uint64_t *count)
         zero_engine_param_info(e, p, &pi);
         for (int k = 0; k < 3; k++) {
             CHECK_OK(zero_engine_state_get(e, (zero_state_kind)k, p, all + off));
-            off += pi.owned_end - pi.owned_begin;
+            off += pi.owned_numel;
         }
     }
     *count = n;

@@ -33,7 +33,7 @@ static void save(zero_engine *e, saved *s)
         for (int p = 0; p < ENG_NPARAMS; p++) {
             zero_param_info pi;
             CHECK_OK(zero_engine_param_info(e, p, &pi));
-            s->state[k][p] = calloc(pi.owned_end - pi.owned_begin + 1, sizeof(float));
+            s->state[k][p] = calloc(pi.owned_numel + 1, sizeof(float));
             CHECK_OK(zero_engine_state_get(e, (zero_state_kind)k, p, s->state[k][p]));
         }
     CHECK_OK(zero_engine_get_scalars(e, &s->sc));
@@ -65,19 +65,39 @@ static void run_dtype(zero_comm *comm, zero_device *dev, zero_dtype dt)
     save(a, &sv);
     CHECK(sv.sc.step == K1);
 
-    /* owned ranges tile each param exactly once across ranks */
+    /* owned ranges tile each param exactly once across ranks (split params,
+     * larger than a bucket, have several ranges per rank) */
     for (int p = 0; p < ENG_NPARAMS; p++) {
         zero_param_info pi;
         CHECK_OK(zero_engine_param_info(a, p, &pi));
-        int64_t mine = (int64_t)(pi.owned_end - pi.owned_begin), total = mine;
-        CHECK_OK(zero_allreduce(comm, &mine, &total, 1, ZERO_I64, ZERO_SUM));
-        CHECK_MSG(total == (int64_t)pi.numel, "param %d: owned parts sum to %lld of %llu", p, (long long)total,
-                  (unsigned long long)pi.numel);
+        int32_t *cover = calloc(pi.numel, sizeof *cover), *all = calloc(pi.numel, sizeof *all);
         /* read_param assembles the owners' master parts */
         float *whole = malloc(pi.numel * sizeof *whole);
         CHECK_OK(zero_engine_read_param(a, p, whole));
-        if (pi.owned_end > pi.owned_begin)
-            CHECK(!memcmp(whole + pi.owned_begin, sv.state[0][p], (pi.owned_end - pi.owned_begin) * sizeof(float)));
+        uint64_t done = 0, prev_end = 0;
+        for (int i = 0; i < pi.num_owned_ranges; i++) {
+            uint64_t b, z;
+            CHECK_OK(zero_engine_param_owned_range(a, p, i, &b, &z));
+            CHECK_MSG(b < z && z <= pi.numel && (i == 0 || b > prev_end), "param %d range %d [%llu, %llu)", p, i,
+                      (unsigned long long)b, (unsigned long long)z);
+            if (!(b < z && z <= pi.numel)) break;
+            for (uint64_t j = b; j < z; j++) cover[j]++;
+            CHECK(!memcmp(whole + b, sv.state[0][p] + done, (z - b) * sizeof(float)));
+            if (i == 0) CHECK(b == pi.owned_begin);
+            if (i == pi.num_owned_ranges - 1) CHECK(z == pi.owned_end);
+            done += z - b;
+            prev_end = z;
+        }
+        CHECK_MSG(done == pi.owned_numel, "param %d: ranges hold %llu elements, owned_numel %llu", p,
+                  (unsigned long long)done, (unsigned long long)pi.owned_numel);
+        uint64_t b, z;
+        CHECK(zero_engine_param_owned_range(a, p, pi.num_owned_ranges, &b, &z) == ZERO_NOT_FOUND);
+        CHECK_OK(zero_allreduce(comm, cover, all, pi.numel, ZERO_I32, ZERO_SUM));
+        uint64_t bad = 0;
+        for (uint64_t j = 0; j < pi.numel; j++) bad += all[j] != 1;
+        CHECK_MSG(bad == 0, "param %d: %llu elements are not owned by exactly one rank", p, (unsigned long long)bad);
+        free(cover);
+        free(all);
         free(whole);
     }
 

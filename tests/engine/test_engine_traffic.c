@@ -14,22 +14,13 @@
  * traffic. Persistence is off (threshold 0) so every param is sharded. */
 #include "eng_util.h"
 
-/* The largest module's padded element count (persistence off: every bucket
- * is gathered), computed from the model and the bucket rules. */
+/* A bound on the largest module's padded element count (persistence off:
+ * every bucket is gathered): its elements plus n - 1 padding per bucket that
+ * is not full, and only a bucket a param ends in can be partly full. */
 static uint64_t largest_module(int n)
 {
-    uint64_t per[ENG_NMODULES] = {0}, raw = 0, best = 0;
-    int cur = -1;
-    for (int p = 0; p <= ENG_NPARAMS; p++) {
-        uint64_t k = p < ENG_NPARAMS ? eng_numel(&eng_model[p]) : 0;
-        int m = p < ENG_NPARAMS ? eng_model[p].module : -1;
-        if (p == ENG_NPARAMS || m != cur || raw + k > ENG_BUCKET) {
-            if (cur >= 0) per[cur] += (raw + (uint64_t)n - 1) / (uint64_t)n * (uint64_t)n;
-            cur = m;
-            raw = 0;
-        }
-        raw += k;
-    }
+    uint64_t per[ENG_NMODULES] = {0}, best = 0;
+    for (int p = 0; p < ENG_NPARAMS; p++) per[eng_model[p].module] += eng_numel(&eng_model[p]) + (uint64_t)n - 1;
     for (int m = 0; m < ENG_NMODULES; m++) best = per[m] > best ? per[m] : best;
     return best;
 }

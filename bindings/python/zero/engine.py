@@ -508,7 +508,7 @@ class Engine(_Resource):
     # ================================================================ state
     def _owned(self, p):
         i = self.param_info(p)
-        return int(i["owned_end"] - i["owned_begin"])
+        return int(i["owned_numel"])  # a split parameter's owned ranges, one after another
 
     def state_get(self, kind, param):
         """This rank's owned part of `param`'s fp32 state ("master",
