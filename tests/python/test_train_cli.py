@@ -182,6 +182,25 @@ def test_loss_falls(tmp_path, ranks, stage):
     assert "\r" not in p.stdout and "\033" not in p.stdout
 
 
+def test_param_offload_losses_bitwise(tmp_path):
+    """zero_optimization.offload_param cpu and nvme (stage 3, 2 ranks): the same per-step losses,
+    bit for bit, as without offload; the swap directory is empty afterwards."""
+    nv = tmp_path / "nvme"
+    nv.mkdir()
+    base = TINY + ["--data", corpus(tmp_path), "--steps", "6", "--stage", "3", "--log-every", "3"]
+    losses = {}
+    for dev in ("none", "cpu", "nvme"):
+        m = tmp_path / f"{dev}.jsonl"
+        extra = ["--set", f"zero_optimization.offload_param.device={dev}"]
+        if dev == "nvme":
+            extra += ["--set", f"zero_optimization.offload_param.nvme_path={nv}"]
+        run_train(base + extra + ["--metrics", str(m)], ranks=2)
+        losses[dev] = [r["loss_text"] for r in metrics(m)]
+    assert len(losses["none"]) == 6
+    assert losses["cpu"] == losses["none"] and losses["nvme"] == losses["none"], losses
+    assert not list(nv.iterdir())
+
+
 def test_progress_bar_on_a_terminal(tmp_path):
     """On a terminal the bar is redrawn in place (carriage return + erase line)."""
     import pty
