@@ -18,17 +18,19 @@
  *   gather   poff_fetch copies bucket b's chunk into this rank's own slot of
  *            the gather's receive buffer; the all-gather then runs in place
  *            (send == recv + rank * chunk), so no extra device staging. NVMe
- *            reads go through buffer_count host buffers: buffer 0 for the
- *            open chunk (below), the others hold reads issued ahead along
+ *            reads go through buffer_count host buffers: one for the open
+ *            chunk (below), the others hold reads issued ahead along
  *            the recorded stage-3 order (poff_read_ahead, called by the
  *            gather after the prefetcher), so the read of the next modules
  *            overlaps the compute of this one.
  *   step and accessors   poff_open makes one bucket's chunk resident (the
- *            "open" chunk: host buffer 0 on the CPU device, a device buffer
- *            on CUDA), loading it only when its values are needed (fp32
- *            params that are their own master, a persistent bucket's
+ *            "open" chunk: host buffer 0 or 1 on the CPU device, a device
+ *            buffer on CUDA), loading it only when its values are needed
+ *            (fp32 params that are their own master, a persistent bucket's
  *            all-gather); the updated chunk is written back when another
- *            opens or at poff_flush. Release writes nothing: parameters only
+ *            opens (NVMe: asynchronously, from the buffer just used, while
+ *            the next chunk is updated in the other one) and poff_flush
+ *            waits for the writes. Release writes nothing: parameters only
  *            change at step, checkpoint load and state_set.
  *
  * Consistency: a read ahead holds values of the store as it was; every write
@@ -62,11 +64,13 @@ struct param_offload {
     zero_nvme_store *store;
     zero_nvme_tensor *tensors;  /* nvme: one per bucket */
     uint64_t max_chunk;         /* C: the largest bucket chunk (elements) */
-    poff_slot *slots;           /* nvme: buffer_count; [0] is the open chunk's host buffer */
+    poff_slot *slots;           /* nvme: buffer_count host buffers; [open_slot] is the open chunk's */
     int num_slots;
     void *open_dev;             /* CUDA: the open chunk in device memory */
     int open_bucket;            /* -1: none */
     int open_dirty;
+    int open_slot;              /* nvme: host buffer 0 or 1 holds (CPU) or stages (CUDA) the open chunk */
+    zero_nvme_request *wreq[2]; /* nvme: writes behind from host buffers 0 and 1 */
     uint64_t reads_ahead, reads_sync;
 };
 
@@ -166,7 +170,7 @@ static zero_status drop_reads(zero_engine *e, const char *what)
 {
     struct param_offload *p = e->poff;
     zero_status first = ZERO_OK;
-    for (int k = 1; k < p->num_slots; k++) {
+    for (int k = 0; k < p->num_slots; k++) {
         poff_slot *s = &p->slots[k];
         if (s->req) {
             zero_status st = zero_nvme_wait(p->store, s->req, 0);
@@ -179,11 +183,14 @@ static zero_status drop_reads(zero_engine *e, const char *what)
     return first;
 }
 
+static zero_status wait_write(zero_engine *e, int k, const char *what);
+
 void poff_teardown(zero_engine *e)
 {
     struct param_offload *p = e->poff;
     if (!p) return;
     if (p->slots) (void)drop_reads(e, "engine destroy");
+    for (int k = 0; k < 2; k++) (void)wait_write(e, k, "engine destroy");
     if (p->store) {
         zero_status st = zero_nvme_store_close(p->store); /* removes the swap files */
         if (st != ZERO_OK)
@@ -202,11 +209,11 @@ void poff_teardown(zero_engine *e)
 
 /* ---------------------------------------------------------------- chunk I/O */
 
-/* Where the open chunk is computed on: device memory on CUDA, host buffer 0
- * on the CPU device (nvme). */
+/* Where the open chunk is computed on: device memory on CUDA, host buffer
+ * open_slot (0 or 1) on the CPU device (nvme). */
 static void *open_buf(const zero_engine *e)
 {
-    return e->is_cuda ? e->poff->open_dev : e->poff->slots[0].buf;
+    return e->is_cuda ? e->poff->open_dev : e->poff->slots[e->poff->open_slot].buf;
 }
 
 static zero_status copy(zero_engine *e, void *dst, const void *src, size_t bytes, const char *what)
@@ -216,41 +223,73 @@ static zero_status copy(zero_engine *e, void *dst, const void *src, size_t bytes
     return ZERO_OK;
 }
 
+/* Wait for the write behind from host buffer k (0 or 1), if any. */
+static zero_status wait_write(zero_engine *e, int k, const char *what)
+{
+    struct param_offload *p = e->poff;
+    if (!p->wreq[k]) return ZERO_OK;
+    zero_status st = zero_nvme_wait(p->store, p->wreq[k], 0);
+    if (st == ZERO_TIMEOUT) return store_failed(e, st, what); /* still in flight: the buffer stays busy */
+    p->wreq[k] = NULL;
+    return st == ZERO_OK ? ZERO_OK : store_failed(e, st, what);
+}
+
 /* Bucket b's stored chunk into the open buffer. */
 static zero_status load_open(zero_engine *e, const zero_bucket *b, int bi, const char *what)
 {
     struct param_offload *p = e->poff;
     if (!p->nvme) return copy(e, open_buf(e), elem_ptr(e, e->params_shard, b->shard_off), chunk_bytes(e, b), what);
-    zero_status st = zero_nvme_read(p->store, p->tensors[bi], p->slots[0].buf);
+    void *host = p->slots[p->open_slot].buf;
+    zero_status st = zero_nvme_read(p->store, p->tensors[bi], host);
     if (st != ZERO_OK) return store_failed(e, st, what);
-    if (e->is_cuda) ZERO_TRY(copy(e, p->open_dev, p->slots[0].buf, chunk_bytes(e, b), what));
+    if (e->is_cuda) ZERO_TRY(copy(e, p->open_dev, host, chunk_bytes(e, b), what));
     return ZERO_OK;
+}
+
+/* Store the open chunk if it changed. NVMe: the write is issued from the
+ * open host buffer and left in flight (write-behind), and the next chunk
+ * opens in the other of buffers 0 and 1, so the step's next update overlaps
+ * this write; `wait` = 1 also waits for every write. Failure marks the engine
+ * broken: the parameters on this rank are neither the old nor the new ones. */
+static zero_status store_open(zero_engine *e, int wait, const char *what)
+{
+    struct param_offload *p = e->poff;
+    zero_status st = ZERO_OK;
+    if (p->open_bucket >= 0 && p->open_dirty) {
+        const int bi = p->open_bucket;
+        const zero_bucket *b = &e->buckets[bi];
+        const int k = p->open_slot;
+        st = engine_sync_device(e, what); /* the cast into the open chunk is done */
+        if (st == ZERO_OK && !p->nvme)
+            st = copy(e, elem_ptr(e, e->params_shard, b->shard_off), p->open_dev, chunk_bytes(e, b), what);
+        if (st == ZERO_OK && p->nvme) {
+            st = drop_reads(e, what); /* no read of the old values may be in flight or kept */
+            if (st == ZERO_OK && e->is_cuda) st = copy(e, p->slots[k].buf, p->open_dev, chunk_bytes(e, b), what);
+            if (st == ZERO_OK && (st = zero_nvme_write_async(p->store, p->tensors[bi], p->slots[k].buf,
+                                                             &p->wreq[k])) != ZERO_OK) {
+                p->wreq[k] = NULL;
+                st = store_failed(e, st, what);
+            }
+            p->open_slot ^= 1;
+            p->open_bucket = -1; /* its bytes are the write's now */
+        }
+        p->open_dirty = 0;
+    }
+    for (int k = 0; p->nvme && wait && k < 2; k++) {
+        zero_status w = wait_write(e, k, what);
+        if (st == ZERO_OK) st = w;
+    }
+    if (st != ZERO_OK) {
+        p->open_bucket = -1;
+        engine_mark_broken(e);
+    }
+    return st;
 }
 
 zero_status poff_flush(zero_engine *e, const char *what)
 {
-    struct param_offload *p = e->poff;
-    if (!e->poff_walk || p->open_bucket < 0 || !p->open_dirty) return ZERO_OK;
-    const int bi = p->open_bucket;
-    const zero_bucket *b = &e->buckets[bi];
-    zero_status st = engine_sync_device(e, what); /* the cast into the open chunk is done */
-    if (st == ZERO_OK && !p->nvme)
-        st = copy(e, elem_ptr(e, e->params_shard, b->shard_off), p->open_dev, chunk_bytes(e, b), what);
-    if (st == ZERO_OK && p->nvme) {
-        st = drop_reads(e, what); /* no read of the old values may be in flight or kept */
-        if (st == ZERO_OK && e->is_cuda) st = copy(e, p->slots[0].buf, p->open_dev, chunk_bytes(e, b), what);
-        if (st == ZERO_OK && (st = zero_nvme_write(p->store, p->tensors[bi], p->slots[0].buf)) != ZERO_OK)
-            st = store_failed(e, st, what);
-    }
-    if (st != ZERO_OK) {
-        /* The updated chunk could not be stored: the parameters on this rank
-         * are neither the old nor the new ones. */
-        p->open_bucket = -1;
-        engine_mark_broken(e);
-        return st;
-    }
-    p->open_dirty = 0;
-    return ZERO_OK;
+    if (!e->poff_walk) return ZERO_OK;
+    return store_open(e, 1, what);
 }
 
 zero_status poff_open(zero_engine *e, const zero_bucket *b, int flags, const char *what)
@@ -259,14 +298,13 @@ zero_status poff_open(zero_engine *e, const zero_bucket *b, int flags, const cha
     struct param_offload *p = e->poff;
     const int bi = (int)(b - e->buckets);
     if (p->open_bucket != bi) {
-        ZERO_TRY(poff_flush(e, what));
+        ZERO_TRY(store_open(e, 0, what));
         p->open_bucket = -1;
-        if (flags & POFF_READ) {
-            zero_status st = load_open(e, b, bi, what);
-            if (st != ZERO_OK) {
-                engine_mark_broken(e);
-                return st;
-            }
+        zero_status st = p->nvme ? wait_write(e, p->open_slot, what) : ZERO_OK; /* the buffer is free again */
+        if (st == ZERO_OK && (flags & POFF_READ)) st = load_open(e, b, bi, what);
+        if (st != ZERO_OK) {
+            engine_mark_broken(e);
+            return st;
         }
         p->open_bucket = bi;
         p->open_dirty = 0;
@@ -296,17 +334,19 @@ void *layout_param_chunk(zero_engine *e, const zero_bucket *b)
 
 /* ---------------------------------------------------------------- gather */
 
+/* Reads ahead use every host buffer but the open one (open_slot). */
 static poff_slot *slot_of(struct param_offload *p, int bi)
 {
-    for (int k = 1; k < p->num_slots; k++)
-        if (p->slots[k].bucket == bi) return &p->slots[k];
+    for (int k = 0; k < p->num_slots; k++)
+        if (k != p->open_slot && p->slots[k].bucket == bi) return &p->slots[k];
     return NULL;
 }
 
 static poff_slot *free_slot(struct param_offload *p)
 {
-    for (int k = 1; k < p->num_slots; k++)
-        if (p->slots[k].bucket < 0 && !p->slots[k].req) return &p->slots[k];
+    for (int k = 0; k < p->num_slots; k++)
+        if (k != p->open_slot && p->slots[k].bucket < 0 && !p->slots[k].req && !(k < 2 && p->wreq[k]))
+            return &p->slots[k];
     return NULL;
 }
 
@@ -340,8 +380,10 @@ zero_status poff_fetch(zero_engine *e, const zero_bucket *b, void *dst, const ch
     } else {
         s = free_slot(p);
         if (!s) { /* every buffer holds a read ahead: take the oldest-issued one's place */
-            s = &p->slots[1];
+            const int k = p->open_slot == 0 ? 1 : 0;
+            s = &p->slots[k];
             zero_status st = wait_slot(e, s, what);
+            if (st == ZERO_OK && k < 2) st = wait_write(e, k, what); /* none outside a step; never overwrite one */
             if (st != ZERO_OK) return st;
         }
         zero_status st = zero_nvme_read_async(p->store, p->tensors[bi], s->buf, &s->req);

@@ -558,8 +558,10 @@ ZERO_API zero_status zero_engine_offload_report(const zero_engine *e, zero_offlo
  *         and the host staging is offload_param_buffer_count buffers of the
  *         largest chunk C = max_b chunk_b (chunk_numel below):
  *           host_bytes = offload_param_buffer_count * roundup(C * d, 4096)
- *         (buffer 0: the chunk the step or a checkpoint accessor works on;
- *         the others: reads ahead along the recorded gather order).
+ *         (one holds the chunk the step or a checkpoint accessor works on,
+ *         buffers 0 and 1 taking turns so that the step's write of one
+ *         chunk overlaps the update of the next; the others hold reads
+ *         ahead along the recorded gather order). buffer_count >= 2.
  *         C > offload_param_buffer_size fails finalize with ZERO_CONFIG
  *         naming offload_param.buffer_size (DeepSpeed likewise needs
  *         buffer_size >= the largest parameter).
