@@ -189,6 +189,7 @@ zero_status zero_engine_step(zero_engine *e, zero_step_result *out)
     loss_scaler_update(e, 0);
     ZERO_TRY(grads_zero_all(e));
     gather_end_step(e);
+    ZERO_TRY(poff_read_ahead(e, WHAT)); /* the next step's first chunks, read while the caller prepares it */
     res.step = e->step;
     res.next_loss_scale = e->loss_scale;
     e->stats.steps++;

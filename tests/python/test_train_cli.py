@@ -194,8 +194,13 @@ def test_param_offload_losses_bitwise(tmp_path):
         extra = ["--set", f"zero_optimization.offload_param.device={dev}"]
         if dev == "nvme":
             extra += ["--set", f"zero_optimization.offload_param.nvme_path={nv}"]
-        run_train(base + extra + ["--metrics", str(m)], ranks=2)
+        p = run_train(base + extra + ["--metrics", str(m)], ranks=2)
         losses[dev] = [r["loss_text"] for r in metrics(m)]
+        if dev != "none":  # the summary names where the parameters were
+            line = [x for x in p.stdout.splitlines() if "parameter offload" in x]
+            assert line and f"({dev})" in line[0], p.stdout
+        if dev == "nvme":  # the recorded order was used to read chunks ahead
+            assert int(line[0].split("; ")[1].split(" chunks read ahead")[0]) > 0, line
     assert len(losses["none"]) == 6
     assert losses["cpu"] == losses["none"] and losses["nvme"] == losses["none"], losses
     assert not list(nv.iterdir())

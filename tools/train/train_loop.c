@@ -196,6 +196,13 @@ int train_loop(run *r)
                    ((double)act_without.total - (double)act.total) / 1048576.0, act.host ? "; host" : "");
         if (act.host) printf(" %zu bytes", act.host);
         printf("\n");
+        zero_param_offload_report po;
+        if (zero_engine_param_offload_report(r->engine, &po) == ZERO_OK && po.device != ZERO_OFFLOAD_NONE)
+            printf("summary: rank 0 parameter offload (%s): host %.2f MiB, nvme %.2f MiB (read %.2f, written %.2f "
+                   "MiB; %llu chunks read ahead, %llu on demand)\n",
+                   po.device == ZERO_OFFLOAD_NVME ? "nvme" : "cpu", po.host_bytes / 1048576.0,
+                   po.nvme_bytes / 1048576.0, po.nvme_read / 1048576.0, po.nvme_written / 1048576.0,
+                   (unsigned long long)po.reads_ahead, (unsigned long long)po.reads_sync);
         if (mem_all) {
             printf("summary: engine memory per rank (MiB, now/peak):");
             for (int q = 0; q < r->world && q < 16; q++) printf(" %d: %.2f/%.2f", q, mem_all[2 * q], mem_all[2 * q + 1]);
