@@ -30,6 +30,11 @@ zero_status config_validate(const zero_config *c, zero_errbuf *err)
     if (!(c->gradient_clipping >= 0)) BAD("gradient_clipping must be >= 0, got %g", c->gradient_clipping);
     if (c->gradient_accumulation_steps < 1)
         BAD("gradient_accumulation_steps must be >= 1, got %d", c->gradient_accumulation_steps);
+    if (c->local_accumulation != 0 && c->local_accumulation != 1)
+        BAD("local_accumulation must be 0 or 1, got %d", c->local_accumulation);
+    if (c->local_accumulation && c->stage > 1)
+        BAD("local_accumulation needs stage 0 or 1 (stage %d keeps only a shard of the gradient, so each "
+            "micro-step's gradient must be reduced)", c->stage);
     if (c->compute_dtype != ZERO_F32 && c->compute_dtype != ZERO_BF16 && c->compute_dtype != ZERO_F16)
         BAD("compute_dtype must be f32, bf16 or f16, got %s", zero_dtype_name(c->compute_dtype));
     if (!(c->loss_scale >= 0)) BAD("loss_scale must be >= 0 (0 = dynamic), got %g", c->loss_scale);

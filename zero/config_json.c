@@ -169,7 +169,7 @@ static zero_status parse_zero_optimization(const json_t *obj, zero_config *c)
 {
     static const char sec[] = "zero_optimization";
     static const char known[] =
-        "stage, reduce_bucket_size, allgather_bucket_size, overlap_comm, contiguous_gradients, "
+        "stage, reduce_bucket_size, allgather_bucket_size, overlap_comm, local_accumulation, contiguous_gradients, "
         "stage3_prefetch_bucket_size, stage3_max_live_parameters, stage3_param_persistence_threshold, "
         "allgather_partitions, reduce_scatter, stage3_max_reuse_distance, "
         "stage3_gather_16bit_weights_on_model_save, round_robin_gradients, offload_optimizer, offload_param, sub_group_size";
@@ -184,6 +184,7 @@ static zero_status parse_zero_optimization(const json_t *obj, zero_config *c)
         else if (!strcmp(key, "reduce_bucket_size")) st = get_u64(sec, key, v, 1, &c->reduce_bucket_size);
         else if (!strcmp(key, "allgather_bucket_size")) st = get_u64(sec, key, v, 1, &c->allgather_bucket_size);
         else if (!strcmp(key, "overlap_comm")) st = get_bool(sec, key, v, &c->overlap_comm);
+        else if (!strcmp(key, "local_accumulation")) st = get_bool(sec, key, v, &c->local_accumulation);
         else if (!strcmp(key, "contiguous_gradients")) st = get_bool(sec, key, v, &c->contiguous_gradients);
         else if (!strcmp(key, "stage3_prefetch_bucket_size"))
             st = get_u64(sec, key, v, 0, &c->stage3_prefetch_bucket_size);

@@ -1,7 +1,9 @@
 /* Gradient reduction: every micro-step, each module's gradients are turned
  * into fp32 bucket by bucket, reduce-scattered over the dp group and added
  * into this rank's fp32 gradient shard. The same operations in the same order
- * at every stage is what makes the stages bitwise identical. */
+ * at every stage is what makes the stages bitwise identical. With
+ * local_accumulation (stages 0-1) only the last micro-step before step()
+ * reduces, the locally accumulated sum: stages 0 and 1 stay identical. */
 #include <stdio.h>
 
 #include "engine_internal.h"
@@ -81,7 +83,11 @@ zero_status zero_engine_grads_ready(zero_engine *e, int module)
         return zero_fail(&e->err, ZERO_INVALID_STATE,
                          "%s: already reported %d time(s) since the last step (gradient_accumulation_steps = %d);"
                          " call zero_engine_step", what, m->ready_count, e->cfg.gradient_accumulation_steps);
-    if (m->num_buckets == 0) {
+    /* local_accumulation (stages 0-1): the trainer's += has been summing the
+     * micro-steps in the full gradient buffer; only the last grads_ready
+     * before step() reduces that sum. */
+    const int boundary = m->ready_count + 1 == e->cfg.gradient_accumulation_steps;
+    if (m->num_buckets == 0 || (e->cfg.local_accumulation && !boundary)) {
         m->ready_count++;
         return ZERO_OK;
     }

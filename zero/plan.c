@@ -247,6 +247,7 @@ static uint64_t config_hash(const zero_engine *e)
     h = fnv_u64(h, (uint64_t)c->optimizer);
     h = fnv_u64(h, (uint64_t)c->gradient_accumulation_steps);
     h = fnv_u64(h, (uint64_t)c->overlap_comm);
+    h = fnv_u64(h, (uint64_t)c->local_accumulation);
     return h;
 }
 
@@ -260,8 +261,8 @@ zero_status plan_check_ranks(zero_engine *e)
     if (head[2] != -head[3])
         return zero_fail(&e->err, ZERO_MISMATCH,
                          "engine finalize: ranks use different engine configs (stage, reduce_bucket_size, "
-                         "allgather_bucket_size, persistence threshold, compute dtype, optimizer, accumulation or overlap_comm "
-                         "differ; rank %d has stage %d, dtype %s)",
+                         "allgather_bucket_size, persistence threshold, compute dtype, optimizer, accumulation, "
+                         "local_accumulation or overlap_comm differ; rank %d has stage %d, dtype %s)",
                          e->rank, e->cfg.stage, zero_dtype_name(e->cfg.compute_dtype));
     /* Round 2: per-parameter hashes over the common prefix. */
     size_t k = (size_t)pmin;

@@ -58,6 +58,16 @@
  *
  * Stages 0-3 produce bitwise-identical parameters at a given dp size.
  *
+ * With local_accumulation (stages 0-1, see the config) grads_ready reduces
+ * only on a module's last micro-step before step(): the trainer's += sums
+ * the micro-steps in the compute-dtype gradient buffer, which is not zeroed
+ * in between, and one fp32 reduction of that sum replaces
+ * gradient_accumulation_steps of them (the 1/(dp * gas * loss_scale) factor
+ * at step() is unchanged). Stages 0 and 1 then stay bitwise identical to each
+ * other; with gradient_accumulation_steps > 1 they differ in the last bits
+ * from the per-micro-step mode (and so from stages 2-3): the sum is formed
+ * in another order and, for 16-bit compute, in the compute dtype.
+ *
  * ------------------------------------------------------------------ rules
  * Every call returns a zero_status; on failure zero_engine_last_error(e)
  * (and zero_last_error()) holds a message naming the call, the module or
@@ -170,6 +180,19 @@ typedef struct zero_config {
     int offload_param_buffer_count;          /* nvme: staging buffers (one for the step, the rest read ahead); 5 */
     uint64_t offload_param_buffer_size;      /* nvme: elements per staging buffer, >= the largest bucket chunk; 1e8 */
     uint64_t offload_param_max_in_cpu;       /* accepted; not used (every chunk goes to NVMe); 1e9 */
+
+    /* ---- appended: gradient accumulation at stages 0-1 (JSON
+     * zero_optimization.local_accumulation, a libzero key). 0: every
+     * micro-step's gradients are reduced at grads_ready (stages 0-3 bitwise
+     * identical). 1 (stages 0-1 only; 2-3 keep no full gradient to accumulate
+     * in): the trainer's += accumulates the micro-steps in the compute-dtype
+     * gradient buffer, and only the last grads_ready of each module before
+     * step() (its gradient_accumulation_steps-th) reduces it - DeepSpeed's
+     * behaviour, 1/gradient_accumulation_steps of the reduce traffic. Stages
+     * 0 and 1 stay bitwise identical to each other; they equal the other
+     * mode (and stages 2-3) only when gradient_accumulation_steps is 1. See
+     * "one step" above. */
+    int local_accumulation; /* 0 */
 } zero_config;
 
 #define ZERO_CONFIG_VERSION 1u
@@ -178,7 +201,7 @@ typedef struct zero_config {
         sizeof(zero_config), ZERO_CONFIG_VERSION, 0, 500000000u, 500000000u, 0, 1, 50000000u,      \
             1000000000u, 100000u, ZERO_OPTIM_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, 0.0, 0.0, 0,     \
             0.0, 1, ZERO_F32, 0.0, 16, 1000, 2, 1.0, ZERO_OFFLOAD_NONE, "", 0, 4, 1000000000u,     \
-            1048576u, 8, ZERO_OFFLOAD_NONE, "", 0, 5, 100000000u, 1000000000u                     \
+            1048576u, 8, ZERO_OFFLOAD_NONE, "", 0, 5, 100000000u, 1000000000u, 0                  \
     }
 
 /* Fill `config` (already initialised with ZERO_CONFIG_INIT, whose values stay
@@ -367,7 +390,9 @@ ZERO_API zero_status zero_engine_param_data(zero_engine *e, int param, void **ou
  * (numel elements). The trainer ACCUMULATES (+=) this micro-step's gradient
  * into it during backward. It is all zeros whenever a module's micro-step
  * begins: after finalize, after grads_ready(module) (which reduces it and
- * zeroes it again), after step() and zero_grad(). Stages 0-1: one persistent
+ * zeroes it again), after step() and zero_grad() - except with
+ * local_accumulation, where it keeps the micro-steps' sum until the
+ * grads_ready that reduces it (the module's last before step()). Stages 0-1: one persistent
  * buffer per parameter, valid until destroy. Stages 2-3: the module's
  * gradient buffer is allocated (zeroed) by the first param_grad() call of
  * any of its parameters and freed by grads_ready(module): call param_grad()
@@ -379,7 +404,10 @@ ZERO_API zero_status zero_engine_param_grad(zero_engine *e, int param, void **ou
  * overlap_comm, waited before the next use of the buffers) into this rank's
  * fp32 gradient shard, then zero (stages 0-1) or free (stages 2-3) the
  * module's gradient buffer. Call once per module per micro-step, on every
- * module that has parameters, in the same order on every rank. */
+ * module that has parameters, in the same order on every rank. With
+ * local_accumulation only the module's gradient_accumulation_steps-th call
+ * since the last step reduces (and zeroes); the earlier ones only count and
+ * communicate nothing. */
 ZERO_API zero_status zero_engine_grads_ready(zero_engine *e, int module);
 
 typedef struct zero_step_result {
