@@ -16,6 +16,7 @@
 
 #include "engine_internal.h"
 #include "philox.h"
+#include "zero_build_config.h"
 
 /* ---------------------------------------------------------------- the generator */
 
@@ -24,52 +25,65 @@
 
 static uint64_t name_stream(const char *name) { return fnv(FNV_OFFSET, name, strlen(name)); }
 
-/* Element i's value (kinds ZEROS..UNIFORM), from the four words of its block. */
-static float spec_value(const zero_init_spec *s, const uint32_t x[4], uint64_t i)
+/* The value of a constant kind (ZEROS, ONES, CONSTANT). */
+static float spec_constant(const zero_init_spec *s)
 {
-    const unsigned lane = (unsigned)(i & 3u);
-    switch (s->kind) {
-    case ZERO_INIT_ZEROS: return 0.0f;
-    case ZERO_INIT_ONES: return 1.0f;
-    case ZERO_INIT_CONSTANT: return (float)s->value;
-    case ZERO_INIT_UNIFORM: {
-        const double u = ((double)x[lane] + 0.5) * TWO_POW_M32;
-        const double span = s->hi - s->lo;
-        const double scaled = span * u;
-        return (float)(s->lo + scaled);
-    }
-    case ZERO_INIT_NORMAL: {
-        const unsigned q = lane >> 1;
-        const double u_r = ((double)x[2 * q] + 0.5) * TWO_POW_M32;
-        const double u_t = ((double)x[2 * q + 1] + 0.5) * TWO_POW_M32;
-        const double r = sqrt(-2.0 * log(u_r));
-        const double t = TWO_PI * u_t;
-        const double z = (lane & 1u) ? r * sin(t) : r * cos(t);
-        const double scaled = s->std * z;
-        return (float)(s->mean + scaled);
-    }
-    case ZERO_INIT_CALLBACK: break;
-    }
-    return 0.0f;
+    return s->kind == ZERO_INIT_ONES ? 1.0f : s->kind == ZERO_INIT_CONSTANT ? (float)s->value : 0.0f;
 }
 
-/* Elements [begin, end) of spec `s` for the stream of a parameter name. */
+/* The four values of block j (elements 4j .. 4j+3) of a NORMAL or UNIFORM
+ * spec: one Philox call, and for NORMAL one Box-Muller per word pair. The
+ * operations are engine.h's definition, one double operation at a time. */
+static void spec_block(const zero_init_spec *s, const uint32_t key[2], uint64_t stream, uint64_t j, float v[4])
+{
+    const uint32_t ctr[4] = {(uint32_t)j, (uint32_t)(j >> 32), (uint32_t)stream, (uint32_t)(stream >> 32)};
+    uint32_t x[4];
+    zero_philox4x32_10(ctr, key, x);
+    double u[4];
+    for (int k = 0; k < 4; k++) u[k] = ((double)x[k] + 0.5) * TWO_POW_M32;
+    if (s->kind == ZERO_INIT_UNIFORM) {
+        const double span = s->hi - s->lo;
+        for (int k = 0; k < 4; k++) {
+            const double scaled = span * u[k];
+            v[k] = (float)(s->lo + scaled);
+        }
+        return;
+    }
+    for (int q = 0; q < 2; q++) {
+        const double r = sqrt(-2.0 * log(u[2 * q]));
+        const double t = TWO_PI * u[2 * q + 1];
+        const double z0 = r * cos(t), z1 = r * sin(t);
+        const double s0 = s->std * z0, s1 = s->std * z1;
+        v[2 * q] = (float)(s->mean + s0);
+        v[2 * q + 1] = (float)(s->mean + s1);
+    }
+}
+
+/* Below this many blocks a parallel region costs more than it saves. */
+#define INIT_PAR_MIN_BLOCKS 8192
+
+/* Elements [begin, end) of spec `s` for the stream of a parameter name.
+ * Every element depends on its index alone, so the blocks may be computed
+ * by any number of threads in any order. */
 static void spec_generate(const zero_init_spec *s, uint64_t stream, uint64_t begin, uint64_t end, float *out)
 {
-    if (s->kind == ZERO_INIT_ZEROS || s->kind == ZERO_INIT_ONES || s->kind == ZERO_INIT_CONSTANT) {
-        const float v = spec_value(s, NULL, 0);
-        for (uint64_t i = begin; i < end; i++) out[i - begin] = v;
+    if (begin >= end) return;
+    if (s->kind != ZERO_INIT_NORMAL && s->kind != ZERO_INIT_UNIFORM) {
+        const float c = spec_constant(s);
+        for (uint64_t i = begin; i < end; i++) out[i - begin] = c;
         return;
     }
     const uint32_t key[2] = {(uint32_t)s->seed, (uint32_t)(s->seed >> 32)};
-    uint64_t i = begin;
-    while (i < end) {
-        const uint64_t j = i >> 2;
-        const uint32_t ctr[4] = {(uint32_t)j, (uint32_t)(j >> 32), (uint32_t)stream, (uint32_t)(stream >> 32)};
-        uint32_t x[4];
-        zero_philox4x32_10(ctr, key, x);
-        const uint64_t block_end = (j + 1) << 2;
-        for (; i < end && i < block_end; i++) out[i - begin] = spec_value(s, x, i);
+    const long long first = (long long)(begin >> 2), last = (long long)((end - 1) >> 2);
+#if ZERO_HAVE_OPENMP
+#pragma omp parallel for schedule(static) if (last - first >= INIT_PAR_MIN_BLOCKS)
+#endif
+    for (long long j = first; j <= last; j++) {
+        float v[4];
+        spec_block(s, key, stream, (uint64_t)j, v);
+        const uint64_t b0 = (uint64_t)j << 2;
+        const uint64_t lo = b0 > begin ? b0 : begin, hi = b0 + 4 < end ? b0 + 4 : end;
+        for (uint64_t i = lo; i < hi; i++) out[i - begin] = v[i - b0];
     }
 }
 
@@ -179,7 +193,7 @@ static zero_status init_hash(zero_engine *e, int q, uint64_t *out)
     } else if (s->kind == ZERO_INIT_UNIFORM) {
         h = fnv_f64(fnv_f64(fnv_u64(fnv_u64(h, TAG_UNIFORM), s->seed), s->lo), s->hi);
     } else { /* zeros, ones and constants: the value they give */
-        const float v = spec_value(s, NULL, 0);
+        const float v = spec_constant(s);
         h = fnv(fnv_u64(h, TAG_CONSTANT), &v, sizeof v);
     }
     *out = h;
