@@ -157,6 +157,9 @@ typedef struct gpt_checkpointing {
     int blocks;      /* recompute blocks 0 .. blocks-1 (more than n_layer: all); 0: none */
     int cpu_offload; /* CUDA: keep the recomputed blocks' inputs in pinned host memory (DeepSpeed's
                       * cpu_checkpointing). The CPU path's activations are host memory already: no effect. */
+    int partition;   /* tensor parallelism (tp_gpt.h): keep each recomputed block's input as this rank's
+                      * 1/tp slice, all-gathered before its recomputation (DeepSpeed's
+                      * partition_activations). Without a tp group: no effect. */
 } gpt_checkpointing;
 
 #define GPT_CHECKPOINT_ALL (1 << 30) /* gpt_checkpointing.blocks: every block */

@@ -84,7 +84,7 @@ zero_status gpt_acts_init(gpt_acts *a, const gpt_acts_shape *shape)
     for (size_t s = 0; s < S; s++) {
         a->slots[s].resid = (float **)t;
         t += sizeof(float *) * (L + 1);
-        a->slots[s].kept_host = (float **)t;
+        a->slots[s].kept = (float **)t;
         t += sizeof(float *) * (L + 1);
         a->slots[s].block = (gpt_block_acts **)t;
         t += sizeof(gpt_block_acts *) * L;
@@ -122,25 +122,28 @@ void gpt_acts_layout(gpt_acts *a, const gpt_acts_shape *s, gpt_carver *c)
 {
     const size_t N = (size_t)s->B * s->T, C = (size_t)s->C, V = (size_t)s->vocab, f = sizeof(float);
     const size_t Cl = C / (size_t)s->tp_size, Hl = 4 * C / (size_t)s->tp_size;
-    const int L = s->layer_end - s->layer_begin, offload = s->offload && any_recomputed(s);
+    const int L = s->layer_end - s->layer_begin, P = s->partition > 1 ? s->partition : 1;
+    const int compact = any_recomputed(s) && (s->offload || P > 1);
+    const size_t part = (N * C + (size_t)P - 1) / (size_t)P; /* a kept input's floats */
     gpt_acts_slot scratch_slot;
     gpt_block_acts scratch_set;
     float *scratch_ptr;
     float *stage[2] = {NULL, NULL};
     size_t next_set = 0;
-    if (offload) { /* the device's stand-ins for the offloaded inputs, shared by the slots */
-        stage[0] = gpt_carve(c, GPT_ACT_INPUTS, N * C, f);
-        stage[1] = gpt_carve(c, GPT_ACT_INPUTS, N * C, f);
+    if (a) a->kept_count = part;
+    if (compact) { /* the stand-ins for the kept inputs, shared by the slots; P slices fill one */
+        stage[0] = gpt_carve(c, GPT_ACT_INPUTS, part * (size_t)P, f);
+        stage[1] = gpt_carve(c, GPT_ACT_INPUTS, part * (size_t)P, f);
     }
     for (int sl = 0; sl < s->slots; sl++) {
         gpt_acts_slot *slot = a ? &a->slots[sl] : &scratch_slot;
         slot->tokens = gpt_carve(c, GPT_ACT_HEAD, N, sizeof(int32_t));
         slot->targets = gpt_carve(c, GPT_ACT_HEAD, N, sizeof(int32_t));
         for (int i = 0; i <= L; i++) {
-            int off_i = offload && i < L && gpt_acts_recomputed(s, s->layer_begin + i);
-            float **r = a ? &slot->resid[i] : &scratch_ptr, **h = a ? &slot->kept_host[i] : &scratch_ptr;
-            *h = off_i ? gpt_carve(c, GPT_ACT_HOST, N * C, f) : NULL;
-            *r = off_i ? stage[i % 2] : gpt_carve(c, GPT_ACT_INPUTS, N * C, f);
+            int kept_i = compact && i < L && gpt_acts_recomputed(s, s->layer_begin + i);
+            float **r = a ? &slot->resid[i] : &scratch_ptr, **h = a ? &slot->kept[i] : &scratch_ptr;
+            *h = kept_i ? gpt_carve(c, s->offload ? GPT_ACT_HOST : GPT_ACT_INPUTS, part, f) : NULL;
+            *r = kept_i ? stage[i % 2] : gpt_carve(c, GPT_ACT_INPUTS, N * C, f);
         }
         for (int i = 0; i < L; i++) {
             if (gpt_acts_recomputed(s, s->layer_begin + i)) continue; /* pointed at the shared set below */

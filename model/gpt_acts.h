@@ -17,10 +17,14 @@
  *
  * Activation checkpointing: block l is recomputed iff l < recompute_below
  * (the first blocks of the model; on a pipeline, those the first stage holds,
- * where the most micro-batches are in flight). With offload (CUDA's
- * cpu_checkpointing), the input of each recomputed block lives in a second,
- * host region, and the device keeps two staging buffers in its place (block
- * i reads stage[i % 2] and writes stage[(i + 1) % 2]).
+ * where the most micro-batches are in flight). The input of a recomputed
+ * block may be KEPT COMPACT, elsewhere than resid[]: in a second, host region
+ * (offload: CUDA's cpu_checkpointing), and/or as this rank's 1/partition
+ * slice of it (DeepSpeed's partition_activations over the tp group, which
+ * all hold the same residual stream). Then two full staging buffers stand
+ * in for those resid[] entries (block i reads stage[i % 2] and writes
+ * stage[(i + 1) % 2]): the path stores the compact copy when block i starts
+ * forward and restores stage[i % 2] from it before block i's recomputation.
  *
  * Every buffer starts at a multiple of `align` bytes and takes its size
  * rounded up to it, so a region's size is the sum of r(size) over its
@@ -57,7 +61,8 @@ typedef struct gpt_acts_shape {
     int slots;           /* micro-batches in flight */
     int head;            /* 1: this workspace runs ln_f and the tied head */
     int recompute_below; /* blocks l < recompute_below are recomputed (0: none) */
-    int offload;         /* inputs of recomputed blocks in the host region */
+    int offload;         /* inputs of recomputed blocks kept in the host region */
+    int partition;       /* > 1: inputs of recomputed blocks kept as 1/partition slices (tp) */
     size_t align;        /* 64 (CPU cache lines), 256 (CUDA) */
 } gpt_acts_shape;
 
@@ -84,7 +89,7 @@ void gpt_carver_report(const gpt_carver *c, gpt_activation_bytes *out);
 typedef struct gpt_acts_slot {
     int32_t *tokens, *targets;
     float **resid;          /* layers + 1 (see above); for an offloaded input, a staging buffer */
-    float **kept_host;      /* layers + 1: the host copy of an offloaded input, else NULL */
+    float **kept;           /* layers + 1: the compact copy of a recomputed block's input, else NULL */
     gpt_block_acts **block; /* layers: the set block begin+i uses (its own, or the shared recompute set) */
     float *lnf, *lnf_mean, *lnf_rstd, *logits, *lse; /* head only */
 } gpt_acts_slot;
@@ -95,6 +100,7 @@ typedef struct gpt_acts {
     gpt_acts_slot *slots;
     gpt_block_acts *sets;     /* the stored sets (slots x not-recomputed blocks), then the recompute set */
     gpt_block_acts *recompute;/* the shared set, NULL when no block of the range is recomputed */
+    size_t kept_count;        /* floats in each kept[] buffer: N*C, or ceil(N*C / partition) */
     void *tables;             /* one allocation behind slots, sets and the pointer arrays */
     /* backward scratch common to every path */
     float *dres;              /* N x C: gradient of the residual stream */

@@ -84,7 +84,7 @@ static size_t module_numel(const gpt_config *cfg, int module)
 static gpt_acts_shape cuda_shape(const gpt_config *cfg, int B, int T, const gpt_checkpointing *ck)
 {
     gpt_acts_shape s = {B, T, cfg->d_model, cfg->n_head, cfg->vocab, 1, 0, cfg->n_layer, 1, 1,
-                        gpt_checkpointing_below(cfg, ck), ck && ck->cpu_offload, 256};
+                        gpt_checkpointing_below(cfg, ck), ck && ck->cpu_offload, 1, 256};
     return s;
 }
 
@@ -636,17 +636,17 @@ extern "C" zero_status gpt_cuda_workspace_logits(gpt_cuda_workspace *ws, float *
  * the copy in the stream's order. */
 static zero_status offload_input(gpt_cuda_workspace *ws, int i)
 {
-    if (!ws->io->kept_host[i]) return ZERO_OK;
-    size_t n = sizeof(float) * (size_t)ws->B * ws->T * ws->cfg.d_model;
-    CUDA_TRY(cudaMemcpyAsync(ws->io->kept_host[i], ws->io->resid[i], n, cudaMemcpyDeviceToHost, ws->stream));
+    if (!ws->io->kept[i]) return ZERO_OK;
+    size_t n = sizeof(float) * ws->acts.kept_count; /* N * C: no partition on one GPU */
+    CUDA_TRY(cudaMemcpyAsync(ws->io->kept[i], ws->io->resid[i], n, cudaMemcpyDeviceToHost, ws->stream));
     return ZERO_OK;
 }
 
 static zero_status reload_input(gpt_cuda_workspace *ws, int i)
 {
-    if (!ws->io->kept_host[i]) return ZERO_OK;
-    size_t n = sizeof(float) * (size_t)ws->B * ws->T * ws->cfg.d_model;
-    CUDA_TRY(cudaMemcpyAsync(ws->io->resid[i], ws->io->kept_host[i], n, cudaMemcpyHostToDevice, ws->stream));
+    if (!ws->io->kept[i]) return ZERO_OK;
+    size_t n = sizeof(float) * ws->acts.kept_count;
+    CUDA_TRY(cudaMemcpyAsync(ws->io->resid[i], ws->io->kept[i], n, cudaMemcpyHostToDevice, ws->stream));
     return ZERO_OK;
 }
 

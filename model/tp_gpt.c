@@ -53,7 +53,8 @@ static gpt_acts_shape shape_of(const gpt_config *cfg, int tp_size, int B, int T,
                                const gpt_checkpointing *ck)
 {
     gpt_acts_shape s = {B, T, cfg->d_model, cfg->n_head, cfg->vocab, tp_size, begin, end, slots,
-                        end == cfg->n_layer, gpt_checkpointing_below(cfg, ck), 0, 64};
+                        end == cfg->n_layer, gpt_checkpointing_below(cfg, ck), 0, ck && ck->partition ? tp_size : 1,
+                        64};
     return s; /* cpu_offload: host memory already */
 }
 
@@ -230,6 +231,30 @@ static zero_status check_slot(const tp_workspace *ws, int slot, const char *op)
     return ZERO_OK;
 }
 
+/* partition_activations: a recomputed block's input is kept as this tp
+ * rank's contiguous 1/P of its N x C floats (padded to equal slices), stored
+ * when the block starts forward (its input is complete then, received or
+ * computed) and all-gathered into the staging buffer before the block's
+ * recomputation: a copy, so the recomputation sees the same bits. */
+static void keep_slice(tp_workspace *ws, const gpt_acts_slot *io, int i)
+{
+    if (!io->kept[i]) return;
+    const size_t nc = (size_t)ws->B * ws->T * ws->cfg.d_model, part = ws->acts.kept_count;
+    const size_t from = (size_t)ws->tp_rank * part, n = from < nc ? (nc - from < part ? nc - from : part) : 0;
+    if (n) memcpy(io->kept[i], io->resid[i] + from, sizeof(float) * n);
+    if (n < part) memset(io->kept[i] + n, 0, sizeof(float) * (part - n));
+}
+
+static zero_status gather_slices(tp_workspace *ws, const gpt_acts_slot *io, int i, int layer)
+{
+    if (!io->kept[i]) return ZERO_OK;
+    zero_status st = zero_allgather(ws->tp, io->kept[i], io->resid[i], ws->acts.kept_count, ZERO_F32);
+    if (st != ZERO_OK)
+        return gpt_fail(st, "tp all-gather of the partitioned input of block %d (tp rank %d of %d, group %s): %s",
+                        layer, ws->tp_rank, ws->tp_size, zero_comm_name(ws->tp), zero_comm_last_error(ws->tp));
+    return ZERO_OK;
+}
+
 /* ------------------------------------------------------------ forward */
 zero_status tp_forward_embed(tp_workspace *ws, int slot, const int32_t *tokens, const gpt_tensors *embed)
 {
@@ -264,6 +289,7 @@ zero_status tp_forward_block(tp_workspace *ws, int slot, int layer, const gpt_te
     GPT_TRY(check_tensors("tp_forward_block", p, all_block, GPT_BLOCK_NT, "block parameter"));
     gpt_acts_slot *io = &ws->acts.slots[slot];
     int i = layer - ws->begin;
+    keep_slice(ws, io, i);
     /* a recomputed block's activations go to the shared set, overwritten by the next one */
     GPT_TRY(gpt_block_forward(&ws->blk, layer, io->block[i], io->resid[i], io->resid[i + 1], p));
     s->next_fwd = layer + 1;
@@ -350,8 +376,10 @@ zero_status tp_backward_block(tp_workspace *ws, int slot, int layer, const gpt_t
     gpt_block_acts *a = io->block[i];
     /* checkpointing: recompute the forward from the kept input (its all-reduce
      * included: every tp rank recomputes the same blocks), then the backward */
-    if (gpt_acts_recomputed(&ws->acts.shape, layer))
+    if (gpt_acts_recomputed(&ws->acts.shape, layer)) {
+        GPT_TRY(gather_slices(ws, io, i, layer));
         GPT_TRY(gpt_block_forward(&ws->blk, layer, a, io->resid[i], NULL, p));
+    }
     GPT_TRY(gpt_block_backward(&ws->blk, layer, a, io->resid[i], ws->acts.dres, p, g));
     ws->bwd_next = layer - 1;
     if (layer == ws->begin) s->next_fwd = -1; /* the slot is free again */

@@ -98,7 +98,9 @@ zero_status tp_workspace_create(tp_workspace **out, const gpt_config *cfg, zero_
  * none). Block l is recomputed iff l < ck->blocks, counted in the whole
  * model, so a pipeline stage recomputes its share of the first blocks. The
  * recomputation of a block repeats its forward all-reduce: every tp rank of
- * a group must use the same `ck`. The recomputed blocks of all slots share
+ * a group must use the same `ck`. With ck->partition each tp rank keeps
+ * 1/tp of a recomputed block's input and the backward all-gathers it first
+ * (one more collective per recomputed block). The recomputed blocks of all slots share
  * one block workspace (one forward or backward runs at a time). */
 zero_status tp_workspace_create_ckpt(tp_workspace **out, const gpt_config *cfg, zero_comm *tp, int batch, int seq,
                                      int layer_begin, int layer_end, int slots, const gpt_checkpointing *ck);

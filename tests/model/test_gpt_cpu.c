@@ -284,7 +284,7 @@ static void test_checkpointing_bitwise(void)
     float ref_loss[2] = {0, 0};
     const int blocks[] = {0, 1, 2, GPT_CHECKPOINT_ALL};
     for (int v = 0; v < 4; v++) {
-        gpt_checkpointing ck = {blocks[v], v == 3}; /* cpu_offload: no effect on the CPU */
+        gpt_checkpointing ck = {blocks[v], v == 3, v == 3}; /* offload, partition: no effect on the CPU */
         gpt_workspace *ws;
         CHECK_OK(gpt_workspace_create_ckpt(&ws, &cfg, B, T, &ck));
         memset(m.grads, 0, sizeof(float) * m.total);
@@ -308,7 +308,7 @@ static void test_checkpointing_bitwise(void)
     size_t nonzero = 0;
     for (size_t i = 0; i < m.total; i++) nonzero += ref[i] != 0.0f;
     CHECK(nonzero > m.total / 2); /* the comparison compared something */
-    gpt_checkpointing bad = {-1, 0};
+    gpt_checkpointing bad = {-1, 0, 0};
     gpt_workspace *ws = NULL;
     CHECK(gpt_workspace_create_ckpt(&ws, &cfg, B, T, &bad) == ZERO_CONFIG && ws == NULL);
     CHECK(strstr(gpt_last_error(), "blocks -1") != NULL);
@@ -352,7 +352,7 @@ static void test_activation_bytes(void)
             size_t scratch = 2 * r64(4 * N * C) + r64(12 * N * C) + r64(16 * N * C) + r64(4 * N * V) +
                              r64(4 * nt * 4 * C) + r64(4 * nt * T * T);
             size_t total = inputs + blocks + recompute + head + scratch;
-            gpt_checkpointing ck = {R == c->n_layer + 1 ? GPT_CHECKPOINT_ALL : R, 0};
+            gpt_checkpointing ck = {R == c->n_layer + 1 ? GPT_CHECKPOINT_ALL : R, 0, 0};
             gpt_activation_bytes want, got;
             CHECK_OK(gpt_activation_bytes_for(c, (int)B, (int)T, &ck, &want));
             gpt_workspace *ws;
@@ -370,7 +370,7 @@ static void test_activation_bytes(void)
     }
     /* GPT-2 124M at micro-batch 8 x 1024 (the figure), counted, not allocated */
     gpt_config gpt2 = {12, 12, 768, 1024, 50257};
-    gpt_checkpointing all = {GPT_CHECKPOINT_ALL, 0};
+    gpt_checkpointing all = {GPT_CHECKPOINT_ALL, 0, 0};
     gpt_activation_bytes none_b, all_b;
     CHECK_OK(gpt_activation_bytes_for(&gpt2, 8, 1024, NULL, &none_b));
     CHECK_OK(gpt_activation_bytes_for(&gpt2, 8, 1024, &all, &all_b));

@@ -179,7 +179,7 @@ static void check_cuda_bytes(void)
                     scratch += 2 * r256(4 * e) + 2 * r256(4 * m);
                 }
                 size_t total = inputs + (L - rec) * set + (rec ? set : 0) + head + scratch;
-                gpt_checkpointing ck = {R == 4 ? GPT_CHECKPOINT_ALL : R, off};
+                gpt_checkpointing ck = {R == 4 ? GPT_CHECKPOINT_ALL : R, off, 0};
                 gpt_activation_bytes b;
                 CHECK_OK(gpt_cuda_activation_bytes_for(&cfg, (int)B, (int)T, d, &ck, &b));
                 CHECK_MSG(b.total == total && b.host == (offl ? rec * r256(4 * N * C) : 0) && b.inputs == inputs &&
@@ -201,7 +201,7 @@ static void check_cuda_bytes(void)
 static void check_checkpointing(const gpt_config *cfg, const float *params, size_t total, const int32_t *tok,
                                 const int32_t *tgt, float loss0, const float *lg0, const float *gg0)
 {
-    const gpt_checkpointing variants[] = {{GPT_CHECKPOINT_ALL, 0}, {1, 0}, {GPT_CHECKPOINT_ALL, 1}};
+    const gpt_checkpointing variants[] = {{GPT_CHECKPOINT_ALL, 0, 0}, {1, 0, 0}, {GPT_CHECKPOINT_ALL, 1, 0}};
     size_t nl = (size_t)B_ * T_ * V_;
     float *lg = malloc(nl * 4), *gg = malloc(total * 4);
     for (int v = 0; v < 3; v++) {

@@ -2,8 +2,9 @@
 # Activation checkpointing through zero-train and the engine, on real ranks:
 #   tests/model/train_actckpt.sh BUILD_ROOT RANKS STAGE [extra zero-train args...]
 # Trains a few steps without and with activation_checkpointing (every block
-# recomputed, then number_checkpoints 2: recomputing one block
-# saves nothing, its set is the shared one) and requires the per-step losses
+# recomputed, inputs partitioned over tp when model.tp > 1; then
+# number_checkpoints 2: recomputing one block saves nothing, its set is the
+# shared one) and requires the per-step losses
 # (the metrics file prints them with %.17g) and the final master weights and
 # moments (zero-ckpt diff) to be BITWISE equal; the summary's activation
 # bytes without checkpointing to equal the plain run's, and to be larger.
@@ -26,7 +27,7 @@ run() {
 }
 run --metrics "$work/plain.jsonl" --checkpoint-dir "$work/plain" > "$work/plain.log"
 run --metrics "$work/all.jsonl" --checkpoint-dir "$work/all" \
-    --set 'activation_checkpointing={"partition_activations": false, "cpu_checkpointing": false}' > "$work/all.log"
+    --set 'activation_checkpointing={"partition_activations": true, "cpu_checkpointing": false}' > "$work/all.log"
 run --metrics "$work/one.jsonl" --checkpoint-dir "$work/one" \
     --set 'activation_checkpointing={"number_checkpoints": 2}' > "$work/one.log"
 

@@ -284,53 +284,64 @@ static int run_step(mp_rank *r, pp_schedule kind, float **shards, float **grads,
 
 /* Activation checkpointing: the first 2 of the 3 blocks recomputed (so a
  * pipeline has a stage that recomputes and one that does not; under tp the
- * recomputation repeats the forward all-reduce). The 1F1B gradients and loss
- * are BITWISE those of the same grid without checkpointing (`want`), and the
- * workspace holds exactly one block set less per slot and recomputed block,
- * plus the one shared set. */
+ * recomputation repeats the forward all-reduce), then the same with their
+ * inputs partitioned over tp (each rank keeps 1/tp, all-gathered before the
+ * recomputation). The 1F1B gradients and loss are BITWISE those of the same
+ * grid without checkpointing (`want`); the workspace holds exactly one block
+ * set less per slot and recomputed block, plus the one shared set, and with
+ * partitioning 1/tp of each recomputed block's input plus two full staging
+ * buffers. */
 static size_t r64(size_t x) { return (x + 63) / 64 * 64; }
 
 static int check_checkpointing(mp_rank *r, float **shards, float **want, const int32_t *tok, const int32_t *tgt)
 {
-    const gpt_checkpointing ck = {2, 0};
     tp_workspace *plain = r->ws;
     int slots = tp_workspace_slots(plain);
-    MP_TRY(tp_workspace_create_ckpt(&r->ws, &g_cfg, r->grid.tp, BATCH, SEQ, r->begin, r->end, slots, &ck));
-    float **g = shards_make(r, NULL);
-    float loss, want_loss;
-    if (run_step(r, PP_1F1B, shards, g, tok, tgt, MICRO, &loss)) return 1;
-    tp_workspace *ckws = r->ws;
-    r->ws = plain;
-    float **g0 = shards_make(r, NULL);
-    if (run_step(r, PP_1F1B, shards, g0, tok, tgt, MICRO, &want_loss)) return 1;
-    CHECK_MSG(loss == want_loss, "checkpointing: loss %.9g vs %.9g without", loss, want_loss);
-    for (size_t i = 0; i < gpt_num_params(&g_cfg); i++)
-        if (r->held[i]) {
-            CHECK_MSG(memcmp(g[i], want[i], sizeof(float) * r->info[i].numel) == 0 &&
-                          memcmp(g0[i], want[i], sizeof(float) * r->info[i].numel) == 0,
-                      "%s: gradient with checkpointing differs from without (tp %d, pp %d)", r->info[i].full.name,
-                      r->tp, r->pp);
-            free(g[i]), free(g0[i]);
-        }
-    free(g), free(g0);
+    for (int v = 0; v < 2; v++) {
+        const gpt_checkpointing ck = {2, 0, v};
+        MP_TRY(tp_workspace_create_ckpt(&r->ws, &g_cfg, r->grid.tp, BATCH, SEQ, r->begin, r->end, slots, &ck));
+        float **g = shards_make(r, NULL);
+        float loss, want_loss;
+        if (run_step(r, PP_1F1B, shards, g, tok, tgt, MICRO, &loss)) return 1;
+        tp_workspace *ckws = r->ws;
+        r->ws = plain;
+        float **g0 = shards_make(r, NULL);
+        if (run_step(r, PP_1F1B, shards, g0, tok, tgt, MICRO, &want_loss)) return 1;
+        CHECK_MSG(loss == want_loss, "checkpointing: loss %.9g vs %.9g without", loss, want_loss);
+        for (size_t i = 0; i < gpt_num_params(&g_cfg); i++)
+            if (r->held[i]) {
+                CHECK_MSG(memcmp(g[i], want[i], sizeof(float) * r->info[i].numel) == 0 &&
+                              memcmp(g0[i], want[i], sizeof(float) * r->info[i].numel) == 0,
+                          "%s: gradient with checkpointing (partition %d) differs from without (tp %d, pp %d)",
+                          r->info[i].full.name, v, r->tp, r->pp);
+                free(g[i]), free(g0[i]);
+            }
+        free(g), free(g0);
 
-    gpt_activation_bytes a0, a1, f1;
-    tp_workspace_activation_bytes(plain, &a0);
-    tp_workspace_activation_bytes(ckws, &a1);
-    MP_TRY(tp_activation_bytes_for(&g_cfg, r->tp, BATCH, SEQ, r->begin, r->end, slots, &ck, &f1));
-    const size_t N = BATCH * SEQ, C = (size_t)g_cfg.d_model / (size_t)r->tp, H = 4 * (size_t)g_cfg.d_model / (size_t)r->tp;
-    const size_t Cf = (size_t)g_cfg.d_model, NH = (size_t)g_cfg.n_head / (size_t)r->tp;
-    const size_t set = 3 * r64(4 * N * Cf) /* ln1, res2, ln2 */ + r64(4 * N * C) /* atty */ + 4 * r64(4 * N) +
-                       r64(12 * N * C) + r64(4 * BATCH * NH * SEQ * SEQ) + 2 * r64(4 * N * H);
-    int rec = 0;
-    for (int l = r->begin; l < r->end; l++) rec += l < ck.blocks;
-    CHECK(memcmp(&a1, &f1, sizeof a1) == 0);
-    CHECK_MSG(a0.blocks == (size_t)slots * (size_t)(r->end - r->begin) * set && a0.recompute == 0,
-              "stored block sets: %zu bytes, expected %d slots x %d blocks x %zu", a0.blocks, slots, r->end - r->begin,
-              set);
-    CHECK(a1.blocks == a0.blocks - (size_t)slots * (size_t)rec * set && a1.recompute == (rec ? set : 0));
-    CHECK(a1.total == a0.total - a0.blocks + a1.blocks + a1.recompute && a1.inputs == a0.inputs);
-    tp_workspace_destroy(ckws);
+        gpt_activation_bytes a0, a1, f1;
+        tp_workspace_activation_bytes(plain, &a0);
+        tp_workspace_activation_bytes(ckws, &a1);
+        MP_TRY(tp_activation_bytes_for(&g_cfg, r->tp, BATCH, SEQ, r->begin, r->end, slots, &ck, &f1));
+        const size_t N = BATCH * SEQ, Cf = (size_t)g_cfg.d_model, P = (size_t)r->tp;
+        const size_t C = Cf / P, H = 4 * Cf / P, NH = (size_t)g_cfg.n_head / P, L = (size_t)(r->end - r->begin);
+        const size_t set = 3 * r64(4 * N * Cf) /* ln1, res2, ln2 */ + r64(4 * N * C) /* atty */ + 4 * r64(4 * N) +
+                           r64(12 * N * C) + r64(4 * BATCH * NH * SEQ * SEQ) + 2 * r64(4 * N * H);
+        size_t rec = 0;
+        for (int l = r->begin; l < r->end; l++) rec += l < ck.blocks;
+        const size_t part = (N * Cf + P - 1) / P;
+        size_t inputs = a0.inputs;
+        if (v && P > 1 && rec)
+            inputs = (size_t)slots * ((L + 1 - rec) * r64(4 * N * Cf) + rec * r64(4 * part)) + 2 * r64(4 * P * part);
+        CHECK(memcmp(&a1, &f1, sizeof a1) == 0);
+        CHECK_MSG(a0.blocks == (size_t)slots * L * set && a0.recompute == 0 &&
+                      a0.inputs == (size_t)slots * (L + 1) * r64(4 * N * Cf),
+                  "stored block sets: %zu bytes, expected %d slots x %zu blocks x %zu", a0.blocks, slots, L, set);
+        CHECK(a1.blocks == a0.blocks - (size_t)slots * rec * set && a1.recompute == (rec ? set : 0));
+        CHECK_MSG(a1.inputs == inputs, "kept inputs: %zu bytes, expected %zu (partition %d, tp %zu)", a1.inputs,
+                  inputs, v, P);
+        CHECK(a1.total == a0.total - a0.blocks - a0.inputs + a1.blocks + a1.recompute + a1.inputs);
+        tp_workspace_destroy(ckws);
+    }
     return 0;
 }
 

@@ -167,8 +167,10 @@ int main(void)
     expect_reject("{\"activation_checkpointing\": {\"number_checkpoints\": -1}}", 1,
                   "activation_checkpointing.number_checkpoints: -1 is out of range");
     expect_reject("{\"activation_checkpointing\": true}", 1, "activation_checkpointing: expected an object or null");
-    expect_reject("{\"model\": {\"tp\": 2}, \"activation_checkpointing\": {\"partition_activations\": true}}", 2,
-                  "activation_checkpointing.partition_activations: not implemented for model.tp 2");
+    CHECK(parse("{\"model\": {\"tp\": 2}, \"activation_checkpointing\": {\"partition_activations\": true}}", 2, &c,
+                err, sizeof err) == 0);
+    CHECK(c.actckpt.partition_activations && !c.actckpt.notes[0]); /* applied under tp: no note */
+    train_config_free(&c);
     CHECK(parse("{}", 1, &c, err, sizeof err) == 0);
     CHECK(!c.actckpt.enabled && json_is_null(json_object_get(c.effective, "activation_checkpointing")));
     train_config_free(&c);

@@ -375,11 +375,10 @@ static void note(train_actckpt *a, const char *fmt, ...)
     va_end(ap);
 }
 
-/* DeepSpeed's keys: number_checkpoints and cpu_checkpointing are applied;
- * partition_activations needs model.tp > 1 to mean anything and is refused
- * there (not implemented: the kept inputs stay replicated over tp); the rest
- * are accepted with a note naming them when set, since they change nothing
- * here. Needs model.n_layer, model.tp and train.device parsed. */
+/* DeepSpeed's keys: number_checkpoints, cpu_checkpointing (CUDA) and
+ * partition_activations (model.tp > 1) are applied; the rest are accepted
+ * with a note naming them when set, since they change nothing here. Needs
+ * model.n_layer, model.tp and train.device parsed. */
 static int parse_actckpt(train_config *c, json_t *root, char *err, size_t n)
 {
     train_actckpt *a = &c->actckpt;
@@ -405,10 +404,7 @@ static int parse_actckpt(train_config *c, json_t *root, char *err, size_t n)
         if (a->blocks > c->n_layer) a->blocks = c->n_layer;
         a->number_given = 1;
     }
-    if (a->partition_activations && c->tp > 1)
-        return cfail(err, n, "%s.partition_activations: not implemented for model.tp %d (the kept block inputs stay "
-                     "replicated over the tp group); set it to false", pf, c->tp);
-    if (a->partition_activations)
+    if (a->partition_activations && c->tp == 1)
         note(a, "%s.partition_activations: no effect with model.tp 1 (nothing to partition over)\n", pf);
     if (a->cpu_checkpointing && strcmp(c->device, "cuda") != 0)
         note(a, "%s.cpu_checkpointing: no effect on train.device \"%s\" (the activations are host memory already)\n",

@@ -407,7 +407,8 @@ int main(int argc, char **argv)
     /* engine and model */
     gpt_config g = {r.cfg.n_layer, r.cfg.n_head, r.cfg.d_model, r.cfg.seq_len, r.cfg.vocab};
     /* activation_checkpointing: blocks 0 .. blocks-1 recomputed in backward */
-    const gpt_checkpointing ckpt = {r.cfg.actckpt.enabled ? r.cfg.actckpt.blocks : 0, r.cfg.actckpt.cpu_checkpointing};
+    const gpt_checkpointing ckpt = {r.cfg.actckpt.enabled ? r.cfg.actckpt.blocks : 0, r.cfg.actckpt.cpu_checkpointing,
+                                    r.cfg.actckpt.partition_activations};
     r.dp = r.world;
     r.dp_rank = r.rank;
     if (model_parallel) {
