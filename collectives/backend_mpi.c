@@ -186,7 +186,7 @@ static zero_status bounce_recv(zero_comm *c, const coll_args *a, mpi_op *op, voi
     return ZERO_OK;
 }
 
-zero_status mpi_op_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_op *op)
+static zero_status data_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_op *op)
 {
     memset(op, 0, sizeof *op);
     op->req = MPI_REQUEST_NULL;
@@ -314,6 +314,25 @@ zero_status mpi_op_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_op *
     return ZERO_OK;
 }
 
+static int wants_fingerprint(const zero_comm *c, const coll_args *a)
+{
+    return c->fingerprint && c->size > 1 && a->kind != ZERO_OP_SEND && a->kind != ZERO_OP_RECV;
+}
+
+zero_status mpi_op_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_op *op)
+{
+    /* The record goes first: a peer whose data fails (truncated) finds it. */
+    mpi_fp *fp = NULL;
+    if (wants_fingerprint(c, a)) ZERO_TRY(mpi_fp_start(c, mc, a, &fp));
+    zero_status st = data_start(c, mc, a, op);
+    if (st != ZERO_OK) {
+        mpi_fp_abandon(fp);
+        return st;
+    }
+    op->fp = fp;
+    return ZERO_OK;
+}
+
 static zero_status mpi_finish(zero_comm *c, mpi_op *op, const MPI_Status *stat)
 {
     if (op->kind == ZERO_OP_RECV) {
@@ -337,7 +356,7 @@ static zero_status mpi_finish(zero_comm *c, mpi_op *op, const MPI_Status *stat)
     return ZERO_OK;
 }
 
-zero_status mpi_op_test(zero_comm *c, mpi_op *op, int *done)
+static zero_status data_test(zero_comm *c, mpi_op *op, int *done)
 {
     if (op->sched) {
         zero_status st = mpi_sched_test(c, op->sched, done);
@@ -359,8 +378,47 @@ zero_status mpi_op_test(zero_comm *c, mpi_op *op, int *done)
     return flag ? mpi_finish(c, op, &stat) : ZERO_OK;
 }
 
+zero_status mpi_op_test(zero_comm *c, mpi_op *op, int *done)
+{
+    *done = 0;
+    if (op->fp) {
+        int arrived = 0;
+        ZERO_TRY(mpi_fp_test(c, op->fp, &arrived));
+    }
+    if (!op->data_done) {
+        int d = 0;
+        zero_status st = data_test(c, op, &d);
+        if (st != ZERO_OK) return op->fp ? mpi_fp_explain(c, op->fp, st) : st;
+        op->data_done = d;
+    }
+    if (!op->data_done) return ZERO_OK;
+    if (op->fp) {
+        /* Done only once the peers' records agree: the data may have
+         * arrived from a rank that called another op of the same size. */
+        int arrived = 0;
+        ZERO_TRY(mpi_fp_test(c, op->fp, &arrived));
+        if (!arrived) return ZERO_OK;
+        mpi_fp_free(op->fp);
+        op->fp = NULL;
+    }
+    *done = 1;
+    return ZERO_OK;
+}
+
+int mpi_op_missing(const zero_comm *c, const mpi_op *op, unsigned char *missing)
+{
+    if (op->fp) mpi_fp_missing(c, op->fp, missing);
+    if (op->sched) mpi_sched_missing(op->sched, missing);
+    if (op->kind == ZERO_OP_RECV) return 0; /* its message names the peer already */
+    for (int r = 0; r < c->size; r++)
+        if (missing[r]) return 1;
+    return 0;
+}
+
 void mpi_op_abandon(mpi_op *op)
 {
+    mpi_fp_abandon(op->fp);
+    op->fp = NULL;
     if (op->sched) {
         mpi_sched_abandon(op->sched);
         op->sched = NULL;
@@ -580,6 +638,18 @@ static void be_abandon(zero_comm *c, zero_request *req)
     req->impl = NULL;
 }
 
+static void be_failed(zero_comm *c)
+{
+    mpi_impl *m = c->impl;
+    if (m) mpi_fp_poison(c, m->comm);
+}
+
+static int be_missing(zero_comm *c, zero_request *req, unsigned char *missing)
+{
+    mpi_req *r = req->impl;
+    return r ? mpi_op_missing(c, &r->op, missing) : 0;
+}
+
 static zero_status be_split(zero_comm *parent, int color, int key, zero_comm *child)
 {
     mpi_impl *pm = parent->impl;
@@ -615,6 +685,8 @@ const coll_backend coll_backend_mpi = {
     .abandon = be_abandon,
     .split = be_split,
     .destroy = be_destroy,
+    .failed = be_failed,
+    .missing = be_missing,
 };
 
 #endif /* ZERO_HAVE_MPI */

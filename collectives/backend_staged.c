@@ -221,7 +221,7 @@ static void be_abandon(zero_comm *c, zero_request *req)
     (void)c;
     staged_req *r = req->impl;
     if (!r) return;
-    int pending = r->op.req != MPI_REQUEST_NULL;
+    int pending = r->op.req != MPI_REQUEST_NULL || r->op.sched; /* MPI may still read the host copy */
     mpi_op_abandon(&r->op);
     if (pending)
         coll_graveyard_add(r->host, free_pinned);
@@ -245,6 +245,18 @@ static zero_status be_split(zero_comm *parent, int color, int key, zero_comm *ch
     return ZERO_OK;
 }
 
+static void be_failed(zero_comm *c)
+{
+    staged_impl *m = c->impl;
+    if (m) mpi_fp_poison(c, m->comm);
+}
+
+static int be_missing(zero_comm *c, zero_request *req, unsigned char *missing)
+{
+    staged_req *r = req->impl;
+    return r ? mpi_op_missing(c, &r->op, missing) : 0;
+}
+
 static void be_destroy(zero_comm *c)
 {
     staged_impl *m = c->impl;
@@ -265,6 +277,8 @@ const coll_backend coll_backend_staged = {
     .abandon = be_abandon,
     .split = be_split,
     .destroy = be_destroy,
+    .failed = be_failed,
+    .missing = be_missing,
 };
 
 /* The NCCL backend picks its device the same way. */

@@ -32,19 +32,17 @@ void coll_describe(const coll_args *a, char *buf, size_t len)
         snprintf(buf, len, "%s of %zu x %s", coll_op_name(a->kind), a->count, zero_dtype_name(a->dtype));
 }
 
-void coll_format_ranks(const zero_comm *c, int skip, char *buf, size_t len)
+void coll_format_subset(const zero_comm *c, const unsigned char *in, char *buf, size_t len)
 {
-    /* World ranks of a split group are increasing in most layouts but not
-     * always (keys may reorder); ranges are only merged where consecutive. */
     size_t used = 0;
     buf[0] = '\0';
     for (int i = 0; i < c->size && used + 1 < len;) {
-        if (i == skip) {
+        if (!in[i]) {
             i++;
             continue;
         }
         int j = i;
-        while (j + 1 < c->size && j + 1 != skip && c->world_ranks[j + 1] == c->world_ranks[j] + 1) j++;
+        while (j + 1 < c->size && in[j + 1] && c->world_ranks[j + 1] == c->world_ranks[j] + 1) j++;
         int w = (j > i)
                     ? snprintf(buf + used, len - used, "%s%d-%d", used ? "," : "", c->world_ranks[i],
                                c->world_ranks[j])
@@ -56,6 +54,28 @@ void coll_format_ranks(const zero_comm *c, int skip, char *buf, size_t len)
     if (used >= len && len > 4) strcpy(buf + len - 4, "...");
 }
 
+void coll_format_ranks(const zero_comm *c, int skip, char *buf, size_t len)
+{
+    /* World ranks of a split group are increasing in most layouts but not
+     * always (keys may reorder); ranges are only merged where consecutive. */
+    unsigned char *in = malloc((size_t)c->size);
+    if (!in) {
+        snprintf(buf, len, "(%d ranks)", c->size);
+        return;
+    }
+    memset(in, 1, (size_t)c->size);
+    if (skip >= 0 && skip < c->size) in[skip] = 0;
+    coll_format_subset(c, in, buf, len);
+    free(in);
+}
+
+void coll_comm_mark_failed(zero_comm *c, zero_status status)
+{
+    if (c->failed != ZERO_OK) return;
+    c->failed = status;
+    if (c->be && c->be->failed) c->be->failed(c);
+}
+
 zero_status coll_comm_fail(zero_comm *c, zero_status status, const char *fmt, ...)
 {
     char msg[ZERO_ERRMSG_MAX];
@@ -63,8 +83,9 @@ zero_status coll_comm_fail(zero_comm *c, zero_status status, const char *fmt, ..
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (c->failed == ZERO_OK) c->failed = status;
-    return zero_fail(&c->err, status, "%s", msg);
+    zero_status st = zero_fail(&c->err, status, "%s", msg);
+    coll_comm_mark_failed(c, status); /* after the message: the peers are told it */
+    return st;
 }
 
 zero_status coll_comm_check(const zero_comm *c, const char *fn)
@@ -113,6 +134,19 @@ static void comm_free(zero_comm *c)
 
 /* ---------------------------------------------------------------- world */
 
+uint32_t coll_hash(const void *p, size_t len, uint32_t h)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < len; i++) h = (h ^ b[i]) * 16777619u;
+    return h;
+}
+
+int coll_fingerprint_default(void)
+{
+    const char *v = getenv("ZERO_COLL_FINGERPRINT");
+    return v && *v && strcmp(v, "0") != 0;
+}
+
 static const coll_backend *backend_for(zero_backend b)
 {
     switch (b) {
@@ -154,7 +188,9 @@ zero_status zero_comm_init_world(zero_comm **out, const zero_comm_config *config
                              "zero_comm_init_world: config has size %zu version %u; initialise it with "
                              "ZERO_COMM_CONFIG_INIT (size %zu version %u)",
                              config->size, config->version, sizeof cfg, ZERO_COMM_CONFIG_VERSION);
-        cfg = *config;
+        /* A config from before the field existed keeps its default. */
+        memcpy(&cfg, config, config->size < sizeof cfg ? config->size : sizeof cfg);
+        cfg.size = sizeof cfg;
     }
     if (!(cfg.timeout_s > 0))
         return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_init_world: timeout_s must be > 0, got %g",
@@ -188,6 +224,7 @@ zero_status zero_comm_init_world(zero_comm **out, const zero_comm_config *config
 #endif
     c->backend = b;
     c->be = backend_for(b);
+    c->fingerprint = cfg.fingerprint < 0 ? coll_fingerprint_default() : cfg.fingerprint != 0;
     zero_status st = ZERO_OK;
     if (!c->be) {
         st = zero_fail(&c->err, ZERO_UNSUPPORTED,
@@ -239,6 +276,7 @@ zero_status zero_comm_split(zero_comm *parent, int color, int key, zero_comm **o
     if (!c) return zero_fail(&parent->err, ZERO_OUT_OF_MEMORY, "split of group %s: out of memory", parent->name);
     c->backend = parent->backend;
     c->be = parent->be;
+    c->fingerprint = parent->fingerprint;
     zero_status st = parent->be->split(parent, color, key, c);
     if (st != ZERO_OK) {
         zero_fail_forward(&parent->err, st, "");
@@ -285,7 +323,11 @@ void zero_comm_destroy(zero_comm *comm)
          * like a failure so the backend leaves shared state alone. */
         zero_log(ZERO_LOG_WARN, "zero_comm_destroy: group %s rank %d destroyed with %d outstanding requests",
                  comm->name, comm->rank, comm->outstanding);
-        if (comm->failed == ZERO_OK) comm->failed = ZERO_INVALID_STATE;
+        if (comm->failed == ZERO_OK) {
+            snprintf(comm->err.msg, sizeof comm->err.msg, "group %s rank %d was destroyed with %d requests outstanding",
+                     comm->name, comm->rank, comm->outstanding);
+            coll_comm_mark_failed(comm, ZERO_INVALID_STATE);
+        }
         while (comm->pending) {
             zero_request *req = comm->pending;
             comm->pending = req->next;
@@ -327,6 +369,14 @@ zero_status zero_comm_set_name(zero_comm *comm, const char *name)
         return zero_fail(&comm->err, ZERO_INVALID_ARGUMENT,
                          "zero_comm_set_name: name must be 1..%d characters", COLL_NAME_MAX - 1);
     snprintf(comm->name, sizeof comm->name, "%s", name);
+    return ZERO_OK;
+}
+
+zero_status zero_comm_set_label(zero_comm *comm, const char *label)
+{
+    ZERO_TRY(coll_comm_check(comm, "zero_comm_set_label"));
+    snprintf(comm->label, sizeof comm->label, "%s", label ? label : "");
+    comm->label_hash = label && *label ? coll_hash(label, strlen(label), 2166136261u) : 0;
     return ZERO_OK;
 }
 

@@ -82,6 +82,12 @@ typedef struct coll_backend {
     zero_status (*split)(zero_comm *parent, int color, int key, zero_comm *child);
     /* Free c->impl. When c->failed, must not block on peers. */
     void (*destroy)(zero_comm *c);
+    /* Optional. The comm just failed on this rank: tell the peers (without
+     * blocking) so they stop waiting for it. */
+    void (*failed)(zero_comm *c);
+    /* Optional. Mark missing[r] = 1 for every group rank r whose part of the
+     * op has not arrived; returns 0 when the backend cannot tell. */
+    int (*missing)(zero_comm *c, zero_request *req, unsigned char *missing);
 } coll_backend;
 
 struct zero_comm {
@@ -98,6 +104,9 @@ struct zero_comm {
     zero_request *pending;  /* those requests (asynchronous ones), abandoned by destroy */
     uint32_t coll_seq;      /* collectives issued so far: tags point-to-point schedules */
     coll_scratch scratch;   /* reusable temporary memory of the backend's ops */
+    int fingerprint;        /* check every collective's fingerprint across the group (fingerprint.c) */
+    char label[32];         /* zero_comm_set_label (shortened): shown in mismatch messages */
+    uint32_t label_hash;    /* of the whole label (0: none): what the fingerprints compare */
     int owns_mpi;           /* holds a reference on MPI's lifetime (mpi_env_release) */
     zero_errbuf err;
     zero_comm_counters counters;
@@ -138,6 +147,15 @@ static inline int coll_comm_live(const zero_comm *c) { return c && c->magic == Z
 
 /* Mark the comm unusable (first error wins) and record the message. */
 zero_status coll_comm_fail(zero_comm *c, zero_status status, const char *fmt, ...) ZERO_PRINTF(3, 4);
+/* Mark the comm unusable with `status` (first error wins; the message is
+ * already recorded) and let the backend tell the peers. */
+void coll_comm_mark_failed(zero_comm *c, zero_status status);
+/* FNV-1a, continuing from h (start with 2166136261u). */
+uint32_t coll_hash(const void *p, size_t len, uint32_t h);
+/* ZERO_COLL_FINGERPRINT set and not "0": fingerprints on by default. */
+int coll_fingerprint_default(void);
+/* "1,4-5": the world ranks of the members r with in[r] != 0. */
+void coll_format_subset(const zero_comm *c, const unsigned char *in, char *buf, size_t len);
 
 /* ------------------------------------------------------------ deadline.c */
 
@@ -180,6 +198,23 @@ void mpi_env_release(void);
 zero_status mpi_status_from(zero_comm *c, int mpi_err, const char *what);
 
 typedef struct mpi_sched mpi_sched; /* mpi_sched.c */
+typedef struct mpi_fp mpi_fp;       /* fingerprint.c */
+
+/* Fingerprints (fingerprint.c). */
+/* Post this op's record to every peer and the receives of theirs. */
+zero_status mpi_fp_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_fp **out);
+/* *arrived = 1 once every peer's record is in; ZERO_MISMATCH when one
+ * differs, ZERO_PEER_FAILURE when a peer announced it gave up the comm. */
+zero_status mpi_fp_test(zero_comm *c, mpi_fp *f, int *arrived);
+/* The op's data failed with `st`: wait briefly for the records, which say
+ * better what differs; returns their verdict, else st. */
+zero_status mpi_fp_explain(zero_comm *c, mpi_fp *f, zero_status st);
+/* missing[r] = 1 for each group rank r whose record has not arrived. */
+void mpi_fp_missing(const zero_comm *c, const mpi_fp *f, unsigned char *missing);
+void mpi_fp_free(mpi_fp *f);
+void mpi_fp_abandon(mpi_fp *f);
+/* The comm failed here: send the peers a "broken" record instead of the next fingerprint. */
+void mpi_fp_poison(zero_comm *c, MPI_Comm mc);
 
 typedef struct mpi_op {
     MPI_Request req;
@@ -192,11 +227,16 @@ typedef struct mpi_op {
     zero_dtype dtype;
     zero_op_kind kind;
     int convert;       /* copy_src is fp32 to round into copy_dst's 16-bit */
+    int data_done;     /* the transfer is complete and copied out */
+    mpi_fp *fp;        /* the fingerprint exchange, when the comm checks them */
 } mpi_op;
 
 zero_status mpi_op_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_op *op);
 zero_status mpi_op_test(zero_comm *c, mpi_op *op, int *done);
 void mpi_op_abandon(mpi_op *op);
+/* backend.missing for ops run by mpi_op. */
+int mpi_op_missing(const zero_comm *c, const mpi_op *op, unsigned char *missing);
+int mpi_sched_missing(const mpi_sched *s, unsigned char *missing);
 
 /* Point-to-point schedules (mpi_sched.c) for reduce-scatter, all-gather and
  * large all-reduces; mpi_sched_wanted says whether `a` runs as one

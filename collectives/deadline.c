@@ -75,23 +75,33 @@ zero_status coll_wait_request(zero_request *req)
         return ZERO_OK;
     }
     if (st == ZERO_TIMEOUT) {
-        char what[96], ranks[160];
+        char what[96], ranks[224];
         coll_describe(&req->args, what, sizeof what);
         int p2p = req->args.kind == ZERO_OP_SEND || req->args.kind == ZERO_OP_RECV;
         if (p2p)
             snprintf(ranks, sizeof ranks, "peer rank %d (world %d)", req->args.peer,
                      c->world_ranks[req->args.peer]);
         else {
+            /* Name the ranks whose part did not arrive when the backend can
+             * tell (schedules, fingerprints); else the whole group. */
             char list[128];
-            coll_format_ranks(c, -1, list, sizeof list);
-            snprintf(ranks, sizeof ranks, "ranks %s", list);
+            unsigned char *missing = calloc((size_t)c->size, 1);
+            if (missing && c->be->missing && c->be->missing(c, req, missing)) {
+                coll_format_subset(c, missing, list, sizeof list);
+                snprintf(ranks, sizeof ranks, "ranks %s (world ranks whose messages did not arrive)", list);
+            } else {
+                coll_format_ranks(c, -1, list, sizeof list);
+                snprintf(ranks, sizeof ranks, "ranks %s (the whole group: this op cannot tell which is late)",
+                         list);
+            }
+            free(missing);
         }
         coll_comm_fail(c, ZERO_TIMEOUT,
                        "%s on group %s(size %d) rank %d (world %d): timed out after %.1f s waiting for %s",
                        what, c->name, c->size, c->rank, c->world_ranks[c->rank], c->timeout_s, ranks);
-    } else if (c->failed == ZERO_OK) {
+    } else {
         /* The backend recorded its message; make the failure stick. */
-        c->failed = st;
+        coll_comm_mark_failed(c, st);
     }
     c->be->abandon(c, req);
     req->done = 1;

@@ -397,6 +397,20 @@ zero_status mpi_sched_test(zero_comm *c, mpi_sched *s, int *done)
     return ZERO_OK;
 }
 
+int mpi_sched_missing(const mpi_sched *s, unsigned char *missing)
+{
+    int any = 0;
+    for (int k = 0; k < s->nreq; k++) {
+        if (s->expect[k] < 0 || s->reqs[k] == MPI_REQUEST_NULL) continue;
+        int flag = 0;
+        /* Testall leaves every request as it was until all are done: ask
+         * each without freeing it. */
+        MPI_Request_get_status(s->reqs[k], &flag, MPI_STATUS_IGNORE);
+        if (!flag) missing[s->peer[k]] = any = 1;
+    }
+    return any;
+}
+
 void mpi_sched_abandon(mpi_sched *s)
 {
     if (!s) return;

@@ -164,9 +164,8 @@ static zero_status issue(zero_comm *c, coll_args *a, const char *fn, zero_reques
     }
     zero_status st = c->be->start(c, req);
     if (st != ZERO_OK) {
-        if (c->failed == ZERO_OK && st != ZERO_INVALID_ARGUMENT && st != ZERO_UNSUPPORTED &&
-            st != ZERO_OUT_OF_MEMORY)
-            c->failed = st;
+        if (st != ZERO_INVALID_ARGUMENT && st != ZERO_UNSUPPORTED && st != ZERO_OUT_OF_MEMORY)
+            coll_comm_mark_failed(c, st);
         return st;
     }
     return ZERO_OK;
@@ -322,7 +321,7 @@ zero_status zero_test(zero_request *req, int *done)
         int d = 0;
         zero_status st = c->be->test(c, req, &d);
         if (st != ZERO_OK) {
-            if (c->failed == ZERO_OK) c->failed = st;
+            coll_comm_mark_failed(c, st);
             c->be->abandon(c, req);
             req->done = 1;
             req->status = st;

@@ -50,8 +50,12 @@ static zero_status issue_gather(zero_engine *e, zero_module *m, int async, const
             send = elem_ptr(e, recv, b->chunk * (uint64_t)e->rank);
             ZERO_TRY(poff_fetch(e, b, (void *)send, what));
         }
+        /* The label goes into the collective's fingerprint: ranks gathering
+         * same-sized modules in different orders then fail by name. */
+        zero_comm_set_label(e->dp, m->name);
         zero_status st = async ? zero_allgather_async(e->dp, send, recv, b->chunk, e->cfg.compute_dtype, &m->reqs[i])
                                : zero_allgather(e->dp, send, recv, b->chunk, e->cfg.compute_dtype);
+        zero_comm_set_label(e->dp, NULL);
         if (st != ZERO_OK) {
             if (async) m->reqs[i] = NULL;
             return engine_comm_failed(e, st, what);

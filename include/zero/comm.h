@@ -39,7 +39,17 @@
  * (or dtype or op kind) fails with ZERO_MISMATCH naming the peer and both
  * sizes wherever the transport can see it (the MPI backend's point-to-point
  * schedules: reduce-scatter, all-gather, all-reduce at 2 ranks or from
- * 32 KiB), never OK with wrong data.
+ * 32 KiB), never OK with wrong data. With fingerprints on (config
+ * .fingerprint or ZERO_COLL_FINGERPRINT=1; MPI and STAGED backends), every
+ * collective also exchanges a small record - op, count, dtype, reduction op
+ * or root, group, sequence number on the comm, label - beside its data, so
+ * any disagreement (a skipped or extra op, another count or dtype, modules
+ * gathered in another order) fails with ZERO_MISMATCH naming both calls:
+ * "rank 1 (world 1): allgather of 64 x f32 as op #17 ('b'); rank 0
+ * (world 0): allgather of 32 x f32 as op #17 ('a')". A rank whose comm
+ * failed also tells its peers, whose next collective on the comm then fails
+ * at once with ZERO_PEER_FAILURE naming it (without fingerprints, it times
+ * out). NCCL comms do not check fingerprints.
  *
  * Thread safety: a comm may be used by one thread at a time; different comms
  * from different threads when MPI provides MPI_THREAD_MULTIPLE (libzero asks
@@ -91,11 +101,16 @@ typedef struct zero_comm_config {
     zero_backend backend;
     int device;             /* CUDA device ordinal for NCCL/STAGED; -1 = pick by local rank */
     double timeout_s;       /* deadline of every blocking op and wait; > 0 */
+    /* Check every collective's fingerprint across the group (see "Ranks that
+     * disagree" above): 1 on, 0 off, -1 (the default) on when the environment
+     * variable ZERO_COLL_FINGERPRINT is set and not "0". Every rank must
+     * choose the same; splits inherit it. MPI and STAGED backends. */
+    int fingerprint;
 } zero_comm_config;
 
 #define ZERO_COMM_CONFIG_VERSION 1u
 #define ZERO_COMM_CONFIG_INIT \
-    { sizeof(zero_comm_config), ZERO_COMM_CONFIG_VERSION, ZERO_BACKEND_AUTO, -1, 60.0 }
+    { sizeof(zero_comm_config), ZERO_COMM_CONFIG_VERSION, ZERO_BACKEND_AUTO, -1, 60.0, -1 }
 
 /* The world group. Calls MPI_Init_thread only if MPI is not yet initialized,
  * and in that case MPI_Finalize runs when the last comm descending from such
@@ -143,6 +158,12 @@ ZERO_API int zero_comm_world_rank_of(const zero_comm *comm, int rank);
  * "tp", "dp", "pp", or what zero_comm_set_name gave it (1..63 characters). */
 ZERO_API const char *zero_comm_name(const zero_comm *comm);
 ZERO_API zero_status zero_comm_set_name(zero_comm *comm, const char *name);
+/* Label the collectives issued on this comm from now on (until changed;
+ * NULL or "" clears it; up to 31 characters are kept). With fingerprints on,
+ * ranks whose labels differ for the same op get ZERO_MISMATCH, and mismatch
+ * messages show the labels: the engine labels each stage-3 gather with its
+ * module's name, so modules gathered in different orders are caught. */
+ZERO_API zero_status zero_comm_set_label(zero_comm *comm, const char *label);
 
 /* -------------------------------------------------------------- grid */
 

@@ -10,7 +10,22 @@
  *   test_coll_harden destroy   (np 1-2) double destroy of a comm and of an
  *                              engine is a no-op; a destroyed comm's ops,
  *                              accessors and outstanding requests, and an
- *                              engine whose comm was destroyed, fail by name */
+ *                              engine whose comm was destroyed, fail by name
+ *   test_coll_harden fingerprint (np 2) with fingerprints on, ranks calling
+ *                              different collectives (count, dtype, kind,
+ *                              root, label, a skipped op) get ZERO_MISMATCH
+ *                              naming both calls; a late rank that completed
+ *                              an op its peer gave up fails its next one at
+ *                              once with ZERO_PEER_FAILURE naming the peer
+ *   test_coll_harden engine_order (np 2) stage 3, same-sized modules gathered
+ *                              in swapped order: ZERO_MISMATCH naming both
+ *   test_coll_harden missing   (np 3) rank 2 skips an all-gather (schedule,
+ *                              fingerprints off) and a broadcast (libnbc,
+ *                              fingerprints on): the timeout names rank 2
+ *                              only
+ * The counts and missing modes set fingerprints off explicitly, so they test
+ * the transport's own checks; the rest of the test suite runs with them on
+ * (ZERO_COLL_FINGERPRINT=1 in tests/meson.build). */
 #include <zero/comm.h>
 #include <zero/engine.h>
 
@@ -37,6 +52,151 @@ static zero_comm *fresh(zero_comm *world, double timeout_s)
     return c;
 }
 
+/* ---------------------------------------------------------------- fingerprint */
+
+static void expect_in(const char *m, const char *needle)
+{
+    CHECK_MSG(strstr(m, needle) != NULL, "message lacks \"%s\": %s", needle, m);
+}
+
+/* One diverging call per case, each on its own comm (a mismatch fails it). */
+static void test_fingerprint(zero_comm *world)
+{
+    int r = zero_comm_rank(world);
+    float a[256] = {0}, b[512] = {0};
+    int32_t ia[64] = {0};
+    for (int i = 0; i < 7; i++) {
+        zero_comm *c = fresh(world, 5.0);
+        CHECK_OK(zero_allreduce(c, a, b, 4, ZERO_F32, ZERO_SUM)); /* op #0 agrees */
+        double t0 = now();
+        zero_status st = ZERO_OK;
+        const char *mine = "", *theirs = "";
+        switch (i) {
+        case 0: /* the example: 64 vs 32 elements */
+            st = zero_allgather(c, a, b, r ? 64 : 32, ZERO_F32);
+            mine = r ? "rank 1 (world 1): allgather of 64 x f32 as op #1" : "rank 0 (world 0): allgather of 32 x f32 as op #1";
+            theirs = r ? "rank 0 (world 0): allgather of 32 x f32 as op #1" : "rank 1 (world 1): allgather of 64 x f32 as op #1";
+            break;
+        case 1: /* two same-size modules gathered in swapped order */
+            CHECK_OK(zero_comm_set_label(c, r ? "module b" : "module a"));
+            st = zero_allgather(c, a, b, 16, ZERO_F32);
+            mine = r ? "as op #1 ('module b')" : "as op #1 ('module a')";
+            theirs = r ? "as op #1 ('module a')" : "as op #1 ('module b')";
+            break;
+        case 2: /* same bytes, another dtype: the data alone would look fine */
+            st = r ? zero_allreduce(c, ia, ia, 16, ZERO_I32, ZERO_SUM) : zero_allreduce(c, a, b, 16, ZERO_F32, ZERO_SUM);
+            mine = r ? "allreduce of 16 x i32" : "allreduce of 16 x f32";
+            theirs = r ? "allreduce of 16 x f32" : "allreduce of 16 x i32";
+            break;
+        case 3: /* another op kind */
+            st = r ? zero_reduce_scatter(c, a, b, 8, ZERO_F32, ZERO_SUM) : zero_allgather(c, a, b, 8, ZERO_F32);
+            mine = r ? "reduce_scatter of 8 x f32" : "allgather of 8 x f32";
+            theirs = r ? "allgather of 8 x f32" : "reduce_scatter of 8 x f32";
+            break;
+        case 4: /* another root */
+            st = zero_broadcast(c, a, a, 8, ZERO_F32, r);
+            mine = r ? "from root 1" : "from root 0";
+            theirs = r ? "from root 0" : "from root 1";
+            break;
+        case 5: /* rank 0 runs a barrier rank 1 skips */
+            if (r == 0) st = zero_barrier(c);
+            else st = zero_allreduce(c, a, b, 4, ZERO_F32, ZERO_SUM);
+            mine = r ? "allreduce of 4 x f32 (sum) as op #1" : "barrier as op #1";
+            theirs = r ? "barrier as op #1" : "allreduce of 4 x f32 (sum) as op #1";
+            break;
+        case 6: /* another reduction */
+            st = zero_allreduce(c, a, b, 4, ZERO_F32, r ? ZERO_MAX : ZERO_SUM);
+            mine = r ? "(max)" : "(sum)";
+            theirs = r ? "(sum)" : "(max)";
+            break;
+        }
+        const char *m = zero_comm_last_error(c);
+        CHECK_MSG(st == ZERO_MISMATCH, "case %d returned %s: %s", i, zero_status_name(st), m);
+        expect_in(m, "called different collectives");
+        expect_in(m, mine);
+        expect_in(m, theirs);
+        expect_in(m, zero_comm_name(c));
+        CHECK_MSG(now() - t0 < 2.0, "case %d: noticed after %.2f s", i, now() - t0);
+        if (r == 0) fprintf(stderr, "[rank 0] expected failure: %s\n", m);
+        zero_comm_destroy(c);
+    }
+
+    /* A late rank: rank 0 gives up an all-reduce that rank 1 joins after
+     * the deadline, and completes; rank 1's next collective must fail at
+     * once, naming rank 0, instead of waiting its own deadline. */
+    zero_comm *c = fresh(world, SHORT_S);
+    if (r == 0) {
+        CHECK(zero_allreduce(c, a, b, 4, ZERO_F32, ZERO_SUM) == ZERO_TIMEOUT);
+        CHECK(zero_barrier(c) == ZERO_INVALID_STATE);
+    } else {
+        usleep((useconds_t)(SHORT_S * 1.6e6));
+        zero_status st = zero_allreduce(c, a, b, 4, ZERO_F32, ZERO_SUM);
+        CHECK_MSG(st == ZERO_OK || st == ZERO_PEER_FAILURE, "late allreduce: %s", zero_status_name(st));
+        double t0 = now();
+        st = st == ZERO_OK ? zero_barrier(c) : st;
+        const char *m = zero_comm_last_error(c);
+        CHECK_MSG(st == ZERO_PEER_FAILURE, "the late rank's next op returned %s: %s", zero_status_name(st), m);
+        expect_in(m, "rank 0 (world 0) gave up this group earlier");
+        expect_in(m, "timed out");
+        CHECK_MSG(now() - t0 < SHORT_S * 0.8, "the late rank's next op failed after %.2f s", now() - t0);
+        fprintf(stderr, "[rank 1] expected failure: %s\n", m);
+    }
+    CHECK_OK(zero_barrier(world));
+    zero_comm_destroy(c);
+}
+
+/* Stage 3, two modules of the same size gathered in swapped order on the
+ * two ranks: every all-gather matches in size, only the engine's label
+ * (the module's name) tells them apart. */
+static void test_engine_order(zero_comm *world)
+{
+    int r = zero_comm_rank(world);
+    zero_comm *dp = fresh(world, 5.0);
+    zero_device *dev = NULL;
+    CHECK_OK(zero_device_open(&dev, ZERO_DEVICE_CPU, 0));
+    zero_config cfg = ZERO_CONFIG_INIT;
+    cfg.stage = 3;
+    cfg.stage3_param_persistence_threshold = 16; /* both params are sharded */
+    zero_engine *e = NULL;
+    CHECK_OK(zero_engine_create(&e, &cfg, dp, dev));
+    int ma = -1, mb = -1;
+    int64_t shape[1] = {256};
+    CHECK_OK(zero_engine_add_module(e, "encoder.a", &ma));
+    CHECK_OK(zero_engine_add_module(e, "encoder.b", &mb));
+    CHECK_OK(zero_engine_add_param(e, ma, "a.w", 1, shape, NULL, NULL));
+    CHECK_OK(zero_engine_add_param(e, mb, "b.w", 1, shape, NULL, NULL));
+    CHECK_OK(zero_engine_finalize(e));
+    zero_status st = zero_engine_gather(e, r == 0 ? ma : mb);
+    const char *m = zero_engine_last_error(e);
+    CHECK_MSG(st == ZERO_MISMATCH, "swapped gathers returned %s: %s", zero_status_name(st), m);
+    expect_in(m, "('encoder.a')");
+    expect_in(m, "('encoder.b')");
+    fprintf(stderr, "[rank %d] expected failure: %s\n", r, m);
+    zero_engine_destroy(e);
+    zero_device_close(dev);
+    zero_comm_destroy(dp);
+}
+
+/* ---------------------------------------------------------------- missing */
+
+/* fp 0: an all-gather (a schedule: its pending receives tell); fp 1: a
+ * broadcast (libnbc cannot tell; the fingerprints that did not come can). */
+static void test_missing(zero_comm *world, int fp)
+{
+    int r = zero_comm_rank(world);
+    float a[64] = {0}, b[256] = {0};
+    zero_comm *c = fresh(world, SHORT_S);
+    if (r != 2) {
+        zero_status st = fp ? zero_broadcast(c, a, a, 16, ZERO_F32, 0) : zero_allgather(c, a, b, 16, ZERO_F32);
+        const char *m = zero_comm_last_error(c);
+        CHECK_MSG(st == ZERO_TIMEOUT, "%s returned %s", fp ? "broadcast" : "allgather", zero_status_name(st));
+        expect_in(m, "waiting for ranks 2 (world ranks whose messages did not arrive)");
+        fprintf(stderr, "[rank %d] expected failure: %s\n", r, m);
+    }
+    CHECK_OK(zero_barrier(world));
+    zero_comm_destroy(c);
+}
+
 /* ---------------------------------------------------------------- counts */
 
 static void expect_mismatch(zero_status st, zero_comm *c, const char *op, size_t mine, size_t theirs)
@@ -49,7 +209,8 @@ static void expect_mismatch(zero_status st, zero_comm *c, const char *op, size_t
     char who[64];
     snprintf(who, sizeof who, "rank %d (world %d)", peer, peer);
     CHECK_MSG(strstr(m, who) != NULL, "message does not name %s: %s", who, m);
-    CHECK_MSG(strstr(m, "different counts") != NULL, "message does not say why: %s", m);
+    CHECK_MSG(strstr(m, "different counts") != NULL || strstr(m, "different collectives") != NULL,
+              "message does not say why: %s", m);
     fprintf(stderr, "[rank %d] expected failure: %s\n", zero_comm_rank(c), m);
 }
 
@@ -210,20 +371,31 @@ int main(int argc, char **argv)
     zero_comm *world = NULL;
     zero_comm_config cfg = ZERO_COMM_CONFIG_INIT;
     cfg.timeout_s = 30;
+    /* counts and missing test the transport's own checks */
+    if (!strcmp(mode, "counts") || !strcmp(mode, "missing")) cfg.fingerprint = 0;
+    if (!strcmp(mode, "fingerprint") || !strcmp(mode, "missing_fp") || !strcmp(mode, "engine_order"))
+        cfg.fingerprint = 1;
     if (zero_comm_init_world(&world, &cfg) != ZERO_OK) {
         fprintf(stderr, "init_world: %s\n", zero_last_error());
         return 1;
     }
     check_set_rank(zero_comm_rank(world));
     int n = zero_comm_size(world);
-    if (strcmp(mode, "destroy") && n != 2) {
+    int want = !strncmp(mode, "missing", 7) ? 3 : 2;
+    if (strcmp(mode, "destroy") && n != want) {
         zero_comm_destroy(world);
-        CHECK_SKIP("%s needs 2 ranks", mode);
+        CHECK_SKIP("%s needs %d ranks", mode, want);
     }
     if (!strcmp(mode, "counts"))
         test_counts(world);
     else if (!strcmp(mode, "late"))
         test_late(world);
+    else if (!strcmp(mode, "fingerprint"))
+        test_fingerprint(world);
+    else if (!strcmp(mode, "engine_order"))
+        test_engine_order(world);
+    else if (!strncmp(mode, "missing", 7))
+        test_missing(world, !strcmp(mode, "missing_fp"));
     else
         test_destroy(world);
     zero_comm_destroy(world);

@@ -1,0 +1,231 @@
+/* Collective fingerprints: ranks that call different collectives find out.
+ *
+ * With fingerprints on (zero_comm_config.fingerprint, or ZERO_COLL_FINGERPRINT=1),
+ * every collective on an MPI-based comm first sends a 288-byte record of
+ * itself - op kind, count, dtype, reduction op or root, the group, its
+ * sequence number on the comm and the caller's label - to every peer, and
+ * completes only once the peers' records arrived and agree. They travel on
+ * their own tag beside the op's data (no extra round trip), are posted before
+ * the data, and match in order per peer, so record k from a peer is its k-th
+ * collective on the comm: a rank that skipped or added a collective, passed
+ * another count, or gathered modules in another order (the label) gets
+ * ZERO_MISMATCH naming both calls.
+ *
+ * When a comm fails on a rank (timeout, mismatch, destroy with requests
+ * outstanding), that rank sends a "broken" record instead of the next
+ * fingerprint: a late peer that still completed the failed op fails its next
+ * collective at once with ZERO_PEER_FAILURE naming the rank and its reason,
+ * instead of waiting a deadline for records that will never come. */
+#include "comm_internal.h"
+
+#if ZERO_HAVE_MPI
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FP_TAG 32002        /* above the schedules' tags (1..32000) and user messages (0) */
+#define FP_BROKEN 0xffffu   /* kind of a record announcing that its sender gave up the comm */
+#define FP_LABEL 32
+#define FP_TEXT 200
+
+typedef struct coll_fp {
+    uint32_t kind, dtype, op, seq;
+    uint64_t count;
+    int32_t root;
+    uint32_t group;         /* hash of the members' world ranks */
+    uint32_t label_hash;
+    uint32_t world_rank;    /* the sender's */
+    char label[FP_LABEL];
+    char text[FP_TEXT];     /* FP_BROKEN: why the sender gave up */
+} coll_fp;
+
+struct mpi_fp {
+    int n, nrecv, arrived;
+    MPI_Request *reqs; /* nrecv receives (from peer[i]), then the sends */
+    int *peer;
+    coll_fp *theirs;   /* by receive index */
+    coll_fp mine;
+};
+
+static uint32_t group_hash(const zero_comm *c)
+{
+    return coll_hash(c->world_ranks, (size_t)c->size * sizeof(int), 2166136261u);
+}
+
+static void fill(const zero_comm *c, const coll_args *a, coll_fp *f)
+{
+    memset(f, 0, sizeof *f);
+    f->kind = (uint32_t)a->kind;
+    f->dtype = a->kind == ZERO_OP_BARRIER ? 0 : (uint32_t)a->dtype;
+    f->op = (a->kind == ZERO_OP_ALLREDUCE || a->kind == ZERO_OP_REDUCE_SCATTER) ? (uint32_t)a->op : 0;
+    f->root = a->kind == ZERO_OP_BROADCAST ? a->root : -1;
+    f->count = a->kind == ZERO_OP_BARRIER ? 0 : (uint64_t)a->count;
+    f->seq = a->seq;
+    f->group = group_hash(c);
+    f->world_rank = (uint32_t)c->world_ranks[c->rank];
+    snprintf(f->label, sizeof f->label, "%s", c->label);
+    f->label_hash = c->label_hash;
+}
+
+/* "allgather of 64 x f32 as op #17 ('decoder.3')" */
+static void describe(const coll_fp *f, char *buf, size_t len)
+{
+    coll_args a = {.kind = (zero_op_kind)f->kind, .count = (size_t)f->count, .dtype = (zero_dtype)f->dtype};
+    char what[96], extra[80] = "";
+    coll_describe(&a, what, sizeof what);
+    if (f->root >= 0) snprintf(extra, sizeof extra, " from root %d", f->root);
+    else if (f->kind == ZERO_OP_ALLREDUCE || f->kind == ZERO_OP_REDUCE_SCATTER)
+        snprintf(extra, sizeof extra, " (%s)", f->op == ZERO_MAX ? "max" : "sum");
+    snprintf(buf, len, "%s%s as op #%u%s%s%s", what, extra, f->seq, f->label[0] ? " ('" : "", f->label,
+             f->label[0] ? "')" : "");
+}
+
+static int same(const coll_fp *a, const coll_fp *b)
+{
+    return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->count == b->count &&
+           a->root == b->root && a->seq == b->seq && a->group == b->group && a->label_hash == b->label_hash;
+}
+
+zero_status mpi_fp_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_fp **out)
+{
+    *out = NULL;
+    int n = c->size, peers = n - 1;
+    mpi_fp *f = calloc(1, sizeof *f + (size_t)peers * (2 * sizeof(MPI_Request) + sizeof(int) + sizeof(coll_fp)));
+    if (!f) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "%s: out of memory", coll_op_name(a->kind));
+    f->theirs = (coll_fp *)(f + 1);
+    f->reqs = (MPI_Request *)(f->theirs + peers);
+    f->peer = (int *)(f->reqs + 2 * peers);
+    f->n = n;
+    fill(c, a, &f->mine);
+    int rc = MPI_SUCCESS, k = 0;
+    for (int p = 0; p < n && rc == MPI_SUCCESS; p++) {
+        if (p == c->rank) continue;
+        f->peer[k] = p;
+        rc = MPI_Irecv(&f->theirs[k], (int)sizeof(coll_fp), MPI_BYTE, p, FP_TAG, mc, &f->reqs[k]);
+        k++;
+    }
+    f->nrecv = k;
+    for (int i = 1; i < n && rc == MPI_SUCCESS; i++) {
+        int p = (c->rank + i) % n;
+        rc = MPI_Isend(&f->mine, (int)sizeof(coll_fp), MPI_BYTE, p, FP_TAG, mc, &f->reqs[k++]);
+    }
+    if (rc != MPI_SUCCESS) {
+        for (int i = k; i < 2 * peers; i++) f->reqs[i] = MPI_REQUEST_NULL;
+        mpi_fp_abandon(f);
+        return mpi_status_from(c, rc, "fingerprint");
+    }
+    *out = f;
+    return ZERO_OK;
+}
+
+/* A peer's record says it gave up the comm, or differs from ours. */
+static zero_status compare(zero_comm *c, mpi_fp *f)
+{
+    char mine[200], theirs[200];
+    for (int i = 0; i < f->nrecv; i++) {
+        const coll_fp *t = &f->theirs[i];
+        int p = f->peer[i];
+        if (t->kind == FP_BROKEN) {
+            describe(&f->mine, mine, sizeof mine);
+            return coll_comm_fail(c, ZERO_PEER_FAILURE,
+                                  "%s on group %s(size %d) rank %d (world %d): rank %d (world %d) gave up this "
+                                  "group earlier (%.*s); it takes no part in later ops",
+                                  mine, c->name, c->size, c->rank, c->world_ranks[c->rank], p, c->world_ranks[p],
+                                  FP_TEXT, t->text);
+        }
+        if (same(&f->mine, t)) continue;
+        describe(&f->mine, mine, sizeof mine);
+        describe(t, theirs, sizeof theirs);
+        const char *why = t->group != f->mine.group ? " (the ranks disagree on the group's members)" : "";
+        return coll_comm_fail(c, ZERO_MISMATCH,
+                              "collective on group %s(size %d): the ranks called different collectives: rank %d "
+                              "(world %d): %s; rank %d (world %d): %s%s",
+                              c->name, c->size, c->rank, c->world_ranks[c->rank], mine, p, c->world_ranks[p], theirs,
+                              why);
+    }
+    return ZERO_OK;
+}
+
+zero_status mpi_fp_test(zero_comm *c, mpi_fp *f, int *arrived)
+{
+    *arrived = f->arrived;
+    if (f->arrived) return ZERO_OK;
+    int flag = 0;
+    int rc = MPI_Testall(f->nrecv, f->reqs, &flag, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_status_from(c, rc, "fingerprint");
+    if (!flag) return ZERO_OK;
+    f->arrived = *arrived = 1;
+    return compare(c, f);
+}
+
+typedef struct fp_wait {
+    zero_comm *c;
+    mpi_fp *f;
+    zero_status st;
+} fp_wait;
+
+static zero_status poll_fp(void *ctx, int *done)
+{
+    fp_wait *w = ctx;
+    w->st = mpi_fp_test(w->c, w->f, done);
+    if (w->st != ZERO_OK) *done = 1;
+    return ZERO_OK;
+}
+
+zero_status mpi_fp_explain(zero_comm *c, mpi_fp *f, zero_status st)
+{
+    /* The data failed (a truncated message, say); the peers' records were
+     * posted before their data, so they are here or about to be. */
+    if (f->arrived) return st;
+    fp_wait w = {c, f, ZERO_OK};
+    (void)coll_poll(poll_fp, &w, 0.2);
+    return w.st != ZERO_OK ? w.st : st;
+}
+
+void mpi_fp_missing(const zero_comm *c, const mpi_fp *f, unsigned char *missing)
+{
+    (void)c;
+    if (f->arrived) return;
+    for (int i = 0; i < f->nrecv; i++) {
+        int flag = 1;
+        if (f->reqs[i] != MPI_REQUEST_NULL) MPI_Request_get_status(f->reqs[i], &flag, MPI_STATUS_IGNORE);
+        if (!flag) missing[f->peer[i]] = 1;
+    }
+}
+
+void mpi_fp_free(mpi_fp *f) { free(f); }
+
+void mpi_fp_abandon(mpi_fp *f)
+{
+    if (!f) return;
+    int left = mpi_cancel_receives(f->reqs, f->nrecv);
+    int sending = 0;
+    for (int i = f->nrecv; i < 2 * (f->n - 1); i++) sending |= f->reqs[i] != MPI_REQUEST_NULL;
+    if (left || sending)
+        coll_graveyard_add(f, free); /* MPI may still read mine or write theirs */
+    else
+        free(f);
+}
+
+void mpi_fp_poison(zero_comm *c, MPI_Comm mc)
+{
+    if (!c->fingerprint || c->size < 2 || mc == MPI_COMM_NULL) return;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    coll_fp *f = calloc(1, sizeof *f);
+    if (!f) return;
+    f->kind = FP_BROKEN;
+    f->world_rank = (uint32_t)c->world_ranks[c->rank];
+    snprintf(f->text, sizeof f->text, "%.*s", FP_TEXT - 1, c->err.msg[0] ? c->err.msg : zero_status_name(c->failed));
+    for (int p = 0; p < c->size; p++) {
+        if (p == c->rank) continue;
+        MPI_Request req = MPI_REQUEST_NULL;
+        /* Small, so it leaves at once; nobody waits for it. */
+        if (MPI_Isend(f, (int)sizeof *f, MPI_BYTE, p, FP_TAG, mc, &req) == MPI_SUCCESS) MPI_Request_free(&req);
+    }
+    coll_graveyard_add(f, free);
+}
+
+#endif /* ZERO_HAVE_MPI */
