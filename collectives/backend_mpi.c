@@ -321,16 +321,58 @@ static int wants_fingerprint(const zero_comm *c, const coll_args *a)
 
 zero_status mpi_op_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_op *op)
 {
-    /* The record goes first: a peer whose data fails (truncated) finds it. */
-    mpi_fp *fp = NULL;
-    if (wants_fingerprint(c, a)) ZERO_TRY(mpi_fp_start(c, mc, a, &fp));
-    zero_status st = data_start(c, mc, a, op);
-    if (st != ZERO_OK) {
-        mpi_fp_abandon(fp);
-        return st;
-    }
-    op->fp = fp;
+    if (!wants_fingerprint(c, a)) return data_start(c, mc, a, op);
+    /* Fingerprints first, data once they agree: no byte moves between ranks
+     * that called different ops. (Open MPI 4.1's shared-memory single-copy
+     * path writes a longer message past the end of the receive buffer before
+     * reporting the truncation, so even a detected count mismatch would
+     * corrupt memory if the data went out at once.) */
+    memset(op, 0, sizeof *op);
+    op->req = MPI_REQUEST_NULL;
+    op->kind = a->kind;
+    op->dtype = a->dtype;
+    ZERO_TRY(mpi_fp_start(c, mc, a, &op->fp));
+    op->gated = 1;
+    op->ticket = c->gate_issued++;
+    op->args = *a;
+    op->mc = mc;
     return ZERO_OK;
+}
+
+/* Start the data of a gated op: data_start fills the whole op, so the
+ * fingerprint's state is carried over. */
+static zero_status start_gated(zero_comm *c, mpi_op *op)
+{
+    MPI_Comm mc = op->mc;
+    mpi_fp *fp = op->fp;
+    coll_args a = op->args;
+    uint32_t ticket = op->ticket;
+    zero_status st = data_start(c, mc, &a, op);
+    op->mc = mc;
+    op->fp = fp;
+    op->args = a;
+    op->ticket = ticket;
+    op->gated = 0;
+    op->watch = 1;
+    c->gate_next++;
+    return st;
+}
+
+/* Gated ops start their data in the order they were issued, the same on
+ * every rank (MPI's own collectives match by order). */
+static int my_turn(const zero_comm *c, const mpi_op *op) { return op->ticket == c->gate_next; }
+
+/* Start a gated op's data if the peers' records arrived and agree (errors
+ * are left for the op's own test to report). */
+void mpi_op_advance(zero_comm *c, mpi_op *op)
+{
+    if (!op->gated || op->failed_start || !my_turn(c, op)) return;
+    int arrived = 0;
+    if (mpi_fp_peek(op->fp, &arrived) != ZERO_OK || !arrived) return;
+    /* compare without recording: a mismatch is reported by the op's test */
+    if (!mpi_fp_agrees(op->fp)) return;
+    zero_status st = start_gated(c, op);
+    if (st != ZERO_OK) op->failed_start = st;
 }
 
 static zero_status mpi_finish(zero_comm *c, mpi_op *op, const MPI_Status *stat)
@@ -381,28 +423,21 @@ static zero_status data_test(zero_comm *c, mpi_op *op, int *done)
 zero_status mpi_op_test(zero_comm *c, mpi_op *op, int *done)
 {
     *done = 0;
+    if (op->failed_start) return op->failed_start;
     if (op->fp) {
-        int arrived = 0;
-        ZERO_TRY(mpi_fp_test(c, op->fp, &arrived));
-    }
-    if (!op->data_done) {
-        int d = 0;
-        zero_status st = data_test(c, op, &d);
-        if (st != ZERO_OK) return op->fp ? mpi_fp_explain(c, op->fp, st) : st;
-        op->data_done = d;
-    }
-    if (!op->data_done) return ZERO_OK;
-    if (op->fp) {
-        /* Done only once the peers' records agree: the data may have
-         * arrived from a rank that called another op of the same size. */
         int arrived = 0;
         ZERO_TRY(mpi_fp_test(c, op->fp, &arrived));
         if (!arrived) return ZERO_OK;
-        mpi_fp_free(op->fp);
+        mpi_fp_free(op->fp); /* they agree */
         op->fp = NULL;
     }
-    *done = 1;
-    return ZERO_OK;
+    if (op->gated) {
+        if (!my_turn(c, op)) return ZERO_OK; /* an earlier op's records are still out */
+        ZERO_TRY(start_gated(c, op));
+    }
+    if (op->watch) ZERO_TRY(mpi_fp_check_broken(c, op->mc, &op->args));
+    zero_status st = data_test(c, op, done);
+    return st;
 }
 
 int mpi_op_missing(const zero_comm *c, const mpi_op *op, unsigned char *missing)
@@ -419,6 +454,7 @@ void mpi_op_abandon(mpi_op *op)
 {
     mpi_fp_abandon(op->fp);
     op->fp = NULL;
+    if (op->gated) return; /* no data was posted */
     if (op->sched) {
         mpi_sched_abandon(op->sched);
         op->sched = NULL;
@@ -650,6 +686,12 @@ static int be_missing(zero_comm *c, zero_request *req, unsigned char *missing)
     return r ? mpi_op_missing(c, &r->op, missing) : 0;
 }
 
+static void be_advance(zero_comm *c, zero_request *req)
+{
+    mpi_req *r = req->impl;
+    if (r) mpi_op_advance(c, &r->op);
+}
+
 static zero_status be_split(zero_comm *parent, int color, int key, zero_comm *child)
 {
     mpi_impl *pm = parent->impl;
@@ -687,6 +729,7 @@ const coll_backend coll_backend_mpi = {
     .destroy = be_destroy,
     .failed = be_failed,
     .missing = be_missing,
+    .advance = be_advance,
 };
 
 #endif /* ZERO_HAVE_MPI */

@@ -257,6 +257,12 @@ static int be_missing(zero_comm *c, zero_request *req, unsigned char *missing)
     return r ? mpi_op_missing(c, &r->op, missing) : 0;
 }
 
+static void be_advance(zero_comm *c, zero_request *req)
+{
+    staged_req *r = req->impl;
+    if (r) mpi_op_advance(c, &r->op);
+}
+
 static void be_destroy(zero_comm *c)
 {
     staged_impl *m = c->impl;
@@ -279,6 +285,7 @@ const coll_backend coll_backend_staged = {
     .destroy = be_destroy,
     .failed = be_failed,
     .missing = be_missing,
+    .advance = be_advance,
 };
 
 /* The NCCL backend picks its device the same way. */

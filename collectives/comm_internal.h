@@ -88,6 +88,10 @@ typedef struct coll_backend {
     /* Optional. Mark missing[r] = 1 for every group rank r whose part of the
      * op has not arrived; returns 0 when the backend cannot tell. */
     int (*missing)(zero_comm *c, zero_request *req, unsigned char *missing);
+    /* Optional. Move an outstanding request along without reporting
+     * anything (fingerprinted ops start their data here once the records
+     * agree): called for the comm's other requests while one is polled. */
+    void (*advance)(zero_comm *c, zero_request *req);
 } coll_backend;
 
 struct zero_comm {
@@ -107,6 +111,8 @@ struct zero_comm {
     int fingerprint;        /* check every collective's fingerprint across the group (fingerprint.c) */
     char label[32];         /* zero_comm_set_label (shortened): shown in mismatch messages */
     uint32_t label_hash;    /* of the whole label (0: none): what the fingerprints compare */
+    uint32_t gate_issued;   /* fingerprinted ops issued, and the next of them that may start */
+    uint32_t gate_next;     /* its data: MPI's collectives must start in the same order everywhere */
     int owns_mpi;           /* holds a reference on MPI's lifetime (mpi_env_release) */
     zero_errbuf err;
     zero_comm_counters counters;
@@ -169,6 +175,8 @@ double coll_now(void);
 /* Wait for one request until the comm's deadline; on expiry record the
  * timeout message, fail the comm and abandon the request. Does not free req. */
 zero_status coll_wait_request(zero_request *req);
+/* backend.advance on the comm's outstanding requests other than `except`. */
+void coll_advance_others(zero_comm *c, const zero_request *except);
 
 /* Memory a transport may still write after we gave up on it: kept reachable
  * until MPI is finalized (then freed), so leak checkers stay quiet. */
@@ -206,13 +214,17 @@ zero_status mpi_fp_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_fp *
 /* *arrived = 1 once every peer's record is in; ZERO_MISMATCH when one
  * differs, ZERO_PEER_FAILURE when a peer announced it gave up the comm. */
 zero_status mpi_fp_test(zero_comm *c, mpi_fp *f, int *arrived);
-/* The op's data failed with `st`: wait briefly for the records, which say
- * better what differs; returns their verdict, else st. */
-zero_status mpi_fp_explain(zero_comm *c, mpi_fp *f, zero_status st);
+/* Like mpi_fp_test without recording anything: *arrived, and then whether
+ * the records agree. */
+zero_status mpi_fp_peek(mpi_fp *f, int *arrived);
+int mpi_fp_agrees(const mpi_fp *f);
 /* missing[r] = 1 for each group rank r whose record has not arrived. */
 void mpi_fp_missing(const zero_comm *c, const mpi_fp *f, unsigned char *missing);
 void mpi_fp_free(mpi_fp *f);
 void mpi_fp_abandon(mpi_fp *f);
+/* ZERO_PEER_FAILURE when a peer's next record is a "broken" notice: it gave
+ * up the comm and will not do its part of the op `a` in flight. */
+zero_status mpi_fp_check_broken(zero_comm *c, MPI_Comm mc, const coll_args *a);
 /* The comm failed here: send the peers a "broken" record instead of the next fingerprint. */
 void mpi_fp_poison(zero_comm *c, MPI_Comm mc);
 
@@ -227,13 +239,19 @@ typedef struct mpi_op {
     zero_dtype dtype;
     zero_op_kind kind;
     int convert;       /* copy_src is fp32 to round into copy_dst's 16-bit */
-    int data_done;     /* the transfer is complete and copied out */
     mpi_fp *fp;        /* the fingerprint exchange, when the comm checks them */
+    int gated;         /* the data waits for the fingerprints to agree: */
+    coll_args args;    /*   what to start then, */
+    MPI_Comm mc;       /*   and where */
+    zero_status failed_start; /* starting it in mpi_op_advance failed */
+    uint32_t ticket;   /* its place among the comm's gated ops (gate_issued) */
+    int watch;         /* fingerprinted: watch for peers' "broken" notices while the data runs */
 } mpi_op;
 
 zero_status mpi_op_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_op *op);
 zero_status mpi_op_test(zero_comm *c, mpi_op *op, int *done);
 void mpi_op_abandon(mpi_op *op);
+void mpi_op_advance(zero_comm *c, mpi_op *op);
 /* backend.missing for ops run by mpi_op. */
 int mpi_op_missing(const zero_comm *c, const mpi_op *op, unsigned char *missing);
 int mpi_sched_missing(const mpi_sched *s, unsigned char *missing);

@@ -57,10 +57,24 @@ zero_status coll_poll(coll_test_fn fn, void *ctx, double timeout_s)
     }
 }
 
+/* The comm's other outstanding requests are moved along too (fingerprinted
+ * ops start their data once the records agree), so asynchronous ops keep
+ * overlapping while the caller waits for an earlier one. */
+void coll_advance_others(zero_comm *c, const zero_request *except)
+{
+    if (!c->be->advance || !c->pending) return;
+    /* oldest first (the list is newest first): they start in issue order */
+    zero_request *o = c->pending;
+    while (o->next) o = o->next;
+    for (; o; o = o->prev)
+        if (o != except && !o->done) c->be->advance(c, o);
+}
+
 static zero_status request_test(void *ctx, int *done)
 {
     zero_request *req = ctx;
     zero_comm *c = req->comm;
+    coll_advance_others(c, req);
     return c->be->test(c, req, done);
 }
 

@@ -4,9 +4,10 @@
  * every collective on an MPI-based comm first sends a 288-byte record of
  * itself - op kind, count, dtype, reduction op or root, the group, its
  * sequence number on the comm and the caller's label - to every peer, and
- * completes only once the peers' records arrived and agree. They travel on
- * their own tag beside the op's data (no extra round trip), are posted before
- * the data, and match in order per peer, so record k from a peer is its k-th
+ * starts its data only once the peers' records arrived and agree (so no byte
+ * moves between ranks that called different ops: one extra message latency
+ * per op). Records travel on their own tag and match in order per peer, so
+ * record k from a peer is its k-th
  * collective on the comm: a rank that skipped or added a collective, passed
  * another count, or gathered modules in another order (the label) gets
  * ZERO_MISMATCH naming both calls.
@@ -20,6 +21,7 @@
 
 #if ZERO_HAVE_MPI
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,8 +39,14 @@ typedef struct coll_fp {
     uint32_t label_hash;
     uint32_t world_rank;    /* the sender's */
     char label[FP_LABEL];
-    char text[FP_TEXT];     /* FP_BROKEN: why the sender gave up */
+    char text[FP_TEXT];     /* FP_BROKEN only: why the sender gave up */
 } coll_fp;
+
+/* An op's record stops before the text; a broken notice is the whole struct,
+ * so the two are told apart by size before receiving (mpi_fp_check_broken).
+ * Receives take the whole struct: either fits. */
+#define FP_RECORD ((int)offsetof(coll_fp, text))
+#define FP_NOTICE ((int)sizeof(coll_fp))
 
 struct mpi_fp {
     int n, nrecv, arrived;
@@ -102,13 +110,13 @@ zero_status mpi_fp_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_fp *
     for (int p = 0; p < n && rc == MPI_SUCCESS; p++) {
         if (p == c->rank) continue;
         f->peer[k] = p;
-        rc = MPI_Irecv(&f->theirs[k], (int)sizeof(coll_fp), MPI_BYTE, p, FP_TAG, mc, &f->reqs[k]);
+        rc = MPI_Irecv(&f->theirs[k], FP_NOTICE, MPI_BYTE, p, FP_TAG, mc, &f->reqs[k]);
         k++;
     }
     f->nrecv = k;
     for (int i = 1; i < n && rc == MPI_SUCCESS; i++) {
         int p = (c->rank + i) % n;
-        rc = MPI_Isend(&f->mine, (int)sizeof(coll_fp), MPI_BYTE, p, FP_TAG, mc, &f->reqs[k++]);
+        rc = MPI_Isend(&f->mine, FP_RECORD, MPI_BYTE, p, FP_TAG, mc, &f->reqs[k++]);
     }
     if (rc != MPI_SUCCESS) {
         for (int i = k; i < 2 * peers; i++) f->reqs[i] = MPI_REQUEST_NULL;
@@ -117,6 +125,15 @@ zero_status mpi_fp_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_fp *
     }
     *out = f;
     return ZERO_OK;
+}
+
+static zero_status peer_gave_up(zero_comm *c, const char *what, int p, const coll_fp *t)
+{
+    return coll_comm_fail(c, ZERO_PEER_FAILURE,
+                          "%s on group %s(size %d) rank %d (world %d): rank %d (world %d) gave up this group earlier "
+                          "(%.*s); it takes no part in later ops",
+                          what, c->name, c->size, c->rank, c->world_ranks[c->rank], p, c->world_ranks[p], FP_TEXT,
+                          t->text);
 }
 
 /* A peer's record says it gave up the comm, or differs from ours. */
@@ -128,11 +145,7 @@ static zero_status compare(zero_comm *c, mpi_fp *f)
         int p = f->peer[i];
         if (t->kind == FP_BROKEN) {
             describe(&f->mine, mine, sizeof mine);
-            return coll_comm_fail(c, ZERO_PEER_FAILURE,
-                                  "%s on group %s(size %d) rank %d (world %d): rank %d (world %d) gave up this "
-                                  "group earlier (%.*s); it takes no part in later ops",
-                                  mine, c->name, c->size, c->rank, c->world_ranks[c->rank], p, c->world_ranks[p],
-                                  FP_TEXT, t->text);
+            return peer_gave_up(c, mine, p, t);
         }
         if (same(&f->mine, t)) continue;
         describe(&f->mine, mine, sizeof mine);
@@ -149,38 +162,34 @@ static zero_status compare(zero_comm *c, mpi_fp *f)
 
 zero_status mpi_fp_test(zero_comm *c, mpi_fp *f, int *arrived)
 {
-    *arrived = f->arrived;
-    if (f->arrived) return ZERO_OK;
-    int flag = 0;
-    int rc = MPI_Testall(f->nrecv, f->reqs, &flag, MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS) return mpi_status_from(c, rc, "fingerprint");
-    if (!flag) return ZERO_OK;
-    f->arrived = *arrived = 1;
+    *arrived = 0;
+    if (!f->arrived) {
+        int flag = 0;
+        int rc = MPI_Testall(f->nrecv, f->reqs, &flag, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_status_from(c, rc, "fingerprint");
+        if (!flag) return ZERO_OK;
+        f->arrived = 1;
+    }
+    *arrived = 1;
     return compare(c, f);
 }
 
-typedef struct fp_wait {
-    zero_comm *c;
-    mpi_fp *f;
-    zero_status st;
-} fp_wait;
-
-static zero_status poll_fp(void *ctx, int *done)
+zero_status mpi_fp_peek(mpi_fp *f, int *arrived)
 {
-    fp_wait *w = ctx;
-    w->st = mpi_fp_test(w->c, w->f, done);
-    if (w->st != ZERO_OK) *done = 1;
+    if (!f->arrived) {
+        int flag = 0;
+        if (MPI_Testall(f->nrecv, f->reqs, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS) return ZERO_BACKEND;
+        f->arrived = flag;
+    }
+    *arrived = f->arrived;
     return ZERO_OK;
 }
 
-zero_status mpi_fp_explain(zero_comm *c, mpi_fp *f, zero_status st)
+int mpi_fp_agrees(const mpi_fp *f)
 {
-    /* The data failed (a truncated message, say); the peers' records were
-     * posted before their data, so they are here or about to be. */
-    if (f->arrived) return st;
-    fp_wait w = {c, f, ZERO_OK};
-    (void)coll_poll(poll_fp, &w, 0.2);
-    return w.st != ZERO_OK ? w.st : st;
+    for (int i = 0; i < f->nrecv; i++)
+        if (f->theirs[i].kind == FP_BROKEN || !same(&f->mine, &f->theirs[i])) return 0;
+    return 1;
 }
 
 void mpi_fp_missing(const zero_comm *c, const mpi_fp *f, unsigned char *missing)
@@ -208,6 +217,31 @@ void mpi_fp_abandon(mpi_fp *f)
         free(f);
 }
 
+zero_status mpi_fp_check_broken(zero_comm *c, MPI_Comm mc, const coll_args *a)
+{
+    /* The next record from each peer, if one is already here: a notice
+     * (told by its size) means that peer will not do its part of this op.
+     * A normal record belongs to the peer's next op and stays queued. */
+    for (int p = 0; p < c->size; p++) {
+        if (p == c->rank) continue;
+        int flag = 0, bytes = 0;
+        MPI_Message msg = MPI_MESSAGE_NULL;
+        MPI_Status st;
+        if (MPI_Iprobe(p, FP_TAG, mc, &flag, &st) != MPI_SUCCESS || !flag) continue;
+        MPI_Get_count(&st, MPI_BYTE, &bytes);
+        if (bytes != FP_NOTICE) continue;
+        coll_fp t;
+        memset(&t, 0, sizeof t);
+        /* matched probe: receives exactly the notice just seen (it is here) */
+        if (MPI_Improbe(p, FP_TAG, mc, &flag, &msg, &st) == MPI_SUCCESS && flag)
+            MPI_Mrecv(&t, FP_NOTICE, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+        char what[96];
+        coll_describe(a, what, sizeof what);
+        return peer_gave_up(c, what, p, &t);
+    }
+    return ZERO_OK;
+}
+
 void mpi_fp_poison(zero_comm *c, MPI_Comm mc)
 {
     if (!c->fingerprint || c->size < 2 || mc == MPI_COMM_NULL) return;
@@ -223,7 +257,7 @@ void mpi_fp_poison(zero_comm *c, MPI_Comm mc)
         if (p == c->rank) continue;
         MPI_Request req = MPI_REQUEST_NULL;
         /* Small, so it leaves at once; nobody waits for it. */
-        if (MPI_Isend(f, (int)sizeof *f, MPI_BYTE, p, FP_TAG, mc, &req) == MPI_SUCCESS) MPI_Request_free(&req);
+        if (MPI_Isend(f, FP_NOTICE, MPI_BYTE, p, FP_TAG, mc, &req) == MPI_SUCCESS) MPI_Request_free(&req);
     }
     coll_graveyard_add(f, free);
 }

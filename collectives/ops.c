@@ -162,6 +162,7 @@ static zero_status issue(zero_comm *c, coll_args *a, const char *fn, zero_reques
         req->done = 1;
         return ZERO_OK;
     }
+    coll_advance_others(c, NULL);
     zero_status st = c->be->start(c, req);
     if (st != ZERO_OK) {
         if (st != ZERO_INVALID_ARGUMENT && st != ZERO_UNSUPPORTED && st != ZERO_OUT_OF_MEMORY)
@@ -317,6 +318,7 @@ zero_status zero_test(zero_request *req, int *done)
         *done = 1;
         return detached(req, "zero_test");
     }
+    coll_advance_others(c, req);
     if (!req->done) {
         int d = 0;
         zero_status st = c->be->test(c, req, &d);

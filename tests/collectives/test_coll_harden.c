@@ -65,7 +65,8 @@ static void test_fingerprint(zero_comm *world)
     int r = zero_comm_rank(world);
     float a[256] = {0}, b[512] = {0};
     int32_t ia[64] = {0};
-    for (int i = 0; i < 7; i++) {
+    float *big = calloc(200016, sizeof *big);
+    for (int i = 0; i < 8; i++) {
         zero_comm *c = fresh(world, 5.0);
         CHECK_OK(zero_allreduce(c, a, b, 4, ZERO_F32, ZERO_SUM)); /* op #0 agrees */
         double t0 = now();
@@ -109,6 +110,11 @@ static void test_fingerprint(zero_comm *world)
             mine = r ? "(max)" : "(sum)";
             theirs = r ? "(sum)" : "(max)";
             break;
+        case 7: /* large: caught before any data moves (see test_counts) */
+            st = zero_allreduce(c, big, big + 100008, r ? 100008 : 100000, ZERO_F32, ZERO_SUM);
+            mine = r ? "allreduce of 100008 x f32" : "allreduce of 100000 x f32";
+            theirs = r ? "allreduce of 100000 x f32" : "allreduce of 100008 x f32";
+            break;
         }
         const char *m = zero_comm_last_error(c);
         CHECK_MSG(st == ZERO_MISMATCH, "case %d returned %s: %s", i, zero_status_name(st), m);
@@ -120,6 +126,7 @@ static void test_fingerprint(zero_comm *world)
         if (r == 0) fprintf(stderr, "[rank 0] expected failure: %s\n", m);
         zero_comm_destroy(c);
     }
+    free(big);
 
     /* A late rank: rank 0 gives up an all-reduce that rank 1 joins after
      * the deadline, and completes; rank 1's next collective must fail at
@@ -130,15 +137,17 @@ static void test_fingerprint(zero_comm *world)
         CHECK(zero_barrier(c) == ZERO_INVALID_STATE);
     } else {
         usleep((useconds_t)(SHORT_S * 1.6e6));
+        double t0 = now();
+        /* the notice is here before the data that will never come: this op
+         * fails already (OK would be possible if rank 0's data had left) */
         zero_status st = zero_allreduce(c, a, b, 4, ZERO_F32, ZERO_SUM);
         CHECK_MSG(st == ZERO_OK || st == ZERO_PEER_FAILURE, "late allreduce: %s", zero_status_name(st));
-        double t0 = now();
         st = st == ZERO_OK ? zero_barrier(c) : st;
         const char *m = zero_comm_last_error(c);
         CHECK_MSG(st == ZERO_PEER_FAILURE, "the late rank's next op returned %s: %s", zero_status_name(st), m);
         expect_in(m, "rank 0 (world 0) gave up this group earlier");
         expect_in(m, "timed out");
-        CHECK_MSG(now() - t0 < SHORT_S * 0.8, "the late rank's next op failed after %.2f s", now() - t0);
+        CHECK_MSG(now() - t0 < SHORT_S * 0.8, "the late rank failed after %.2f s, not at once", now() - t0);
         fprintf(stderr, "[rank 1] expected failure: %s\n", m);
     }
     CHECK_OK(zero_barrier(world));
@@ -218,14 +227,19 @@ static void test_counts(zero_comm *world)
 {
     int r = zero_comm_rank(world);
     float *a = calloc(1 << 20, sizeof *a), *b = calloc(1 << 21, sizeof *b);
-    /* issue #10 B14: count 8 on one rank and 16 on the other returned OK */
-    size_t small = r == 0 ? 8 : 16, large = r == 0 ? 100000 : 100008;
+    /* issue #10 B14: count 8 on one rank and 16 on the other returned OK.
+     * Only eager-sized messages here: with larger ones Open MPI 4.1's
+     * single-copy (CMA) path writes the longer message past the receive
+     * buffer before it reports the truncation (seen under ASan: 16 bytes
+     * past a 200000-byte receive); with fingerprints on no data moves
+     * between disagreeing ranks (test_fingerprint, case 7). */
+    size_t small = r == 0 ? 8 : 16;
     struct {
         const char *op;
         size_t mine, theirs;
     } cases[] = {
         {"allreduce", small, small ^ 8 ^ 16},
-        {"allreduce", large, large ^ 100000 ^ 100008},
+        {"allreduce", small * 8, (small ^ 8 ^ 16) * 8},
         {"allgather", small, small ^ 8 ^ 16},
         {"reduce_scatter", small, small ^ 8 ^ 16},
     };
