@@ -46,10 +46,12 @@
  * any disagreement (a skipped or extra op, another count or dtype, modules
  * gathered in another order) fails with ZERO_MISMATCH naming both calls:
  * "rank 1 (world 1): allgather of 64 x f32 as op #17 ('b'); rank 0
- * (world 0): allgather of 32 x f32 as op #17 ('a')". A rank whose comm
- * failed also tells its peers, whose next collective on the comm then fails
- * at once with ZERO_PEER_FAILURE naming it (without fingerprints, it times
- * out). NCCL comms do not check fingerprints.
+ * (world 0): allgather of 32 x f32 as op #17 ('a')"; the op's data moves
+ * only once the records agree. A rank whose comm failed also tells its
+ * peers: a late peer's op in flight (or its next one) fails at once with
+ * ZERO_PEER_FAILURE naming it. Without fingerprints a late rank may return
+ * OK from an op its peers gave up, and times out on its next one. NCCL comms
+ * do not check fingerprints.
  *
  * Thread safety: a comm may be used by one thread at a time; different comms
  * from different threads when MPI provides MPI_THREAD_MULTIPLE (libzero asks
