@@ -67,6 +67,70 @@ static int allreduce_step(run *r, double *loss, double *cpu, int *sig, double *m
     return 0;
 }
 
+/* This process's resident set now and at its peak, bytes (0 if unknown). */
+static void process_rss(double *now, double *peak)
+{
+    *now = *peak = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long kib;
+        if (sscanf(line, "VmRSS: %llu kB", &kib) == 1) *now = (double)kib * 1024.0;
+        if (sscanf(line, "VmHWM: %llu kB", &kib) == 1) *peak = (double)kib * 1024.0;
+    }
+    fclose(f);
+}
+
+/* This rank's TRAIN_RANK_FIELDS numbers now (NVMe counters since finalize). */
+static void local_rank_fields(run *r, double *mine)
+{
+    memset(mine, 0, TRAIN_RANK_FIELDS * sizeof *mine);
+    zero_memory_report mem;
+    if (zero_engine_memory_report(r->engine, &mem) == ZERO_OK) {
+        for (int k = 0; k < ZERO_MEM_CATEGORY_COUNT; k++) mine[TRF_PARAMS + k] = (double)mem.bytes[k];
+        mine[TRF_TOTAL] = (double)mem.total;
+        mine[TRF_PEAK_TOTAL] = (double)mem.peak_total;
+    }
+    zero_offload_report o;
+    if (zero_engine_offload_report(r->engine, &o) == ZERO_OK) {
+        mine[TRF_OPT_NVME_READ] = (double)o.nvme_read;
+        mine[TRF_OPT_NVME_WRITTEN] = (double)o.nvme_written;
+        mine[TRF_OPT_HOST] = (double)o.host_bytes;
+        mine[TRF_OPT_NVME_BYTES] = (double)o.nvme_bytes;
+    }
+    zero_param_offload_report po;
+    if (zero_engine_param_offload_report(r->engine, &po) == ZERO_OK) {
+        mine[TRF_PARAM_NVME_READ] = (double)po.nvme_read;
+        mine[TRF_PARAM_NVME_WRITTEN] = (double)po.nvme_written;
+        mine[TRF_PARAM_HOST] = (double)po.host_bytes;
+        mine[TRF_PARAM_NVME_BYTES] = (double)po.nvme_bytes;
+    }
+    process_rss(&mine[TRF_RSS], &mine[TRF_RSS_PEAK]);
+}
+
+/* Every rank's TRAIN_RANK_FIELDS numbers, gathered for rank 0's metrics line
+ * (collective; only when a metrics file is configured, on every rank alike),
+ * NVMe counters counted from `base` (taken when the loop started, so they
+ * exclude finalize's initial writes and a resume's reads). Returns NULL (and
+ * the line has no "ranks") if the gather fails. */
+static double *gather_rank_fields(run *r, const double *base)
+{
+    double mine[TRAIN_RANK_FIELDS];
+    local_rank_fields(r, mine);
+    static const int counters[] = {TRF_OPT_NVME_READ, TRF_OPT_NVME_WRITTEN, TRF_PARAM_NVME_READ, TRF_PARAM_NVME_WRITTEN};
+    for (size_t k = 0; k < sizeof counters / sizeof *counters; k++) mine[counters[k]] -= base[counters[k]];
+    double *all = malloc((size_t)r->world * sizeof mine);
+    if (!all) return NULL;
+    if (r->world == 1) {
+        memcpy(all, mine, sizeof mine);
+    } else if (zero_allgather(r->host_comm, mine, all, TRAIN_RANK_FIELDS, ZERO_F64) != ZERO_OK) {
+        free(all);
+        return NULL;
+    }
+    return all;
+}
+
 int train_loop(run *r)
 {
     const train_config *c = &r->cfg;
@@ -79,6 +143,8 @@ int train_loop(run *r)
     int64_t start_step = r->step;
     uint64_t start_tokens = r->tokens;
     int rc = 0;
+    double nvme_base[TRAIN_RANK_FIELDS];
+    if (c->metrics_file) local_rank_fields(r, nvme_base);
     while (r->step < c->steps) {
         double t0 = train_now_s(), c0 = cpu_s();
         double lr = train_sched_lr(&c->sched, c->lr, r->step);
@@ -129,13 +195,16 @@ int train_loop(run *r)
         }
         loss /= r->world; /* every tp/pp rank of a dp replica holds the same loss: the mean over dp */
         double dt = train_now_s() - t0;
+        double *fields = c->metrics_file ? gather_rank_fields(r, nvme_base) : NULL;
         if (isnan(first_loss)) first_loss = loss;
         last_loss = loss;
         if (r->rank == 0) {
             train_step_stats s = {r->step, c->steps, loss, lr, res.grad_norm, res.loss_scale, res.skipped, dt,
-                                  (double)c->train_batch_size * c->seq_len / dt, r->tokens, mn, mx, cpu};
+                                  (double)c->train_batch_size * c->seq_len / dt, r->tokens, mn, mx, cpu,
+                                  fields, r->world};
             train_progress_step(&r->progress, &s);
         }
+        free(fields);
         if (sig) {
             r->stopped_by = sig;
             if (r->rank == 0)

@@ -45,6 +45,25 @@ static void put_num(FILE *f, const char *key, const char *fmt, double v)
     else fputs("null", f);
 }
 
+/* `, "ranks": [{...}, ...]`: every rank's memory report, NVMe traffic and
+ * resident set (TRAIN_RANK_FIELDS numbers each, integers of bytes). */
+static void write_rank_fields(FILE *f, const double *v, int n)
+{
+    static const char *const names[TRAIN_RANK_FIELDS] = {
+        "params", "grads", "master", "moments", "buffers", "other", "total", "peak_total",
+        "opt_nvme_read", "opt_nvme_written", "opt_host", "opt_nvme_bytes",
+        "param_nvme_read", "param_nvme_written", "param_host", "param_nvme_bytes",
+        "rss", "rss_peak"};
+    fputs(", \"ranks\": [", f);
+    for (int r = 0; r < n; r++) {
+        fputs(r ? ", {" : "{", f);
+        for (int k = 0; k < TRAIN_RANK_FIELDS; k++)
+            fprintf(f, "%s\"%s\": %.0f", k ? ", " : "", names[k], v[(size_t)r * TRAIN_RANK_FIELDS + k]);
+        fputs("}", f);
+    }
+    fputs("]", f);
+}
+
 void train_progress_step(train_progress *p, const train_step_stats *s)
 {
     if (p->metrics) {
@@ -63,6 +82,7 @@ void train_progress_step(train_progress *p, const train_step_stats *s)
         put_num(f, "tokens_per_s", "%.1f", s->tokens_per_s);
         fprintf(f, ", \"tokens\": %llu", (unsigned long long)s->tokens);
         put_num(f, "mem_max_mib", "%.3f", s->mem_max_mib);
+        if (s->rank_fields) write_rank_fields(f, s->rank_fields, s->num_ranks);
         fputs("}\n", f);
         fflush(f);
     }

@@ -19,7 +19,23 @@ typedef struct train_step_stats {
     uint64_t tokens;     /* processed so far, all ranks */
     double mem_min_mib, mem_max_mib; /* engine memory over ranks */
     double cpu_s;        /* CPU time of this step, all ranks' processes (all threads) */
+    /* With a metrics file: TRAIN_RANK_FIELDS numbers per rank (rank-major,
+     * see train_rank_fields), NULL otherwise. */
+    const double *rank_fields;
+    int num_ranks;
 } train_step_stats;
+
+/* Per-rank numbers a metrics line carries (bytes unless noted), in this
+ * order: the engine's memory report by category and total/peak, the two
+ * offload reports' NVMe bytes read/written since finalize and host pool
+ * bytes, and the process's resident set now and at its peak. */
+enum {
+    TRF_PARAMS, TRF_GRADS, TRF_MASTER, TRF_MOMENTS, TRF_BUFFERS, TRF_OTHER, TRF_TOTAL, TRF_PEAK_TOTAL,
+    TRF_OPT_NVME_READ, TRF_OPT_NVME_WRITTEN, TRF_OPT_HOST, TRF_OPT_NVME_BYTES,
+    TRF_PARAM_NVME_READ, TRF_PARAM_NVME_WRITTEN, TRF_PARAM_HOST, TRF_PARAM_NVME_BYTES,
+    TRF_RSS, TRF_RSS_PEAK,
+    TRAIN_RANK_FIELDS
+};
 
 typedef struct train_progress {
     int tty;          /* stdout is a terminal: redraw one line */
