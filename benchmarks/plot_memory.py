@@ -8,7 +8,10 @@ measured several, --dp-sizes): bytes per category on one rank (rank 0 by
 default) as the engine's memory report gave them. For `zero-bench memory`
 output, a black tick marks the expected total (ZeRO formula + declared
 buffers) and a red diamond the process peak-RSS growth during that stage;
-`zero-bench estimate` output is drawn from the formula alone.
+`zero-bench estimate` output is drawn from the formula alone; estimate
+output with --offload is drawn as the four stages x offload settings, one
+bar each stacked by where the bytes live (device / host / NVMe, per rank),
+with "x" under the settings that do not fit the given capacities.
 """
 import argparse
 import json
@@ -50,6 +53,50 @@ def title_of(doc, rank):
             f"{doc['dtype']} {doc['optimizer']}, rank {rank}")
 
 
+def plot_offload(doc, output):
+    """Four stages x offload settings: device / host / NVMe bytes per rank."""
+    rows = doc["offload"]["rows"]
+    places = [("device_bytes", "device", "#4C72B0"), ("host_bytes", "host", "#DD8452"),
+              ("nvme_bytes", "NVMe", "#55A868")]
+    xs, labels, x, last_stage, stage_mid = [], [], 0, None, {}
+    for r in rows:
+        if last_stage is not None and r["stage"] != last_stage:
+            x += 1  # a gap between stages
+        last_stage = r["stage"]
+        xs.append(x)
+        labels.append(r["offload"])
+        stage_mid.setdefault(r["stage"], []).append(x)
+        x += 1
+    fig, ax = plt.subplots(figsize=(max(8, 0.75 * len(xs)), 5), dpi=100)
+    bottoms = [0.0] * len(rows)
+    for key, name, color in places:
+        h = [r[key] / 1e9 for r in rows]
+        ax.bar(xs, h, bottom=bottoms, color=color, label=name, width=0.7)
+        bottoms = [b + v for b, v in zip(bottoms, h)]
+    for xx, r, top in zip(xs, rows, bottoms):
+        ax.annotate(f"{r['device_bytes'] / 1e9:.3g}" + ("" if r["fits"] else " x"), (xx, top), ha="center",
+                    va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
+    ax.set_ylim(0, max(bottoms) * 1.15)
+    ax.set_xticks(xs)
+    ax.set_xticklabels(labels, rotation=40, ha="right", fontsize=8)
+    for st, mids in stage_mid.items():
+        ax.annotate(f"stage {st}", (sum(mids) / len(mids), 1.0), xycoords=("data", "axes fraction"),
+                    xytext=(0, 4), textcoords="offset points", ha="center", va="bottom", fontsize=9)
+    o = doc["offload"]
+    caps = ", ".join(f"{n} {o[k] / 1e9:.3g} GB" for k, n in (("device_capacity", "device/rank"),
+                                                               ("host_capacity", "host/node"),
+                                                               ("nvme_capacity", "NVMe/node")) if o[k] > 0)
+    ax.set_ylabel("GB per rank (1e9 B); label: device GB, x = does not fit")
+    ax.set_title(f"ZeRO + offload: {doc['params']:.3g} params, dp {doc['dp']}, {doc['dtype']} {doc['optimizer']}, "
+                 f"{o['ranks_per_node']} ranks/node" + (f"; capacities {caps}" if caps else ""), fontsize=9,
+                 pad=18)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(output, format="png")
+    plt.close(fig)
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("input", help="JSON written by zero-bench memory/estimate --json")
@@ -59,6 +106,8 @@ def main(argv=None):
 
     with open(args.input) as f:
         doc = json.load(f)
+    if "offload" in doc:
+        return plot_offload(doc, args.output)
     # groups of bars: one per dp size measured (one group for estimates)
     runs = doc.get("runs") or [{"world": doc.get("dp", doc.get("world")), "stages": doc["stages"]}]
     groups = [(r["world"], bars_from(r["stages"], args.rank)) for r in runs]

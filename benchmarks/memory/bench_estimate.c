@@ -18,8 +18,16 @@ static void usage(void)
             "usage: zero-bench estimate --params N --dp N [--dtype fp16|bf16|fp32]\n"
             "                           [--optimizer adamw|sgd] [--momentum 0|1]\n"
             "                           [--json FILE] [--csv FILE]\n"
+            "                           [--offload [--device-gb X] [--host-gb X] [--nvme-gb X]\n"
+            "                            [--ranks-per-node N] [--sub-group N] [--bucket N]\n"
+            "                            [--opt-buffers N] [--param-buffers N]]\n"
             "  Bytes per rank of params, grads and optimizer state for ZeRO stages 0-3\n"
-            "  (default fp16 AdamW, the paper's mixed-precision Adam).\n");
+            "  (default fp16 AdamW, the paper's mixed-precision Adam). --offload adds where\n"
+            "  they live (device / host / NVMe) with offload_optimizer and offload_param\n"
+            "  cpu|nvme, and whether that fits the capacities (device per rank, host and\n"
+            "  NVMe per node, GB = 1e9 bytes; not given = not limited). Defaults: DeepSpeed's\n"
+            "  sub_group_size 1e9, reduce_bucket_size 5e8, buffer_count 4 and 5,\n"
+            "  ranks per node = min(dp, 8).\n");
 }
 
 int bench_cmd_estimate(int argc, char **argv)
@@ -29,12 +37,18 @@ int bench_cmd_estimate(int argc, char **argv)
     zero_optimizer_kind opt = ZERO_OPTIM_ADAMW;
     int momentum = 1;
     const char *json_path = NULL, *csv_path = NULL;
+    int offload = 0;
+    double sub_group = 1e9, bucket = 5e8, opt_buffers = 4, param_buffers = 5, rpn = 0, dev_gb = 0, host_gb = 0,
+           nvme_gb = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage();
             return 0;
+        } else if (!strcmp(a, "--offload")) {
+            offload = 1;
+            continue;
         } else if (!v) {
             bad = 1;
         } else if (!strcmp(a, "--params")) {
@@ -49,6 +63,22 @@ int bench_cmd_estimate(int argc, char **argv)
             else bad = 1;
         } else if (!strcmp(a, "--momentum")) {
             momentum = atoi(v) != 0;
+        } else if (!strcmp(a, "--sub-group")) {
+            bad = bench_parse_count(v, &sub_group) || sub_group < 1;
+        } else if (!strcmp(a, "--bucket")) {
+            bad = bench_parse_count(v, &bucket) || bucket < 1;
+        } else if (!strcmp(a, "--opt-buffers")) {
+            bad = bench_parse_count(v, &opt_buffers) || opt_buffers < 3 || opt_buffers > 1024;
+        } else if (!strcmp(a, "--param-buffers")) {
+            bad = bench_parse_count(v, &param_buffers) || param_buffers < 2 || param_buffers > 1024;
+        } else if (!strcmp(a, "--ranks-per-node")) {
+            bad = bench_parse_count(v, &rpn) || rpn < 1 || rpn > 1e6;
+        } else if (!strcmp(a, "--device-gb")) {
+            bad = bench_parse_count(v, &dev_gb);
+        } else if (!strcmp(a, "--host-gb")) {
+            bad = bench_parse_count(v, &host_gb);
+        } else if (!strcmp(a, "--nvme-gb")) {
+            bad = bench_parse_count(v, &nvme_gb);
         } else if (!strcmp(a, "--json")) {
             json_path = v;
         } else if (!strcmp(a, "--csv")) {
@@ -81,8 +111,21 @@ int bench_cmd_estimate(int argc, char **argv)
                r[s].bytes[ZERO_MEM_MASTER] / BENCH_GB, r[s].bytes[ZERO_MEM_MOMENTS] / BENCH_GB,
                r[s].total / BENCH_GB, r[s].total / BENCH_GIB);
 
+    bench_offload_in oin = {numel, (int)dp, dtype, opt, momentum, (uint64_t)sub_group, (uint64_t)bucket,
+                            (int)opt_buffers, (int)param_buffers, rpn > 0 ? (int)rpn : (dp < 8 ? (int)dp : 8),
+                            dev_gb * BENCH_GB, host_gb * BENCH_GB, nvme_gb * BENCH_GB};
+    if (offload && !json_path && bench_offload_table(&oin, NULL) != 0) {
+        fprintf(stderr, "zero-bench estimate: the offload estimate failed\n");
+        return 1;
+    }
     if (json_path) {
         json_t *root = json_object(), *stages = json_array();
+        if (offload && bench_offload_table(&oin, root) != 0) {
+            fprintf(stderr, "zero-bench estimate: the offload estimate failed\n");
+            json_decref(root);
+            json_decref(stages);
+            return 1;
+        }
         json_object_set_new(root, "benchmark", json_string("estimate"));
         json_object_set_new(root, "params", json_integer((json_int_t)numel));
         json_object_set_new(root, "dp", json_integer((json_int_t)dp));

@@ -60,3 +60,61 @@ def test_chart_from_estimate(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     img = matplotlib.image.imread(str(png))
     assert img.shape[0] >= 300 and img.shape[1] >= 500
+
+
+def offload_formula(psi, n, d, moment_bytes, sub_group, bucket, opt_buffers, param_buffers):
+    """docs/memory.md, "Where the state lives": per rank (device, host, nvme) bytes
+    for every stage x setting the engine accepts; psi divisible by n here."""
+    def r4k(x):
+        return (x + 4095) // 4096 * 4096
+    s = psi // n
+    k_dev = moment_bytes + (4 if d < 4 else 0)  # fp32 params are their own master
+    base = {0: (d * psi, d * psi, k_dev * psi), 1: (d * psi, d * psi, k_dev * s),
+            2: (d * psi, d * s, k_dev * s), 3: (d * s, d * s, k_dev * s)}
+    o = (4 + moment_bytes) * s                   # master (always kept) + moments of the shard
+    opt_staging = (opt_buffers + 1) * r4k((4 + moment_bytes) * min(sub_group, s))
+    par_staging = param_buffers * r4k(d * -(-min(bucket, psi) // n))
+    rows = {}
+    for st, (p, g, k) in base.items():
+        rows[(st, "none")] = (p + g + k, 0, 0)
+        if st >= 1:
+            rows[(st, "opt cpu")] = (p + g, o, 0)
+            rows[(st, "opt nvme")] = (p + g, opt_staging, o)
+        if st == 3:
+            rows[(st, "opt+param cpu")] = (g, o + p, 0)
+            rows[(st, "opt+param nvme")] = (g, opt_staging + par_staging, o + p)
+    return rows
+
+
+@pytest.mark.parametrize("dtype,d,opt,moment_bytes", [("bf16", 2, ["--optimizer", "adamw"], 8),
+                                                      ("fp32", 4, ["--optimizer", "adamw"], 8),
+                                                      ("fp16", 2, ["--optimizer", "sgd", "--momentum", "0"], 0)])
+def test_offload_placement_equals_the_formula(tmp_path, dtype, d, opt, moment_bytes):
+    """Every stage x offload cell, to the byte, against the documented formula;
+    stage 0 has no offload and only stage 3 offloads parameters."""
+    psi, n = 3_200_000_000, 8
+    _, doc = estimate(tmp_path, "--params", psi, "--dp", n, "--dtype", dtype, *opt, "--offload",
+                      "--sub-group", "1e7", "--bucket", "2e7", "--opt-buffers", "4", "--param-buffers", "5")
+    got = {(r["stage"], r["offload"]): (r["device_bytes"], r["host_bytes"], r["nvme_bytes"])
+           for r in doc["offload"]["rows"]}
+    assert got == offload_formula(psi, n, d, moment_bytes, 10_000_000, 20_000_000, 4, 5)
+    assert doc["offload"]["ranks_per_node"] == 8  # min(dp, 8)
+
+
+def test_offload_fits_the_capacities(tmp_path):
+    """This machine's case: 3.2e9 fp32 AdamW params on 2 ranks, 12 GB of
+    device per rank, 25 GB host and 80 GB NVMe per node: only stage 3 with
+    both offloads to NVMe fits; the chart of the 12 cells is a PNG."""
+    text, doc = estimate(tmp_path, "--params", "3.2e9", "--dp", "2", "--dtype", "fp32", "--offload",
+                         "--sub-group", "1e7", "--bucket", "2e7", "--device-gb", "12", "--host-gb", "25",
+                         "--nvme-gb", "80")
+    rows = doc["offload"]["rows"]
+    assert len(rows) == 12
+    assert [(r["stage"], r["offload"]) for r in rows if r["fits"]] == [(3, "opt+param nvme")]
+    cpu = [r for r in rows if r["offload"] == "opt+param cpu"][0]
+    assert cpu["fits_device"] and not cpu["fits_host"] and cpu["fits_nvme"]
+    assert "opt+param nvme" in text and "no: device" in text
+    png = tmp_path / "off.png"
+    plot(tmp_path / "est.json", png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert matplotlib.image.imread(str(png)).shape[1] >= 700
