@@ -591,6 +591,20 @@ zero_status mpi_split_common(zero_comm *parent, MPI_Comm pmc, int color, int key
     }
     free(mine);
 
+    /* Issue 10, B12: a rank arriving after its peers gave up on the exchange
+     * can still complete it (their contributions were posted), and then
+     * blocked for ever in MPI_Comm_split. So a second polled round confirms
+     * that every rank completed the exchange (a rank that gave up never
+     * posts it), and a rank that gave up on that round has sent its peers a
+     * notice (coll_comm_fail -> mpi_fp_poison), checked just before the
+     * blocking call. What remains is a rank giving up on the second round in
+     * the microseconds between its peer completing that round and reading
+     * notices (docs/collectives.md). */
+    rc = MPI_Ibarrier(pmc, &req);
+    if (rc != MPI_SUCCESS) return mpi_status_from(parent, rc, "split");
+    ZERO_TRY(mpi_wait_raw(parent, parent, &req, "split (confirming every rank completed the exchange)"));
+    ZERO_TRY(mpi_notice_check(parent, pmc, "split"));
+
     rc = MPI_Comm_split(pmc, color, key, out);
     if (rc != MPI_SUCCESS) return mpi_status_from(parent, rc, "split");
     MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN);

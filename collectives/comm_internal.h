@@ -225,6 +225,8 @@ void mpi_fp_abandon(mpi_fp *f);
 /* ZERO_PEER_FAILURE when a peer's next record is a "broken" notice: it gave
  * up the comm and will not do its part of the op `a` in flight. */
 zero_status mpi_fp_check_broken(zero_comm *c, MPI_Comm mc, const coll_args *a);
+/* The same for any step `what` on c's MPI communicator mc. */
+zero_status mpi_notice_check(zero_comm *c, MPI_Comm mc, const char *what);
 /* The comm failed here: send the peers a "broken" record instead of the next fingerprint. */
 void mpi_fp_poison(zero_comm *c, MPI_Comm mc);
 

@@ -217,7 +217,7 @@ void mpi_fp_abandon(mpi_fp *f)
         free(f);
 }
 
-zero_status mpi_fp_check_broken(zero_comm *c, MPI_Comm mc, const coll_args *a)
+zero_status mpi_notice_check(zero_comm *c, MPI_Comm mc, const char *what)
 {
     /* The next record from each peer, if one is already here: a notice
      * (told by its size) means that peer will not do its part of this op.
@@ -235,16 +235,23 @@ zero_status mpi_fp_check_broken(zero_comm *c, MPI_Comm mc, const coll_args *a)
         /* matched probe: receives exactly the notice just seen (it is here) */
         if (MPI_Improbe(p, FP_TAG, mc, &flag, &msg, &st) == MPI_SUCCESS && flag)
             MPI_Mrecv(&t, FP_NOTICE, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-        char what[96];
-        coll_describe(a, what, sizeof what);
         return peer_gave_up(c, what, p, &t);
     }
     return ZERO_OK;
 }
 
+zero_status mpi_fp_check_broken(zero_comm *c, MPI_Comm mc, const coll_args *a)
+{
+    char what[96];
+    coll_describe(a, what, sizeof what);
+    return mpi_notice_check(c, mc, what);
+}
+
 void mpi_fp_poison(zero_comm *c, MPI_Comm mc)
 {
-    if (!c->fingerprint || c->size < 2 || mc == MPI_COMM_NULL) return;
+    /* Sent with fingerprints off too: a split checks for notices before
+     * its one blocking call (mpi_split_common). */
+    if (c->size < 2 || mc == MPI_COMM_NULL) return;
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;

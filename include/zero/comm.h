@@ -114,7 +114,8 @@ typedef struct zero_comm_config {
 #define ZERO_COMM_CONFIG_INIT \
     { sizeof(zero_comm_config), ZERO_COMM_CONFIG_VERSION, ZERO_BACKEND_AUTO, -1, 60.0, -1 }
 
-/* The world group. Calls MPI_Init_thread only if MPI is not yet initialized,
+/* The world group. Calls MPI_Init_thread only if MPI is not yet initialized
+ * (MPI_Init has no deadline: it waits for the launcher to start every rank),
  * and in that case MPI_Finalize runs when the last comm descending from such
  * a world (the worlds and their splits) is destroyed; MPI cannot be
  * initialised twice, so init_world after that is ZERO_INVALID_STATE. With
@@ -125,7 +126,9 @@ typedef struct zero_comm_config {
 ZERO_API zero_status zero_comm_init_world(zero_comm **out, const zero_comm_config *config);
 
 /* Like MPI_Comm_split: ranks with the same color (>= 0) form a group, ordered
- * by key (ties by parent rank). Collective over `parent`, with its deadline;
+ * by key (ties by parent rank). Collective over `parent`, with its deadline
+ * on each of two polled rounds before MPI_Comm_split is entered (see
+ * docs/collectives.md for the one narrow case that can still block);
  * no request may be outstanding on `parent`. The child inherits the parent's
  * backend, device and timeout, is named "<parent>/split(<color>)", and may
  * outlive the parent. */

@@ -19,6 +19,9 @@
  *                              once with ZERO_PEER_FAILURE naming the peer
  *   test_coll_harden engine_order (np 2) stage 3, same-sized modules gathered
  *                              in swapped order: ZERO_MISMATCH naming both
+ *   test_coll_harden split_late (np 2) rank 1 reaches a split after rank 0
+ *                              timed out on it: it fails within its deadline
+ *                              (it used to block for ever in MPI_Comm_split)
  *   test_coll_harden missing   (np 3) rank 2 skips an all-gather (schedule,
  *                              fingerprints off) and a broadcast (libnbc,
  *                              fingerprints on): the timeout names rank 2
@@ -184,6 +187,27 @@ static void test_engine_order(zero_comm *world)
     zero_engine_destroy(e);
     zero_device_close(dev);
     zero_comm_destroy(dp);
+}
+
+/* Issue 10, B12: rank 1 reaches a split after rank 0 gave up on it. It used
+ * to complete the exchange (rank 0's part was posted) and then block for
+ * ever in MPI_Comm_split; now it fails within its deadline. */
+static void test_split_late(zero_comm *world)
+{
+    int r = zero_comm_rank(world);
+    zero_comm *c = fresh(world, SHORT_S), *child = NULL;
+    if (r == 1) usleep((useconds_t)(SHORT_S * 1.6e6));
+    double t0 = now();
+    zero_status st = zero_comm_split(c, 0, r, &child);
+    double dt = now() - t0;
+    CHECK_MSG(st == ZERO_TIMEOUT || st == ZERO_PEER_FAILURE, "rank %d: split returned %s: %s", r,
+              zero_status_name(st), zero_comm_last_error(c));
+    CHECK(child == NULL);
+    CHECK_MSG(dt < SHORT_S * 2 + 1.0, "rank %d: the split failed after %.2f s", r, dt);
+    expect_in(zero_comm_last_error(c), "split");
+    fprintf(stderr, "[rank %d] expected failure after %.2f s: %s\n", r, dt, zero_comm_last_error(c));
+    CHECK_OK(zero_barrier(world));
+    zero_comm_destroy(c);
 }
 
 /* ---------------------------------------------------------------- missing */
@@ -408,6 +432,8 @@ int main(int argc, char **argv)
         test_fingerprint(world);
     else if (!strcmp(mode, "engine_order"))
         test_engine_order(world);
+    else if (!strcmp(mode, "split_late"))
+        test_split_late(world);
     else if (!strncmp(mode, "missing", 7))
         test_missing(world, !strcmp(mode, "missing_fp"));
     else
