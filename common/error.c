@@ -6,13 +6,24 @@
 
 static _Thread_local char thread_last_error[ZERO_ERRMSG_MAX];
 
+/* Callers often pass the previous message as an argument ("nvme %s: %s",
+ * path, zero_last_error()), so the arguments may point into the buffers
+ * written here: format into a temporary first, then copy. */
+zero_status zero_failv(zero_errbuf *where, zero_status status, const char *fmt, va_list ap)
+{
+    char tmp[ZERO_ERRMSG_MAX];
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    memcpy(thread_last_error, tmp, sizeof tmp);
+    if (where) memcpy(where->msg, tmp, sizeof where->msg);
+    return status;
+}
+
 zero_status zero_fail(zero_errbuf *where, zero_status status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(thread_last_error, sizeof thread_last_error, fmt, ap);
+    zero_failv(where, status, fmt, ap);
     va_end(ap);
-    if (where) memcpy(where->msg, thread_last_error, sizeof where->msg);
     return status;
 }
 

@@ -6,6 +6,7 @@
 #ifndef ZERO_COMMON_ERROR_H
 #define ZERO_COMMON_ERROR_H
 
+#include <stdarg.h>
 #include <zero/status.h>
 #include <zero/log.h>
 
@@ -23,6 +24,9 @@ typedef struct zero_errbuf {
 
 /* Record the failure; `where` may be NULL (no handle yet). Returns `status`. */
 zero_status zero_fail(zero_errbuf *where, zero_status status, const char *fmt, ...) ZERO_PRINTF(3, 4);
+/* The same with a va_list (for helpers that add their own cleanup). The
+ * arguments may point into any message buffer, zero_last_error() included. */
+zero_status zero_failv(zero_errbuf *where, zero_status status, const char *fmt, va_list ap) ZERO_PRINTF(3, 0);
 
 /* Copy a message already recorded on this thread into a handle's buffer,
  * optionally prefixed ("engine: "), when a lower layer failed. Returns status. */

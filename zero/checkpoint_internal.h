@@ -9,11 +9,16 @@
 #include <jansson.h>
 #include <zero/checkpoint.h>
 
+#include "common/error.h"
+
 #define CKPT_META_MAGIC "libzero-checkpoint"
 #define CKPT_SHARD_MAGIC "ZEROSHRD"
 #define CKPT_HEADER_BYTES 64
 #define CKPT_ALIGN 64
 #define CKPT_NUM_KINDS 3
+/* An index lists ~60 bytes per segment: 1 GiB is millions of segments, and
+ * a larger claim is damage, not a reason to allocate it. */
+#define CKPT_MAX_INDEX_BYTES (UINT64_C(1) << 30)
 
 /* The fixed header at offset 0 of a shard file, little-endian on disk:
  *   0  magic[8]       "ZEROSHRD"
@@ -147,5 +152,19 @@ zero_status ckpt_meta_check_coverage(const ckpt_meta *m);
 zero_status ckpt_agree(zero_comm *dp, zero_status local, const char *op);
 /* The state kinds (bits) the engine's optimizer has, agreed across ranks. */
 zero_status ckpt_engine_kinds(zero_engine *e, zero_comm *dp, unsigned *kinds);
+
+/* ---- engine hooks */
+/* ZERO_INVALID_STATE naming the module unless the engine is between steps:
+ * no module gathered, no micro-step reported since the last step. Local.
+ * (zero/state.c, beside the accessors) */
+zero_status engine_between_steps(zero_engine *e, const char *what);
+/* The range checks of zero_engine_set_scalars, without an engine (verify
+ * applies exactly what load will); the message goes to err (may be NULL).
+ * (zero/scalars.c) */
+zero_status engine_scalars_check(const zero_engine_scalars *in, zero_errbuf *err, const char *what);
+
+/* ---- scalars (checkpoint_meta.c) */
+/* The engine's scalars stored in m, checked as load applies them. */
+zero_status ckpt_meta_scalars(const ckpt_meta *m, zero_engine_scalars *sc);
 
 #endif

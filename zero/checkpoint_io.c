@@ -218,8 +218,13 @@ zero_status ckpt_header_decode(const unsigned char in[CKPT_HEADER_BYTES], ckpt_h
     if (h->version != ZERO_CHECKPOINT_FORMAT_VERSION)
         return zero_fail(NULL, ZERO_UNSUPPORTED, "checkpoint: %s has format version %u; this libzero reads %d", what,
                          h->version, ZERO_CHECKPOINT_FORMAT_VERSION);
-    if (h->index_offset + h->index_bytes > h->file_bytes || h->index_offset < CKPT_HEADER_BYTES)
-        return zero_fail(NULL, ZERO_CORRUPT, "checkpoint: %s: header sizes are inconsistent", what);
+    /* written so that nothing wraps: the sizes come from the file */
+    if (h->index_offset < CKPT_HEADER_BYTES || h->index_offset > h->file_bytes ||
+        h->index_bytes > h->file_bytes - h->index_offset || h->index_bytes > CKPT_MAX_INDEX_BYTES)
+        return zero_fail(NULL, ZERO_CORRUPT,
+                         "checkpoint: %s: header sizes are inconsistent (index at %llu, %llu bytes, file %llu bytes)",
+                         what, (unsigned long long)h->index_offset, (unsigned long long)h->index_bytes,
+                         (unsigned long long)h->file_bytes);
     return ZERO_OK;
 }
 

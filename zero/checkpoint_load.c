@@ -85,20 +85,6 @@ static zero_status load_local(zero_engine *e, const ckpt_meta *m, unsigned kinds
     return s;
 }
 
-static zero_status scalars_from(const ckpt_meta *m, zero_engine_scalars *sc)
-{
-    json_t *j = json_object_get(m->root, "engine");
-    if (!json_is_object(j))
-        return zero_fail(NULL, ZERO_CORRUPT, "checkpoint load: %s/meta.json has no engine state", m->dir);
-    sc->step = json_integer_value(json_object_get(j, "step"));
-    sc->skipped_steps = json_integer_value(json_object_get(j, "skipped_steps"));
-    sc->loss_scale = json_number_value(json_object_get(j, "loss_scale"));
-    sc->hysteresis_left = (int)json_integer_value(json_object_get(j, "hysteresis_left"));
-    sc->good_steps = json_integer_value(json_object_get(j, "good_steps"));
-    sc->lr = json_number_value(json_object_get(j, "lr"));
-    return ZERO_OK;
-}
-
 zero_status zero_checkpoint_load(zero_engine *e, zero_comm *dp, const char *path, zero_checkpoint_loaded *out)
 {
     if (out) memset(out, 0, sizeof *out);
@@ -107,12 +93,14 @@ zero_status zero_checkpoint_load(zero_engine *e, zero_comm *dp, const char *path
     int rank = zero_comm_rank(dp);
     unsigned kinds = 0;
     ckpt_meta m;
-    zero_status s = ckpt_meta_load(path, &m);
+    zero_status s = engine_between_steps(e, "checkpoint load");
+    if (s == ZERO_OK) s = ckpt_meta_load(path, &m);
+    else memset(&m, 0, sizeof m);
     zero_status ks = ckpt_engine_kinds(e, dp, &kinds); /* collective: always */
     if (s == ZERO_OK) s = ks;
-    if (s == ZERO_OK) s = load_local(e, &m, kinds, rank);
     zero_engine_scalars sc;
-    if (s == ZERO_OK) s = scalars_from(&m, &sc);
+    if (s == ZERO_OK) s = ckpt_meta_scalars(&m, &sc); /* checked before any state is written */
+    if (s == ZERO_OK) s = load_local(e, &m, kinds, rank);
     if (s == ZERO_OK && (s = zero_engine_set_scalars(e, &sc)) != ZERO_OK)
         s = zero_fail(NULL, s, "checkpoint load: %s", zero_engine_last_error(e));
     s = ckpt_agree(dp, s, "checkpoint load");

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -100,7 +101,199 @@ void ckpt_meta_free(ckpt_meta *m)
     memset(m, 0, sizeof *m);
 }
 
-#define META_BAD(...) zero_fail(NULL, ZERO_CORRUPT, __VA_ARGS__)
+/* Refuse a meta.json: record the message first (its arguments may point into
+ * m, a parameter's name for one), then free m. */
+static zero_status meta_reject(ckpt_meta *m, zero_status st, const char *fmt, ...) ZERO_PRINTF(3, 4);
+static zero_status meta_reject(ckpt_meta *m, zero_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    zero_failv(NULL, st, fmt, ap);
+    va_end(ap);
+    ckpt_meta_free(m);
+    return st;
+}
+
+/* An integer member in [lo, hi]. Every size, count and offset below comes
+ * from a file, so none is trusted until it is known to be in range. */
+static int int_in(const json_t *v, json_int_t lo, json_int_t hi, json_int_t *out)
+{
+    if (!json_is_integer(v)) return 0;
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi) return 0;
+    *out = x;
+    return 1;
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first name that occurs twice in names[0..n) (sorts the array), or NULL. */
+static const char *first_duplicate(const char **names, int n)
+{
+    qsort(names, (size_t)n, sizeof *names, name_cmp);
+    for (int i = 1; i < n; i++)
+        if (strcmp(names[i - 1], names[i]) == 0) return names[i];
+    return NULL;
+}
+
+static int seg_file_cmp(const void *a, const void *b)
+{
+    const ckpt_seg *x = *(const ckpt_seg *const *)a, *y = *(const ckpt_seg *const *)b;
+    if (x->file != y->file) return x->file < y->file ? -1 : 1;
+    if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+    return 0;
+}
+
+#define META_MAX_WORLD (1 << 24)
+
+static zero_status parse_params(ckpt_meta *m, json_t *params, const char *mp)
+{
+    m->n_params = (int)json_array_size(params);
+    if (!(m->params = calloc((size_t)m->n_params + 1, sizeof *m->params)))
+        return meta_reject(m, ZERO_OUT_OF_MEMORY, "checkpoint: %s: %d parameters", mp, m->n_params);
+    size_t i;
+    json_t *v;
+    json_array_foreach(params, i, v) {
+        ckpt_param *p = &m->params[i];
+        json_t *name = json_object_get(v, "name"), *shape = json_object_get(v, "shape");
+        if (!json_is_string(name) || !*json_string_value(name) || !json_is_array(shape) ||
+            json_array_size(shape) < 1 || json_array_size(shape) > ZERO_MAX_DIMS)
+            return meta_reject(m, ZERO_CORRUPT, "checkpoint: %s: params[%zu] lacks a name or shape", mp, i);
+        if (!(p->name = strdup(json_string_value(name))))
+            return meta_reject(m, ZERO_OUT_OF_MEMORY, "checkpoint: %s: params[%zu]", mp, i);
+        p->ndim = (int)json_array_size(shape);
+        p->numel = 1;
+        for (int d = 0; d < p->ndim; d++) {
+            json_int_t x;
+            /* each dimension >= 1 and the product without wrapping; the
+             * product is bounded by the files' size further down */
+            if (!int_in(json_array_get(shape, (size_t)d), 1, INT64_MAX, &x) ||
+                __builtin_mul_overflow(p->numel, (uint64_t)x, &p->numel))
+                return meta_reject(m, ZERO_CORRUPT, "checkpoint: %s: params[%zu] (%s) has a bad shape", mp, i,
+                                   p->name);
+            p->shape[d] = x;
+        }
+    }
+    const char **names = malloc(((size_t)m->n_params + 1) * sizeof *names);
+    if (!names) return meta_reject(m, ZERO_OUT_OF_MEMORY, "checkpoint: %s", mp);
+    for (int k = 0; k < m->n_params; k++) names[k] = m->params[k].name;
+    const char *dup = first_duplicate(names, m->n_params);
+    zero_status st = dup ? meta_reject(m, ZERO_CORRUPT, "checkpoint: %s: parameter name '%s' occurs twice", mp, dup)
+                         : ZERO_OK;
+    free(names);
+    return st;
+}
+
+/* Every shard file named exists with the size meta.json says: the element
+ * counts below are bounded by what is really on disk, so no buffer sized
+ * from meta.json can exceed the data. */
+static zero_status parse_files(ckpt_meta *m, json_t *files, const char *mp, uint64_t *total_bytes)
+{
+    m->n_files = (int)json_array_size(files);
+    if (m->n_files != m->world)
+        return meta_reject(m, ZERO_CORRUPT, "checkpoint: %s lists %d shard files for world_size %d", mp, m->n_files,
+                           m->world);
+    if (!(m->files = calloc((size_t)m->n_files + 1, sizeof *m->files)))
+        return meta_reject(m, ZERO_OUT_OF_MEMORY, "checkpoint: %s: %d files", mp, m->n_files);
+    *total_bytes = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(files, i, v) {
+        const char *fn = json_string_value(json_object_get(v, "name"));
+        json_int_t bytes;
+        if (!fn || !*fn || strchr(fn, '/') || strcmp(fn, ".") == 0 || strcmp(fn, "..") == 0 ||
+            !int_in(json_object_get(v, "bytes"), CKPT_HEADER_BYTES, INT64_MAX, &bytes))
+            return meta_reject(m, ZERO_CORRUPT, "checkpoint: %s: files[%zu] has no valid name or size", mp, i);
+        if (!(m->files[i].name = strdup(fn)))
+            return meta_reject(m, ZERO_OUT_OF_MEMORY, "checkpoint: %s: files[%zu]", mp, i);
+        m->files[i].bytes = (uint64_t)bytes;
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s", m->dir, fn);
+        struct stat st;
+        if (stat(path, &st) != 0)
+            return meta_reject(m, errno == ENOENT ? ZERO_NOT_FOUND : ZERO_IO, "checkpoint: opening %s: %s", path,
+                               strerror(errno));
+        if (!S_ISREG(st.st_mode))
+            return meta_reject(m, ZERO_CORRUPT, "checkpoint: %s is not a regular file", path);
+        if ((uint64_t)st.st_size != m->files[i].bytes) {
+            /* the shard's own checks say best what happened to it (foreign,
+             * damaged header, truncated against its header) */
+            int fd;
+            ckpt_header h;
+            json_t *index;
+            zero_status s = ckpt_shard_open(path, &fd, &h, &index);
+            if (s != ZERO_OK) return meta_reject(m, s, "%s", zero_last_error());
+            close(fd);
+            json_decref(index);
+            return meta_reject(m, ZERO_CORRUPT, "checkpoint: %s is %lld bytes, meta.json says %llu: %s", path,
+                               (long long)st.st_size, (unsigned long long)m->files[i].bytes,
+                               (uint64_t)st.st_size < m->files[i].bytes ? "truncated" : "trailing garbage");
+        }
+        *total_bytes += m->files[i].bytes; /* no wrap: each is < 2^63 and a file system holds far less */
+    }
+    const char **names = malloc(((size_t)m->n_files + 1) * sizeof *names);
+    if (!names) return meta_reject(m, ZERO_OUT_OF_MEMORY, "checkpoint: %s", mp);
+    for (int k = 0; k < m->n_files; k++) names[k] = m->files[k].name;
+    const char *dup = first_duplicate(names, m->n_files);
+    zero_status st = dup ? meta_reject(m, ZERO_CORRUPT, "checkpoint: %s: file %s is listed twice", mp, dup)
+                         : ZERO_OK;
+    free(names);
+    return st;
+}
+
+static zero_status parse_segments(ckpt_meta *m, json_t *segs, const char *mp)
+{
+    m->n_segs = (int)json_array_size(segs);
+    if (!(m->segs = calloc((size_t)m->n_segs + 1, sizeof *m->segs)))
+        return meta_reject(m, ZERO_OUT_OF_MEMORY, "checkpoint: %s: %d segments", mp, m->n_segs);
+    size_t i;
+    json_t *v;
+    json_array_foreach(segs, i, v) {
+        ckpt_seg *s = &m->segs[i];
+        json_int_t f[7];
+        static const json_int_t hi[7] = {INT32_MAX, INT32_MAX, CKPT_NUM_KINDS - 1, INT64_MAX, INT64_MAX, INT64_MAX,
+                                         UINT32_MAX};
+        int ok = json_is_array(v) && json_array_size(v) == 7;
+        for (int k = 0; ok && k < 7; k++) ok = int_in(json_array_get(v, (size_t)k), 0, hi[k], &f[k]);
+        if (!ok) return meta_reject(m, ZERO_CORRUPT, "checkpoint: %s: segments[%zu] is malformed", mp, i);
+        s->file = (int)f[0];
+        s->param = (int)f[1];
+        s->kind = (int)f[2];
+        s->start = (uint64_t)f[3];
+        s->count = (uint64_t)f[4];
+        s->offset = (uint64_t)f[5];
+        s->crc = (uint32_t)f[6];
+        /* [start, start + count) inside the parameter and [offset, offset +
+         * 4 count) inside the file's data, written so that nothing wraps */
+        if (s->file >= m->n_files || s->param >= m->n_params || !(m->kinds & (1u << s->kind)) ||
+            s->count > m->params[s->param].numel || s->start > m->params[s->param].numel - s->count ||
+            s->offset < CKPT_HEADER_BYTES || s->offset > m->files[s->file].bytes ||
+            s->count > (m->files[s->file].bytes - s->offset) / 4)
+            return meta_reject(m, ZERO_CORRUPT, "checkpoint: %s: segments[%zu] points outside its parameter or file",
+                               mp, i);
+    }
+    /* No two segments share bytes of a file: with that, the data of all
+     * segments together is no larger than the files. */
+    const ckpt_seg **by_file = malloc(((size_t)m->n_segs + 1) * sizeof *by_file);
+    if (!by_file) return meta_reject(m, ZERO_OUT_OF_MEMORY, "checkpoint: %s", mp);
+    for (int k = 0; k < m->n_segs; k++) by_file[k] = &m->segs[k];
+    qsort(by_file, (size_t)m->n_segs, sizeof *by_file, seg_file_cmp);
+    int clash = -1;
+    for (int k = 1; k < m->n_segs && clash < 0; k++) {
+        const ckpt_seg *a = by_file[k - 1], *b = by_file[k];
+        if (a->file == b->file && a->count && b->count && a->offset + a->count * 4 > b->offset) clash = k;
+    }
+    zero_status st = ZERO_OK;
+    if (clash >= 0)
+        st = meta_reject(m, ZERO_CORRUPT, "checkpoint: %s: two segments overlap in %s at offset %llu", mp,
+                         m->files[by_file[clash]->file].name, (unsigned long long)by_file[clash]->offset);
+    free(by_file);
+    if (st == ZERO_OK) qsort(m->segs, (size_t)m->n_segs, sizeof *m->segs, seg_cmp);
+    return st;
+}
 
 zero_status ckpt_meta_load(const char *path, ckpt_meta *m)
 {
@@ -114,30 +307,37 @@ zero_status ckpt_meta_load(const char *path, ckpt_meta *m)
     json_error_t je;
     json_t *w = json_loadb(text, len, 0, &je);
     free(text);
-    if (!w) return META_BAD("checkpoint: %s is not a libzero checkpoint: not JSON (%s, line %d)", mp, je.text, je.line);
+    if (!w)
+        return zero_fail(NULL, ZERO_CORRUPT, "checkpoint: %s is not a libzero checkpoint: not JSON (%s, line %d)", mp,
+                         je.text, je.line);
     json_t *meta = json_object_get(w, "meta");
     json_t *crc = json_object_get(w, "crc32c");
     json_t *magic = meta ? json_object_get(meta, "magic") : NULL;
     if (!json_is_object(meta) || !json_is_string(magic) || strcmp(json_string_value(magic), CKPT_META_MAGIC) != 0) {
         json_decref(w);
-        return META_BAD("checkpoint: %s is not a libzero checkpoint (no \"%s\" magic)", mp, CKPT_META_MAGIC);
+        return zero_fail(NULL, ZERO_CORRUPT, "checkpoint: %s is not a libzero checkpoint (no \"%s\" magic)", mp,
+                         CKPT_META_MAGIC);
     }
     if (!json_is_integer(crc) || (uint32_t)json_integer_value(crc) != meta_crc(meta)) {
         json_decref(w);
-        return META_BAD("checkpoint: %s: checksum mismatch: the file was modified or corrupted", mp);
+        return zero_fail(NULL, ZERO_CORRUPT, "checkpoint: %s: checksum mismatch: the file was modified or corrupted",
+                         mp);
     }
     m->root = json_incref(meta);
     json_decref(w);
 
     json_int_t version = json_integer_value(json_object_get(meta, "format_version"));
-    if (version != ZERO_CHECKPOINT_FORMAT_VERSION) {
-        ckpt_meta_free(m);
-        return zero_fail(NULL, ZERO_UNSUPPORTED, "checkpoint: %s has format version %lld; this libzero reads %d", mp,
-                         (long long)version, ZERO_CHECKPOINT_FORMAT_VERSION);
-    }
-    m->step = json_integer_value(json_object_get(meta, "step"));
-    m->world = (int)json_integer_value(json_object_get(meta, "world_size"));
-    m->stage = (int)json_integer_value(json_object_get(meta, "stage"));
+    if (version != ZERO_CHECKPOINT_FORMAT_VERSION)
+        return meta_reject(m, ZERO_UNSUPPORTED, "checkpoint: %s has format version %lld; this libzero reads %d", mp,
+                           (long long)version, ZERO_CHECKPOINT_FORMAT_VERSION);
+    json_int_t step, world, stage;
+    if (!int_in(json_object_get(meta, "step"), 0, INT64_MAX, &step) ||
+        !int_in(json_object_get(meta, "world_size"), 1, META_MAX_WORLD, &world) ||
+        !int_in(json_object_get(meta, "stage"), 0, 3, &stage))
+        return meta_reject(m, ZERO_CORRUPT, "checkpoint: %s: step, world_size or stage missing or out of range", mp);
+    m->step = step;
+    m->world = (int)world;
+    m->stage = (int)stage;
     const char *dt = json_string_value(json_object_get(meta, "compute_dtype"));
     snprintf(m->dtype, sizeof m->dtype, "%s", dt ? dt : "?");
 
@@ -145,80 +345,65 @@ zero_status ckpt_meta_load(const char *path, ckpt_meta *m)
     size_t i;
     json_t *v;
     json_array_foreach(kinds, i, v) {
+        int known = 0;
         for (int k = 0; k < CKPT_NUM_KINDS; k++)
-            if (json_is_string(v) && strcmp(json_string_value(v), ckpt_kind_names[k]) == 0) m->kinds |= 1u << k;
+            if (json_is_string(v) && strcmp(json_string_value(v), ckpt_kind_names[k]) == 0) {
+                m->kinds |= 1u << k;
+                known = 1;
+            }
+        if (!known) return meta_reject(m, ZERO_CORRUPT, "checkpoint: %s: kinds[%zu] is not a known state kind", mp, i);
     }
-    if (!(m->kinds & 1u)) {
-        ckpt_meta_free(m);
-        return META_BAD("checkpoint: %s: no master weights listed in \"kinds\"", mp);
-    }
+    if (!(m->kinds & 1u)) return meta_reject(m, ZERO_CORRUPT, "checkpoint: %s: no master weights listed in \"kinds\"", mp);
 
     json_t *params = json_object_get(meta, "params");
     json_t *files = json_object_get(meta, "files");
     json_t *segs = json_object_get(meta, "segments");
-    if (!json_is_array(params) || !json_is_array(files) || !json_is_array(segs) || m->world < 1) {
-        ckpt_meta_free(m);
-        return META_BAD("checkpoint: %s: params, files, segments or world_size missing", mp);
-    }
-    m->n_params = (int)json_array_size(params);
-    m->params = calloc((size_t)m->n_params + 1, sizeof *m->params);
-    json_array_foreach(params, i, v) {
-        ckpt_param *p = &m->params[i];
-        json_t *name = json_object_get(v, "name"), *shape = json_object_get(v, "shape");
-        if (!json_is_string(name) || !json_is_array(shape) || json_array_size(shape) < 1 ||
-            json_array_size(shape) > ZERO_MAX_DIMS) {
-            ckpt_meta_free(m);
-            return META_BAD("checkpoint: %s: params[%zu] lacks a name or shape", mp, i);
-        }
-        p->name = strdup(json_string_value(name));
-        p->ndim = (int)json_array_size(shape);
-        p->numel = 1;
-        for (int d = 0; d < p->ndim; d++) {
-            p->shape[d] = json_integer_value(json_array_get(shape, (size_t)d));
-            if (p->shape[d] < 1) {
-                ckpt_meta_free(m);
-                return META_BAD("checkpoint: %s: params[%zu] (%s) has a bad shape", mp, i, p->name);
-            }
-            p->numel *= (uint64_t)p->shape[d];
-        }
-    }
-    m->n_files = (int)json_array_size(files);
-    m->files = calloc((size_t)m->n_files + 1, sizeof *m->files);
-    json_array_foreach(files, i, v) {
-        const char *fn = json_string_value(json_object_get(v, "name"));
-        if (!fn || strchr(fn, '/')) {
-            ckpt_meta_free(m);
-            return META_BAD("checkpoint: %s: files[%zu] has no valid name", mp, i);
-        }
-        m->files[i].name = strdup(fn);
-        m->files[i].bytes = (uint64_t)json_integer_value(json_object_get(v, "bytes"));
-    }
-    m->n_segs = (int)json_array_size(segs);
-    m->segs = calloc((size_t)m->n_segs + 1, sizeof *m->segs);
-    json_array_foreach(segs, i, v) {
-        ckpt_seg *s = &m->segs[i];
-        json_int_t f[7];
-        if (!json_is_array(v) || json_array_size(v) != 7) {
-            ckpt_meta_free(m);
-            return META_BAD("checkpoint: %s: segments[%zu] is malformed", mp, i);
-        }
-        for (int k = 0; k < 7; k++) f[k] = json_integer_value(json_array_get(v, (size_t)k));
-        s->file = (int)f[0];
-        s->param = (int)f[1];
-        s->kind = (int)f[2];
-        s->start = (uint64_t)f[3];
-        s->count = (uint64_t)f[4];
-        s->offset = (uint64_t)f[5];
-        s->crc = (uint32_t)f[6];
-        if (s->file < 0 || s->file >= m->n_files || s->param < 0 || s->param >= m->n_params || s->kind < 0 ||
-            s->kind >= CKPT_NUM_KINDS || s->start + s->count > m->params[s->param].numel ||
-            s->offset + s->count * 4 > m->files[s->file].bytes) {
-            ckpt_meta_free(m);
-            return META_BAD("checkpoint: %s: segments[%zu] points outside its parameter or file", mp, i);
-        }
-    }
-    qsort(m->segs, (size_t)m->n_segs, sizeof *m->segs, seg_cmp);
-    return ZERO_OK;
+    if (!json_is_array(params) || !json_is_array(files) || !json_is_array(segs))
+        return meta_reject(m, ZERO_CORRUPT, "checkpoint: %s: params, files or segments missing", mp);
+    uint64_t total_bytes = 0;
+    ZERO_TRY(parse_params(m, params, mp));
+    ZERO_TRY(parse_files(m, files, mp, &total_bytes));
+    /* Every parameter's master weights are in the files: more elements than
+     * the files could hold is a lie, whatever the segments say. */
+    uint64_t elements = 0;
+    for (int p = 0; p < m->n_params; p++)
+        if (__builtin_add_overflow(elements, m->params[p].numel, &elements) || elements > total_bytes / 4)
+            return meta_reject(m, ZERO_CORRUPT,
+                               "checkpoint: %s: the parameters (up to %s) hold more elements than the %llu bytes of "
+                               "shard files can store",
+                               mp, m->params[p].name, (unsigned long long)total_bytes);
+    return parse_segments(m, segs, mp);
+}
+
+/* ---------------------------------------------------------------- scalars */
+
+zero_status ckpt_meta_scalars(const ckpt_meta *m, zero_engine_scalars *sc)
+{
+    json_t *j = json_object_get(m->root, "engine");
+    json_int_t step, skipped, hysteresis, good;
+    json_t *scale = json_object_get(j, "loss_scale"), *lr = json_object_get(j, "lr");
+    if (!json_is_object(j))
+        return zero_fail(NULL, ZERO_CORRUPT, "checkpoint: %s/meta.json has no engine state", m->dir);
+    if (!int_in(json_object_get(j, "step"), INT64_MIN, INT64_MAX, &step) ||
+        !int_in(json_object_get(j, "skipped_steps"), INT64_MIN, INT64_MAX, &skipped) ||
+        !int_in(json_object_get(j, "hysteresis_left"), INT32_MIN, INT32_MAX, &hysteresis) ||
+        !int_in(json_object_get(j, "good_steps"), INT64_MIN, INT64_MAX, &good) || !json_is_number(scale) ||
+        !json_is_number(lr))
+        return zero_fail(NULL, ZERO_CORRUPT,
+                         "checkpoint: %s/meta.json: the engine state lacks step, skipped_steps, hysteresis_left, "
+                         "good_steps, loss_scale or lr, or one is not a number",
+                         m->dir);
+    memset(sc, 0, sizeof *sc);
+    sc->step = step;
+    sc->skipped_steps = skipped;
+    sc->loss_scale = json_number_value(scale);
+    sc->hysteresis_left = (int)hysteresis;
+    sc->good_steps = good;
+    sc->lr = json_number_value(lr);
+    char what[1200];
+    snprintf(what, sizeof what, "checkpoint: %s/meta.json: engine state", m->dir);
+    zero_status st = engine_scalars_check(sc, NULL, what);
+    return st == ZERO_OK ? ZERO_OK : zero_fail_forward(NULL, ZERO_CORRUPT, NULL);
 }
 
 /* ---------------------------------------------------------------- collect */

@@ -347,13 +347,17 @@ zero_status zero_checkpoint_save(zero_engine *e, zero_comm *dp, const char *dir,
                          "checkpoint save: comm is rank %d of %d but the engine's dp group is rank %d of %d", rank,
                          world, plan.dp_rank, plan.dp_size);
     json_t *user = NULL;
-    zero_status s = ZERO_OK;
-    if (user_json && *user_json) {
+    /* local, like every check here: the outcome is agreed below */
+    zero_status s = engine_between_steps(e, "checkpoint save");
+    if (s == ZERO_OK && user_json && *user_json) {
         json_error_t je;
         user = json_loads(user_json, 0, &je);
-        if (!json_is_object(user))
+        if (!json_is_object(user)) {
             s = zero_fail(NULL, ZERO_INVALID_ARGUMENT, "checkpoint save: user_json is not a JSON object (%s)",
                           user ? "another JSON value" : je.text);
+            json_decref(user);
+            user = NULL;
+        }
     } else {
         user = json_object();
     }

@@ -63,7 +63,10 @@ zero_status zero_checkpoint_verify(const char *path)
     if (!path) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "checkpoint verify: NULL path");
     ckpt_meta m;
     ZERO_TRY(ckpt_meta_load(path, &m));
-    zero_status s = ckpt_meta_check_coverage(&m);
+    /* what load checks beyond the data: the scalars it will set */
+    zero_engine_scalars sc;
+    zero_status s = ckpt_meta_scalars(&m, &sc);
+    if (s == ZERO_OK) s = ckpt_meta_check_coverage(&m);
     /* every file: header, size, index (also those holding no segment) */
     for (int f = 0; f < m.n_files && s == ZERO_OK; f++) {
         char p[1400];
@@ -144,10 +147,17 @@ zero_status zero_checkpoint_consolidate(const char *path, const char *out_file)
     ckpt_meta m;
     ZERO_TRY(ckpt_meta_load(path, &m));
     zero_status s = ckpt_meta_check_coverage(&m);
+    /* safetensors keeps its own entry under this key (names are unique: meta load checks) */
+    for (int p = 0; p < m.n_params && s == ZERO_OK; p++)
+        if (strcmp(m.params[p].name, "__metadata__") == 0)
+            s = zero_fail(NULL, ZERO_UNSUPPORTED,
+                          "checkpoint consolidate: parameter %d is named __metadata__, a name safetensors reserves; "
+                          "rename it in the model",
+                          p);
     uint64_t *offsets = calloc((size_t)m.n_params + 1, sizeof *offsets);
     json_t *hdr = json_object();
     uint64_t off = 0;
-    for (int p = 0; p < m.n_params; p++) {
+    for (int p = 0; offsets && p < m.n_params; p++) {
         json_t *shape = json_array();
         for (int d = 0; d < m.params[p].ndim; d++) json_array_append_new(shape, json_integer(m.params[p].shape[d]));
         offsets[p] = off;
@@ -177,16 +187,19 @@ zero_status zero_checkpoint_consolidate(const char *path, const char *out_file)
     char tmp[1200];
     snprintf(tmp, sizeof tmp, "%s.tmp", out_file);
     int fd = -1;
-    if (s == ZERO_OK && !text) s = zero_fail(NULL, ZERO_OUT_OF_MEMORY, "checkpoint consolidate");
+    if (s == ZERO_OK && (!text || !offsets)) s = zero_fail(NULL, ZERO_OUT_OF_MEMORY, "checkpoint consolidate");
     if (s == ZERO_OK && (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
         s = zero_fail(NULL, ZERO_IO, "checkpoint consolidate: creating %s: %s", tmp, strerror(errno));
     if (s == ZERO_OK) {
         unsigned char head[8];
         for (int i = 0; i < 8; i++) head[i] = (unsigned char)((uint64_t)padded >> (8 * i));
         char *h = malloc(padded);
-        memcpy(h, text, tl);
-        memset(h + tl, ' ', padded - tl);
-        s = ckpt_pwrite_all(fd, head, 8, 0, tmp);
+        if (!h) s = zero_fail(NULL, ZERO_OUT_OF_MEMORY, "checkpoint consolidate: header of %zu bytes", padded);
+        if (h) {
+            memcpy(h, text, tl);
+            memset(h + tl, ' ', padded - tl);
+            s = ckpt_pwrite_all(fd, head, 8, 0, tmp);
+        }
         if (s == ZERO_OK) s = ckpt_pwrite_all(fd, h, padded, 8, tmp);
         free(h);
     }
@@ -223,7 +236,8 @@ zero_status zero_checkpoint_reshard(const char *path, const char *out_dir, int w
     ckpt_remove_tree(tmp_dir);
     if (s == ZERO_OK) s = ckpt_mkdir_p(tmp_dir);
     int *fds = malloc(((size_t)m.n_files + 1) * sizeof *fds);
-    for (int i = 0; i < m.n_files; i++) fds[i] = -1;
+    if (!fds && s == ZERO_OK) s = zero_fail(NULL, ZERO_OUT_OF_MEMORY, "checkpoint reshard");
+    for (int i = 0; fds && i < m.n_files; i++) fds[i] = -1;
     float *buf = NULL;
     uint64_t cap = 0;
     for (int r = 0; r < world && s == ZERO_OK; r++) {
@@ -251,7 +265,7 @@ zero_status zero_checkpoint_reshard(const char *path, const char *out_dir, int w
         else ckpt_writer_abort(&w);
     }
     free(buf);
-    ckpt_close_fds(&m, fds);
+    if (fds) ckpt_close_fds(&m, fds);
     free(fds);
     if (s == ZERO_OK) {
         json_t *meta = json_deep_copy(m.root);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "checkpoint_internal.h" /* the hooks it declares are defined here */
 #include "engine_internal.h"
 
 static const char *kind_name(zero_state_kind k)
@@ -112,14 +113,44 @@ zero_status zero_engine_params_changed(zero_engine *e)
     return engine_sync_device(e, what);
 }
 
+/* read_param is collective at every stage (engine.h). Stage 0 holds the
+ * whole parameter locally, but it communicates anyway, so a call made on
+ * some ranks only fails the same way at every stage (the deadline, naming
+ * the rule) instead of succeeding at stage 0 and hanging at 1-3; and ranks
+ * that ask for different parameters (or pass a bad one) all learn it and get
+ * a named error with the engine still usable. The two values travel in
+ * norm_buf, not on the stack: a timed-out op may still be written later. */
+static zero_status read_param_agree(zero_engine *e, int param, int bad, const char *what)
+{
+    int32_t v[2] = {bad ? INT32_MAX : param, bad ? INT32_MAX : -param};
+    _Static_assert(sizeof e->norm_buf >= sizeof v, "norm_buf carries the agreement");
+    memcpy(&e->norm_buf, v, sizeof v);
+    zero_status st = engine_allreduce_host(e, &e->norm_buf, 2, ZERO_I32, ZERO_MAX, what);
+    if (st != ZERO_OK)
+        return zero_fail(&e->err, st,
+                         "%s (read_param is COLLECTIVE at every stage: every rank of the dp group must call it with "
+                         "the same parameter; a call on some ranks only ends like this)",
+                         e->err.msg);
+    memcpy(v, &e->norm_buf, sizeof v);
+    if (v[0] == INT32_MAX)
+        return zero_fail(&e->err, bad ? ZERO_INVALID_ARGUMENT : ZERO_PEER_FAILURE,
+                         "%s: %s (read_param is collective: every rank failed with it)", what,
+                         bad ? "an unknown parameter or a NULL buffer on this rank" : "another rank passed an unknown "
+                                                                                      "parameter or a NULL buffer");
+    if (v[0] != param || -v[1] != param)
+        return zero_fail(&e->err, ZERO_MISMATCH,
+                         "%s: ranks asked for different parameters (%d here; from %d to %d across the dp group); "
+                         "read_param is collective: call it with the same parameter on every rank",
+                         what, param, -v[1], v[0]);
+    return ZERO_OK;
+}
+
 zero_status zero_engine_read_param(zero_engine *e, int param, float *out)
 {
     const char *what = "engine read_param";
     ZERO_TRY(engine_check_usable(e, what, 1));
-    if (param < 0 || param >= e->num_params)
-        return zero_fail(&e->err, ZERO_NOT_FOUND, "%s: unknown parameter %d (%d parameters)", what, param,
-                         e->num_params);
-    if (!out) return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: out is NULL", what);
+    int bad = param < 0 || param >= e->num_params || !out;
+    ZERO_TRY(read_param_agree(e, param, bad, what));
     const zero_param *p = &e->params[param];
     ZERO_TRY(grads_flush(e, what)); /* the staging slot is ours for a moment */
     /* Bucket by bucket: a split param is assembled from each of its buckets. */
@@ -149,6 +180,23 @@ zero_status zero_engine_read_param(zero_engine *e, int param, float *out)
     return ZERO_OK;
 }
 
+zero_status engine_between_steps(zero_engine *e, const char *what)
+{
+    ZERO_TRY(engine_check_usable(e, what, 1));
+    for (int i = 0; i < e->num_modules; i++) {
+        const zero_module *m = &e->modules[i];
+        if (m->gather_count > 0)
+            return zero_fail(&e->err, ZERO_INVALID_STATE,
+                             "%s: module '%s' is gathered; release it first (only between steps)", what, m->name);
+        if (m->ready_count > 0)
+            return zero_fail(&e->err, ZERO_INVALID_STATE,
+                             "%s: a step is in progress (module '%s' reported grads_ready %d of %d times); call it "
+                             "after step() or zero_grad(), the accumulated gradients are not part of a checkpoint",
+                             what, m->name, m->ready_count, e->cfg.gradient_accumulation_steps);
+    }
+    return ZERO_OK;
+}
+
 zero_status zero_engine_get_scalars(const zero_engine *e, zero_engine_scalars *out)
 {
     if (!e || !out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine get_scalars: NULL argument");
@@ -165,11 +213,7 @@ zero_status zero_engine_get_scalars(const zero_engine *e, zero_engine_scalars *o
 zero_status zero_engine_set_scalars(zero_engine *e, const zero_engine_scalars *in)
 {
     if (!e || !in) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine set_scalars: NULL argument");
-    if (in->step < 0 || in->skipped_steps < 0 || in->good_steps < 0 || !(in->loss_scale > 0) ||
-        in->hysteresis_left < 0 || !(in->lr >= 0))
-        return zero_fail(&e->err, ZERO_INVALID_ARGUMENT,
-                         "engine set_scalars: out of range (step %lld, loss_scale %g, hysteresis_left %d, lr %g)",
-                         (long long)in->step, in->loss_scale, in->hysteresis_left, in->lr);
+    ZERO_TRY(engine_scalars_check(in, &e->err, "engine set_scalars"));
     e->step = in->step;
     e->skipped = in->skipped_steps;
     e->loss_scale = in->loss_scale;

@@ -70,7 +70,8 @@ typedef struct zero_checkpoint_options {
  * state as dir/step-<step> and point dir/latest at it. `user_json` (may be
  * NULL) must be a JSON object; rank 0's is stored. `options` may be NULL.
  * Every rank returns the same status. The engine must be between steps (no
- * module gathered, no micro-step in progress). */
+ * module gathered, no grads_ready since the last step or zero_grad):
+ * otherwise ZERO_INVALID_STATE naming the module, and nothing is written. */
 ZERO_API zero_status zero_checkpoint_save(zero_engine *engine, zero_comm *dp, const char *dir, int64_t step,
                                           const char *user_json, const zero_checkpoint_options *options);
 
@@ -86,7 +87,7 @@ typedef struct zero_checkpoint_loaded {
 /* COLLECTIVE over `dp`. Load `path` (a step directory, or a checkpoint
  * directory whose `latest` names one) into a finalized engine: master
  * weights, moments and scalar state, then params_changed(). `out` may be NULL.
- * Every rank returns the same status. */
+ * Every rank returns the same status. Between steps only, like save. */
 ZERO_API zero_status zero_checkpoint_load(zero_engine *engine, zero_comm *dp, const char *path,
                                           zero_checkpoint_loaded *out);
 ZERO_API void zero_checkpoint_loaded_free(zero_checkpoint_loaded *loaded); /* NULL accepted */

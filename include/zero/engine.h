@@ -734,9 +734,17 @@ ZERO_API zero_status zero_engine_state_set(zero_engine *e, zero_state_kind kind,
  * moments are all-gathered too. Call after state_set. */
 ZERO_API zero_status zero_engine_params_changed(zero_engine *e);
 
-/* COLLECTIVE. Full fp32 master value of `param` (numel floats) into host
- * memory on every rank, assembled from the owners' parts (one all-gather of
- * the parameter's bucket; counted by the comm counters). */
+/* COLLECTIVE at every stage, stage 0 included: every rank of the dp group
+ * calls it with the same `param`. Full fp32 master value of `param` (numel
+ * floats) into host memory on every rank, assembled from the owners' parts:
+ * a 2-integer all-reduce that checks the ranks agree, then (stages 1-3) one
+ * all-gather of the parameter's bucket; both counted by the comm counters.
+ * Ranks passing different parameters all get ZERO_MISMATCH, an unknown
+ * parameter or NULL `out` on any rank fails on every rank (this one
+ * ZERO_INVALID_ARGUMENT, the others ZERO_PEER_FAILURE); the engine stays
+ * usable. A call on some ranks only ends in ZERO_TIMEOUT after the comm's
+ * deadline, whose message names this rule, and leaves the engine unusable
+ * (only destroy is accepted), like any collective that times out. */
 ZERO_API zero_status zero_engine_read_param(zero_engine *e, int param, float *out);
 
 /* Scalar training state, for checkpoints. */
