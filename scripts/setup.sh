@@ -9,6 +9,7 @@ packages=(
   liburing-dev                          # NVMe offload I/O
   libopenblas-dev                       # CPU sgemm
   libjansson-dev                        # JSON configs
+  clang libclang-rt-14-dev              # the libFuzzer targets of tests/fuzz (docs/fuzzing.md)
   python3 python3-dev python3-numpy python3-cffi python3-pytest
   python3-pip python3-setuptools python3-wheel   # the bindings' pip-wheel test
   python3-torch                         # the correctness reference (CPU)

@@ -151,9 +151,10 @@ static int seg_file_cmp(const void *a, const void *b)
 
 static zero_status parse_params(ckpt_meta *m, json_t *params, const char *mp)
 {
-    m->n_params = (int)json_array_size(params);
-    if (!(m->params = calloc((size_t)m->n_params + 1, sizeof *m->params)))
-        return meta_reject(m, ZERO_OUT_OF_MEMORY, "checkpoint: %s: %d parameters", mp, m->n_params);
+    size_t n = json_array_size(params);
+    if (n > INT32_MAX || !(m->params = calloc(n + 1, sizeof *m->params)))
+        return meta_reject(m, ZERO_OUT_OF_MEMORY, "checkpoint: %s: %zu parameters", mp, n);
+    m->n_params = (int)n;
     size_t i;
     json_t *v;
     json_array_foreach(params, i, v) {
@@ -192,12 +193,13 @@ static zero_status parse_params(ckpt_meta *m, json_t *params, const char *mp)
  * from meta.json can exceed the data. */
 static zero_status parse_files(ckpt_meta *m, json_t *files, const char *mp, uint64_t *total_bytes)
 {
-    m->n_files = (int)json_array_size(files);
-    if (m->n_files != m->world)
-        return meta_reject(m, ZERO_CORRUPT, "checkpoint: %s lists %d shard files for world_size %d", mp, m->n_files,
-                           m->world);
-    if (!(m->files = calloc((size_t)m->n_files + 1, sizeof *m->files)))
-        return meta_reject(m, ZERO_OUT_OF_MEMORY, "checkpoint: %s: %d files", mp, m->n_files);
+    /* counts are set only with their arrays: ckpt_meta_free walks them */
+    size_t n = json_array_size(files);
+    if (n != (size_t)m->world)
+        return meta_reject(m, ZERO_CORRUPT, "checkpoint: %s lists %zu shard files for world_size %d", mp, n, m->world);
+    if (!(m->files = calloc(n + 1, sizeof *m->files)))
+        return meta_reject(m, ZERO_OUT_OF_MEMORY, "checkpoint: %s: %zu files", mp, n);
+    m->n_files = (int)n;
     *total_bytes = 0;
     size_t i;
     json_t *v;
@@ -246,9 +248,10 @@ static zero_status parse_files(ckpt_meta *m, json_t *files, const char *mp, uint
 
 static zero_status parse_segments(ckpt_meta *m, json_t *segs, const char *mp)
 {
-    m->n_segs = (int)json_array_size(segs);
-    if (!(m->segs = calloc((size_t)m->n_segs + 1, sizeof *m->segs)))
-        return meta_reject(m, ZERO_OUT_OF_MEMORY, "checkpoint: %s: %d segments", mp, m->n_segs);
+    size_t n = json_array_size(segs);
+    if (n > INT32_MAX || !(m->segs = calloc(n + 1, sizeof *m->segs)))
+        return meta_reject(m, ZERO_OUT_OF_MEMORY, "checkpoint: %s: %zu segments", mp, n);
+    m->n_segs = (int)n;
     size_t i;
     json_t *v;
     json_array_foreach(segs, i, v) {

@@ -230,7 +230,10 @@ zero_status zero_checkpoint_reshard(const char *path, const char *out_dir, int w
         return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "checkpoint reshard: %s already exists", out_dir);
     ckpt_meta m;
     ZERO_TRY(ckpt_meta_load(path, &m));
-    zero_status s = ckpt_meta_check_coverage(&m);
+    /* the scalars are copied as they are: what load would refuse is not rewritten */
+    zero_engine_scalars sc;
+    zero_status s = ckpt_meta_scalars(&m, &sc);
+    if (s == ZERO_OK) s = ckpt_meta_check_coverage(&m);
     char tmp_dir[1200];
     snprintf(tmp_dir, sizeof tmp_dir, "%s.tmp", out_dir);
     ckpt_remove_tree(tmp_dir);

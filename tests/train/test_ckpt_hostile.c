@@ -7,7 +7,8 @@
  *     than the files, a segment whose start + count or offset + 4 count wraps
  *     modulo 2^64 (the [2^62 + 1] in segments of 2^62 and 1 case), segments
  *     sharing bytes, a file whose size is not what meta.json says, a file
- *     listed twice, a parameter named twice: each ZERO_CORRUPT with its
+ *     listed twice, a world size that is not the number of files, a
+ *     parameter named twice: each ZERO_CORRUPT with its
  *     message, from verify, inspect, read_tensor and consolidate (which
  *     leaves no output file);
  *   - a shard header whose index_offset + index_bytes wraps: ZERO_CORRUPT
@@ -15,7 +16,7 @@
  *   - a parameter named __metadata__: verify passes, consolidate refuses it
  *     with ZERO_UNSUPPORTED naming it;
  *   - engine scalars that load would refuse (loss_scale 0, hysteresis_left
- *     beyond int, lr missing): verify refuses them too (ZERO_CORRUPT), and a
+ *     beyond int, lr missing): verify and reshard refuse them too (ZERO_CORRUPT), and a
  *     load refuses them on every rank before it writes any state;
  *   - save and load while a module is gathered or a step is half done:
  *     ZERO_INVALID_STATE naming the module on every rank, nothing written;
@@ -151,7 +152,12 @@ static void e_file_twice(json_t *m)
     json_array_append(files, json_array_get(files, 0));
     json_object_set_new(m, "world_size", json_integer((json_int_t)json_array_size(files)));
 }
-static void e_name_twice(json_t *m) { json_object_set(param_obj(m, 1), "name", json_string(NAMES[0])); }
+/* found by fuzz_ckpt_meta (UBSan): the error path walked a NULL file array */
+static void e_world_files(json_t *m)
+{
+    json_object_set_new(m, "world_size", json_integer((json_int_t)json_array_size(json_object_get(m, "files")) + 1));
+}
+static void e_name_twice(json_t *m) { json_object_set_new(param_obj(m, 1), "name", json_string(NAMES[0])); }
 static void e_metadata_name(json_t *m) { json_object_set_new(param_obj(m, 1), "name", json_string("__metadata__")); }
 static void e_loss_scale(json_t *m) { json_object_set_new(json_object_get(m, "engine"), "loss_scale", json_real(0)); }
 static void e_hysteresis(json_t *m)
@@ -212,6 +218,7 @@ static void offline_checks(const char *step, const char *bad)
         {e_overlap, "two segments overlap", "overlapping segments"},
         {e_file_size, "meta.json says", "file size"},
         {e_file_twice, "listed twice", "file listed twice"},
+        {e_world_files, "shard files for world_size", "world_size != number of files"},
         {e_name_twice, "parameter name 'a.weight' occurs twice", "duplicate parameter name"},
         {e_loss_scale, "engine state: out of range", "loss_scale 0"},
         {e_hysteresis, "engine state lacks", "hysteresis_left > INT_MAX"},
@@ -225,6 +232,12 @@ static void offline_checks(const char *step, const char *bad)
             zero_status st = zero_checkpoint_verify(bad);
             CHECK_MSG(st == ZERO_CORRUPT && strstr(zero_last_error(), cases[c].needle), "%s: verify: %s: %s",
                       cases[c].what, zero_status_name(st), zero_last_error());
+            /* found by fuzz_ckpt_meta: reshard copied such scalars into a checkpoint verify refuses */
+            char rd[700];
+            snprintf(rd, sizeof rd, "%s.resharded", bad);
+            st = zero_checkpoint_reshard(bad, rd, 2);
+            CHECK_MSG(st == ZERO_CORRUPT && !exists(rd), "%s: reshard: %s: %s", cases[c].what, zero_status_name(st),
+                      zero_last_error());
             continue;
         }
         expect_refused(bad, ZERO_CORRUPT, cases[c].needle, cases[c].what);
