@@ -738,7 +738,7 @@ ZERO_API zero_status zero_engine_params_changed(zero_engine *e);
  * calls it with the same `param`. Full fp32 master value of `param` (numel
  * floats) into host memory on every rank, assembled from the owners' parts:
  * a 2-integer all-reduce that checks the ranks agree, then (stages 1-3) one
- * all-gather of the parameter's bucket; both counted by the comm counters.
+ * all-gather per bucket the parameter spans; all counted by the comm counters.
  * Ranks passing different parameters all get ZERO_MISMATCH, an unknown
  * parameter or NULL `out` on any rank fails on every rank (this one
  * ZERO_INVALID_ARGUMENT, the others ZERO_PEER_FAILURE); the engine stays
