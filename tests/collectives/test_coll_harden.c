@@ -26,8 +26,9 @@
  *                              fingerprints off) and a broadcast (libnbc,
  *                              fingerprints on): the timeout names rank 2
  *                              only
- * The counts and missing modes set fingerprints off explicitly, so they test
- * the transport's own checks; the rest of the test suite runs with them on
+ * The counts, late and missing modes set fingerprints off explicitly, so they
+ * test the transport's own checks (late_fp: the same with them on, where the
+ * data of an op is never posted before the peers' records arrive); the rest of the test suite runs with them on
  * (ZERO_COLL_FINGERPRINT=1 in tests/meson.build). */
 #include <zero/comm.h>
 #include <zero/engine.h>
@@ -410,8 +411,9 @@ int main(int argc, char **argv)
     zero_comm_config cfg = ZERO_COMM_CONFIG_INIT;
     cfg.timeout_s = 30;
     /* counts and missing test the transport's own checks */
-    if (!strcmp(mode, "counts") || !strcmp(mode, "missing")) cfg.fingerprint = 0;
-    if (!strcmp(mode, "fingerprint") || !strcmp(mode, "missing_fp") || !strcmp(mode, "engine_order"))
+    if (!strcmp(mode, "counts") || !strcmp(mode, "missing") || !strcmp(mode, "late")) cfg.fingerprint = 0;
+    if (!strcmp(mode, "fingerprint") || !strcmp(mode, "missing_fp") || !strcmp(mode, "engine_order") ||
+        !strcmp(mode, "late_fp"))
         cfg.fingerprint = 1;
     if (zero_comm_init_world(&world, &cfg) != ZERO_OK) {
         fprintf(stderr, "init_world: %s\n", zero_last_error());
@@ -426,7 +428,7 @@ int main(int argc, char **argv)
     }
     if (!strcmp(mode, "counts"))
         test_counts(world);
-    else if (!strcmp(mode, "late"))
+    else if (!strncmp(mode, "late", 4))
         test_late(world);
     else if (!strcmp(mode, "fingerprint"))
         test_fingerprint(world);
