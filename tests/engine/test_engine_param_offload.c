@@ -21,8 +21,13 @@
  *    file truncated underneath (the error names the file; the checkpoint
  *    saved before still loads and continues bitwise), JSON keys.
  *
- *   test_engine_param_offload   (under tests/mpirun.sh N) */
+ *  - rss (a 5M-parameter model): the resident growth of an nvme engine is
+ *    the shard's bytes less than without offload, and equals its memory
+ *    report plus its host pool: the shard is not resident.
+ *
+ *   test_engine_param_offload [rss]   (under tests/mpirun.sh N) */
 #include <dirent.h>
+#include <malloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -469,8 +474,78 @@ static void check_json(void)
     }
 }
 
-int main(void)
+/* ---------------------------------------------------------------- resident memory */
+
+static long rss_bytes(void)
 {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, res = 0;
+    if (!f) return -1;
+    if (fscanf(f, "%ld %ld", &pages, &res) != 2) res = -1;
+    fclose(f);
+    return res < 0 ? -1 : res * sysconf(_SC_PAGESIZE);
+}
+
+/* Resident growth of an engine (finalize + one step) with the shard on NVMe
+ * and without offload: each grows by its memory report (+ the host pool)
+ * within 3%, and the NVMe engine by the shard's S*d bytes less, plus its
+ * staging buffers, within 10% of S*d: nothing of the shard is resident. */
+static void check_rss(zero_comm *comm, zero_device *dev)
+{
+    const variant *v = &variants[1];
+    const int rank = zero_comm_rank(comm);
+    eng_run r = {{rank}, 1, 0, 0, 0};
+    /* run 0 (no offload) only warms up the process (MPI, allocator, first-touch
+     * costs that are not the engine's); runs 1 (nvme) and 2 (none) compare */
+    long grew[3] = {0, 0, 0};
+    double shard_bytes = 0, report[3] = {0, 0, 0}, staging = 0;
+    for (int k = 0; k < 3; k++) {
+        zero_config c = make_config(v, k == 1 ? ZERO_OFFLOAD_NVME : ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE);
+        c.reduce_bucket_size = 1u << 16; /* chunks of 32K elements at 2 ranks: staging far below the shard */
+        c.offload_param_buffer_size = 1u << 16;
+        c.stage3_prefetch_bucket_size = 1u << 22;
+        c.stage3_max_live_parameters = 1u << 24;
+        c.gradient_accumulation_steps = 1;
+        long before = rss_bytes();
+        zero_engine *e = NULL;
+        CHECK_OK(zero_engine_create(&e, &c, comm, dev));
+        if (!e) return;
+        CHECK_OK(eng_register(e, 700));
+        CHECK_OK(zero_engine_finalize(e));
+        zero_step_result res;
+        CHECK_OK(eng_train_step(e, dev, &c, &r, 1, &res));
+        grew[k] = rss_bytes() - before;
+        zero_memory_report m;
+        zero_param_offload_report po;
+        zero_plan_info plan;
+        CHECK_OK(zero_engine_memory_report(e, &m));
+        CHECK_OK(zero_engine_param_offload_report(e, &po));
+        CHECK_OK(zero_engine_plan_info(e, &plan));
+        shard_bytes = (double)plan.shard_numel * 2;
+        report[k] = (double)m.total + (double)po.host_capacity;
+        if (k == 1) staging = (double)po.host_capacity;
+        zero_engine_destroy(e);
+    }
+    fprintf(stderr, "[rank %d] resident growth: %.1f MB without offload, %.1f MB with nvme (shard %.1f MB; "
+            "reported %.1f / %.1f MB)\n", rank, grew[2] / 1e6, grew[1] / 1e6, shard_bytes / 1e6, report[2] / 1e6,
+            report[1] / 1e6);
+    CHECK_MSG(shard_bytes > 4e6, "model too small for an RSS comparison: shard %.1f MB", shard_bytes / 1e6);
+    const double less = (double)(grew[2] - grew[1]);
+    CHECK_MSG(fabs(less - (shard_bytes - staging)) <= 0.1 * shard_bytes,
+              "nvme engine resident %.1f MB vs %.1f MB without: not the shard's %.1f MB less (plus %.1f MB of staging)",
+              grew[1] / 1e6, grew[2] / 1e6, shard_bytes / 1e6, staging / 1e6);
+    CHECK_MSG(fabs((double)grew[2] - report[2]) <= 0.03 * report[2],
+              "engine without offload: resident growth %.1f MB, report %.1f MB", grew[2] / 1e6, report[2] / 1e6);
+    CHECK_MSG(fabs((double)grew[1] - report[1]) <= 0.03 * report[1],
+              "nvme engine resident growth %.1f MB, report + host pool %.1f MB", grew[1] / 1e6, report[1] / 1e6);
+}
+
+int main(int argc, char **argv)
+{
+    /* A fixed mmap threshold: freed large blocks go back to the OS, so
+     * resident memory tracks live allocations (rss mode). */
+    mallopt(M_MMAP_THRESHOLD, 64 * 1024);
+    const int rss = argc > 1 && !strcmp(argv[1], "rss");
     zero_comm_config ccfg = ZERO_COMM_CONFIG_INIT;
     ccfg.timeout_s = 60;
     zero_comm *world = NULL;
@@ -501,6 +576,10 @@ int main(void)
     CHECK_OK(zero_broadcast(world, g_pdir, g_pdir, sizeof g_pdir, ZERO_U8, 0));
     if (!g_dir[0]) return 1;
 
+    if (rss) {
+        check_rss(world, dev);
+        goto done;
+    }
     eng_run r = {{rank}, 1, 0, 0, 0};
     static const zero_offload_device devs[3] = {ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_CPU, ZERO_OFFLOAD_NVME};
     static const char *const dev_names[3] = {"none", "cpu", "nvme"};
@@ -539,6 +618,7 @@ int main(void)
     check_config_errors(world, dev);
     check_json();
 
+done:
     CHECK_OK(zero_barrier(world));
     if (rank == 0) {
         rmdir(g_pdir);
