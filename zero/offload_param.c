@@ -364,7 +364,7 @@ static zero_status wait_slot(zero_engine *e, poff_slot *s, const char *what)
     return ZERO_OK;
 }
 
-zero_status poff_fetch(zero_engine *e, const zero_bucket *b, void *dst, const char *what)
+static zero_status fetch_chunk(zero_engine *e, const zero_bucket *b, void *dst, const char *what)
 {
     struct param_offload *p = e->poff;
     const int bi = (int)(b - e->buckets);
@@ -398,6 +398,15 @@ zero_status poff_fetch(zero_engine *e, const zero_bucket *b, void *dst, const ch
     zero_status st = wait_slot(e, s, what);
     if (st == ZERO_OK) st = copy(e, dst, s->buf, bytes, what);
     s->bucket = -1;
+    return st;
+}
+
+zero_status poff_fetch(zero_engine *e, const zero_bucket *b, void *dst, const char *what)
+{
+    zero_status st = fetch_chunk(e, b, dst, what);
+    /* This rank's parameters cannot be read (a file truncated or gone, an
+     * I/O error): its gathers cannot go on, and the module is half issued. */
+    if (st != ZERO_OK) engine_mark_broken(e);
     return st;
 }
 

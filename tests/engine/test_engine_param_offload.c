@@ -405,6 +405,9 @@ static void check_truncated(zero_comm *comm, zero_device *dev)
     zero_status st = eng_train_step(a, dev, &cn, &r, 3, &res);
     CHECK_MSG((st == ZERO_CORRUPT || st == ZERO_IO) && victim[0] && strstr(zero_engine_last_error(a), victim),
               "truncated swap file: %s: %s (file %s)", zero_status_name(st), zero_engine_last_error(a), victim);
+    st = zero_engine_gather(a, 0); /* its parameters are gone: only destroy is accepted */
+    CHECK_MSG(st == ZERO_INVALID_STATE && strstr(zero_engine_last_error(a), victim), "after the failure: %s: %s",
+              zero_status_name(st), zero_engine_last_error(a));
     zero_engine_destroy(a); /* a broken engine still removes its files */
     a = NULL;
     CHECK_MSG(count_files(rdir, 0) == 0, "swap files left in %s", rdir);
