@@ -16,8 +16,8 @@
  *    and with cpu offload, and saved without it and loaded with nvme
  *    offload (fp32: the master is the offloaded shard): one more step, the
  *    same bits as the saver;
- *  - bad input: offload_param at stage < 3, nvme without a path, a missing
- *    or read-only nvme_path, buffer_size below the largest chunk, a swap
+ *  - bad input: offload_param at stage < 3, nvme without a path, a missing,
+ *    read-only or full (a file-size limit standing in) nvme_path, buffer_size below the largest chunk, a swap
  *    file truncated underneath (the error names the file; the checkpoint
  *    saved before still loads and continues bitwise), JSON keys.
  *
@@ -28,6 +28,8 @@
  *   test_engine_param_offload [rss]   (under tests/mpirun.sh N) */
 #include <dirent.h>
 #include <malloc.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -338,6 +340,26 @@ static void check_config_errors(zero_comm *comm, zero_device *dev)
     CHECK(mkdir(path, 0500) == 0);
     check_bad_path(comm, dev, access(path, W_OK) == 0 ? "/proc" : path, "read-only");
     rmdir(path);
+
+    /* a full disk: a file-size limit stands in (fallocate then fails with EFBIG, as with ENOSPC) */
+    struct rlimit old_lim;
+    CHECK(getrlimit(RLIMIT_FSIZE, &old_lim) == 0);
+    struct rlimit tiny = old_lim;
+    tiny.rlim_cur = 4096;
+    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+    CHECK(setrlimit(RLIMIT_FSIZE, &tiny) == 0);
+    c = make_config(&variants[0], ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NONE);
+    CHECK_OK(zero_engine_create(&e, &c, comm, dev));
+    if (e) {
+        CHECK_OK(eng_register(e, 1));
+        zero_status st = zero_engine_finalize(e);
+        CHECK_MSG(st == ZERO_IO && strstr(zero_engine_last_error(e), "offload_param.nvme_path") &&
+                      strstr(zero_engine_last_error(e), g_pdir),
+                  "full nvme_path: %s: %s", zero_status_name(st), zero_engine_last_error(e));
+        zero_engine_destroy(e);
+    }
+    CHECK(setrlimit(RLIMIT_FSIZE, &old_lim) == 0);
+    signal(SIGXFSZ, old_handler);
 
     /* buffer_size below the largest chunk: finalize names the key */
     c = make_config(&variants[1], ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NONE);
