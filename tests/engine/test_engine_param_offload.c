@@ -80,7 +80,7 @@ static zero_config make_config(const variant *v, zero_offload_device poff, zero_
     if (poff == ZERO_OFFLOAD_NVME) {
         snprintf(c.offload_param_nvme_path, sizeof c.offload_param_nvme_path, "%s", g_pdir);
         c.offload_param_buffer_count = v->buffers;
-        c.offload_param_buffer_size = 2053; /* the largest chunk at world size 1: a 2053-element param */
+        c.offload_param_buffer_size = ENG_BUCKET; /* buckets are bounded by reduce_bucket_size: no chunk is larger */
     }
     return c;
 }
