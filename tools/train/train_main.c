@@ -126,6 +126,7 @@ static json_t *engine_effective(const zero_config *z)
     int od = (int)z->offload_optimizer_device;
     json_t *zo = json_object_get(e, "zero_optimization");
     json_object_set_new(zo, "sub_group_size", json_integer((json_int_t)z->sub_group_size));
+    json_object_set_new(zo, "local_accumulation", json_boolean(z->local_accumulation));
     json_object_set_new(zo, "offload_optimizer",
                         json_pack("{s:s,s:o,s:b,s:i}", "device", od >= 0 && od < 3 ? offload_names[od] : "none",
                                   "nvme_path", z->offload_nvme_path[0] ? json_string(z->offload_nvme_path) : json_null(),
