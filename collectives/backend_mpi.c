@@ -618,15 +618,37 @@ zero_status mpi_split_common(zero_comm *parent, MPI_Comm pmc, int color, int key
     return ZERO_OK;
 }
 
-zero_status mpi_local_rank(zero_comm *c, int *out)
+zero_status mpi_local_rank(zero_comm *c, MPI_Comm mc, int *out)
 {
-    /* Ranks sharing this node; only called once the world is known to be
-     * complete (after the deadline-guarded dup), so the blocking split is safe. */
-    MPI_Comm node = MPI_COMM_NULL;
-    int rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    if (rc != MPI_SUCCESS) return mpi_status_from(c, rc, "init_world (local rank)");
-    MPI_Comm_rank(node, out);
-    MPI_Comm_free(&node);
+    /* Ranks sharing this node, from every rank's processor name, exchanged
+     * with a deadline: MPI_Comm_split_type would block without one (a rank
+     * whose peers gave up on the world dup could complete it and then wait
+     * for ever). mc is the world's own dup, so this is its first op on every
+     * rank. */
+    int n = 1, me = 0, len = 0;
+    MPI_Comm_size(mc, &n);
+    MPI_Comm_rank(mc, &me);
+    /* mine first, then everyone's: heap memory the graveyard keeps on a timeout */
+    char *mine = calloc((size_t)n + 1, MPI_MAX_PROCESSOR_NAME);
+    if (!mine) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "init_world (local rank): out of memory");
+    char *all = mine + MPI_MAX_PROCESSOR_NAME;
+    MPI_Get_processor_name(mine, &len);
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_Iallgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, mc, &req);
+    if (rc != MPI_SUCCESS) {
+        free(mine);
+        return mpi_status_from(c, rc, "init_world (local rank)");
+    }
+    zero_status st = mpi_wait_raw(c, c, &req, "init_world (local rank: exchange of host names)");
+    if (st != ZERO_OK) {
+        coll_graveyard_add(mine, free_ptr);
+        return st;
+    }
+    int local = 0;
+    for (int r = 0; r < me; r++)
+        if (strncmp(all + (size_t)r * MPI_MAX_PROCESSOR_NAME, mine, MPI_MAX_PROCESSOR_NAME) == 0) local++;
+    free(mine);
+    *out = local;
     return ZERO_OK;
 }
 

@@ -143,7 +143,7 @@ static zero_status be_init_world(zero_comm *c, const zero_comm_config *cfg)
     if (!m) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "zero_comm_init_world: out of memory");
     m->comm = MPI_COMM_NULL;
     zero_status st = mpi_world_common(c, &m->comm);
-    if (st == ZERO_OK) st = coll_cuda_pick_device(c, cfg->device);
+    if (st == ZERO_OK) st = coll_cuda_pick_device(c, m->comm, cfg->device);
     if (st == ZERO_OK) st = bootstrap(c, c, m);
     if (st != ZERO_OK) {
         impl_free(c, m, 1);

@@ -35,7 +35,7 @@ static zero_status cuda_fail(zero_comm *c, cudaError_t e, const char *what)
                           c->name, c->size, c->rank, c->device, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
-static zero_status pick_device(zero_comm *c, int requested)
+static zero_status pick_device(zero_comm *c, MPI_Comm mc, int requested)
 {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -46,7 +46,7 @@ static zero_status pick_device(zero_comm *c, int requested)
     int dev = requested;
     if (dev < 0) {
         int local = 0;
-        ZERO_TRY(mpi_local_rank(c, &local));
+        ZERO_TRY(mpi_local_rank(c, mc, &local));
         dev = local % count;
     }
     if (dev >= count)
@@ -86,9 +86,10 @@ static zero_status be_init_world(zero_comm *c, const zero_comm_config *cfg)
     if (!m) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "zero_comm_init_world: out of memory");
     m->comm = MPI_COMM_NULL;
     zero_status st = mpi_world_common(c, &m->comm);
-    if (st == ZERO_OK) st = pick_device(c, cfg->device);
+    if (st == ZERO_OK) st = pick_device(c, m->comm, cfg->device);
     if (st != ZERO_OK) {
-        if (m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
+        /* after a timeout MPI may still run ops on it: leave it to MPI_Finalize */
+        if (m->comm != MPI_COMM_NULL && c->failed == ZERO_OK) MPI_Comm_free(&m->comm);
         free(m);
         return st;
     }
@@ -289,6 +290,6 @@ const coll_backend coll_backend_staged = {
 };
 
 /* The NCCL backend picks its device the same way. */
-zero_status coll_cuda_pick_device(zero_comm *c, int requested) { return pick_device(c, requested); }
+zero_status coll_cuda_pick_device(zero_comm *c, MPI_Comm mc, int requested) { return pick_device(c, mc, requested); }
 
 #endif /* ZERO_HAVE_MPI && ZERO_HAVE_CUDA */

@@ -126,9 +126,9 @@ extern const coll_backend coll_backend_mpi;
 #endif
 #if ZERO_HAVE_MPI && ZERO_HAVE_CUDA
 extern const coll_backend coll_backend_staged;
-/* Set c->device: `requested`, or the local rank modulo the device count;
+/* Set c->device: `requested`, or the local rank (learnt over mc) modulo the device count;
  * ZERO_UNSUPPORTED when no GPU is present. Also makes it current. */
-zero_status coll_cuda_pick_device(zero_comm *c, int requested);
+zero_status coll_cuda_pick_device(zero_comm *c, MPI_Comm mc, int requested);
 /* ZERO_INVALID_ARGUMENT when a buffer of `a` is plain host memory. */
 zero_status coll_cuda_check_buffers(zero_comm *c, const coll_args *a);
 #endif
@@ -283,8 +283,9 @@ zero_status mpi_split_common(zero_comm *parent, MPI_Comm pmc, int color, int key
 zero_status mpi_world_common(zero_comm *c, MPI_Comm *out);
 /* Poll a raw MPI request with c's deadline; failures are recorded on msg_comm. */
 zero_status mpi_wait_raw(zero_comm *c, zero_comm *msg_comm, MPI_Request *req, const char *what);
-/* This process's rank among the ranks on its node. */
-zero_status mpi_local_rank(zero_comm *c, int *out);
+/* This process's rank among the ranks on its node; collective over mc (the
+ * world's dup), with c's deadline. */
+zero_status mpi_local_rank(zero_comm *c, MPI_Comm mc, int *out);
 #endif
 
 #endif
