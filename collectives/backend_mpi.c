@@ -60,6 +60,11 @@ zero_status mpi_env_acquire(zero_errbuf *err)
                 st = zero_fail(err, ZERO_BACKEND, "zero_comm_init_world: MPI_Init_thread failed (code %d)", rc);
             else {
                 env_we_initialized = 1;
+                /* Open MPI raises the errors of its non-blocking collectives
+                 * (a truncated message inside libnbc) in MPI_Test on
+                 * MPI_COMM_WORLD, whose default handler aborts the job: the
+                 * MPI we initialised returns them instead. */
+                MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
                 if (provided < MPI_THREAD_MULTIPLE)
                     zero_log(ZERO_LOG_WARN, "MPI provides thread level %d < MPI_THREAD_MULTIPLE: use comms "
                              "from one thread at a time", provided);

@@ -115,7 +115,9 @@ typedef struct zero_comm_config {
     { sizeof(zero_comm_config), ZERO_COMM_CONFIG_VERSION, ZERO_BACKEND_AUTO, -1, 60.0, -1 }
 
 /* The world group. Calls MPI_Init_thread only if MPI is not yet initialized
- * (MPI_Init has no deadline: it waits for the launcher to start every rank),
+ * (MPI_Init has no deadline: it waits for the launcher to start every rank;
+ * libzero then sets MPI_ERRORS_RETURN on MPI_COMM_WORLD, where Open MPI
+ * raises errors of its non-blocking collectives),
  * and in that case MPI_Finalize runs when the last comm descending from such
  * a world (the worlds and their splits) is destroyed; MPI cannot be
  * initialised twice, so init_world after that is ZERO_INVALID_STATE. With
