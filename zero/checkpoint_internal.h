@@ -95,10 +95,10 @@ void ckpt_remove_tree(const char *path);
 
 /* Save order (checkpoint_order.c): the "save_seq" of step directory
  * `step_dir`'s meta.json (0 when it has none, -1 when it has no readable
- * meta.json); and the step of the newest complete save in `dir` by
- * (save_seq, step). ckpt_newest_step returns 0 if there is none. */
+ * meta.json); and the directory name of the newest complete save in `dir`
+ * by (save_seq, step). ckpt_newest_step returns 0 if there is none. */
 int64_t ckpt_save_seq(const char *step_dir);
-int ckpt_newest_step(const char *dir, long long *step);
+int ckpt_newest_step(const char *dir, char *name, size_t n);
 /* The save_seq of the newest save in `dir` (0 if none); keep_last > 0 reads
  * every step directory, else only the one `latest` names. */
 int64_t ckpt_newest_save_seq(const char *dir, int keep_last);

@@ -70,11 +70,11 @@ zero_status zero_checkpoint_resolve(const char *path, char *out, size_t n)
     if (!d)
         return zero_fail(NULL, ZERO_NOT_FOUND, "checkpoint: %s: %s", path, strerror(errno));
     closedir(d);
-    long long best = -1;
-    if (!ckpt_newest_step(path, &best))
+    char best[256];
+    if (!ckpt_newest_step(path, best, sizeof best))
         return zero_fail(NULL, ZERO_NOT_FOUND, "checkpoint: no checkpoint in %s (no meta.json, latest or step-*)",
                          path);
-    snprintf(out, n, "%s/step-%08lld", path, best);
+    snprintf(out, n, "%s/%s", path, best);
     return ZERO_OK;
 }
 

@@ -32,6 +32,7 @@ int64_t ckpt_save_seq(const char *step_dir)
 
 typedef struct ckpt_save_entry {
     long long step;
+    char name[256]; /* as found: "step-5" is a step directory too, not only "step-00000005" */
     int64_t seq; /* -1: no readable meta.json (an incomplete directory) */
 } ckpt_save_entry;
 
@@ -64,6 +65,7 @@ static ckpt_save_entry *list_saves(const char *dir, int *n)
         char p[1400];
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
         v[*n].step = s;
+        snprintf(v[*n].name, sizeof v[*n].name, "%s", e->d_name);
         v[*n].seq = ckpt_save_seq(p);
         (*n)++;
     }
@@ -90,13 +92,13 @@ int64_t ckpt_newest_save_seq(const char *dir, int keep)
     return best > 0 ? best : 0;
 }
 
-int ckpt_newest_step(const char *dir, long long *step)
+int ckpt_newest_step(const char *dir, char *name, size_t n)
 {
-    int n;
-    ckpt_save_entry *v = list_saves(dir, &n);
-    int i = n - 1;
+    int count;
+    ckpt_save_entry *v = list_saves(dir, &count);
+    int i = count - 1;
     while (i >= 0 && v[i].seq < 0) i--; /* incomplete */
-    if (i >= 0) *step = v[i].step;
+    if (i >= 0) snprintf(name, n, "%s", v[i].name);
     free(v);
     return i >= 0;
 }
@@ -110,7 +112,7 @@ void ckpt_prune(const char *dir, int keep)
     ckpt_save_entry *v = list_saves(dir, &n);
     for (int i = 0; i + keep < n; i++) {
         char p[1400];
-        snprintf(p, sizeof p, "%s/step-%08lld", dir, v[i].step);
+        snprintf(p, sizeof p, "%s/%s", dir, v[i].name);
         ckpt_remove_tree(p);
     }
     free(v);

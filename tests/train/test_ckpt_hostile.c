@@ -254,6 +254,16 @@ static void offline_checks(const char *step, const char *bad)
               zero_status_name(st), zero_last_error());
     CHECK(!exists(out));
 
+    /* a step directory named without the zero padding, no `latest`: resolve
+     * names the directory that exists (it used to print "step-00000001") */
+    char ck2[700], cmd[4000], resolved[1024];
+    snprintf(ck2, sizeof ck2, "%s2", bad);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && cp -r %s %s/step-1", ck2, ck2, step, ck2);
+    run(cmd);
+    CHECK_OK(zero_checkpoint_resolve(ck2, resolved, sizeof resolved));
+    CHECK_MSG(strstr(resolved, "/step-1") && !strstr(resolved, "step-00000001"), "resolved %s", resolved);
+    CHECK_OK(zero_checkpoint_verify(ck2));
+
     /* a shard header whose index_offset + index_bytes wraps, header CRC valid */
     fresh_copy(step, bad);
     char p[700];
