@@ -364,6 +364,8 @@ static zero_status wait_slot(zero_engine *e, poff_slot *s, const char *what)
     return ZERO_OK;
 }
 
+static zero_status read_ahead_from(zero_engine *e, int after, const char *what);
+
 static zero_status fetch_chunk(zero_engine *e, const zero_bucket *b, void *dst, const char *what)
 {
     struct param_offload *p = e->poff;
@@ -398,6 +400,10 @@ static zero_status fetch_chunk(zero_engine *e, const zero_bucket *b, void *dst, 
     zero_status st = wait_slot(e, s, what);
     if (st == ZERO_OK) st = copy(e, dst, s->buf, bytes, what);
     s->bucket = -1;
+    /* keep the freed buffer busy: when the prefetcher gathers many modules
+     * at once, the reads of the next chunks are then in flight together
+     * (queue depth) instead of one synchronous read after another */
+    if (st == ZERO_OK) st = read_ahead_from(e, bi, what);
     return st;
 }
 
@@ -410,28 +416,51 @@ zero_status poff_fetch(zero_engine *e, const zero_bucket *b, void *dst, const ch
     return st;
 }
 
-zero_status poff_read_ahead(zero_engine *e, const char *what)
+/* Issue the read of bucket bi's chunk into a free buffer unless it is
+ * persistent, open or already read; *full = 1 when no buffer is free. */
+static zero_status read_one(zero_engine *e, int bi, int *full, const char *what)
 {
     struct param_offload *p = e->poff;
-    if (!p || !p->nvme || !e->replay_ok) return ZERO_OK;
-    for (int j = e->cur_len; j < e->trace_len; j++) {
+    if (e->buckets[bi].persistent || bi == p->open_bucket || slot_of(p, bi)) return ZERO_OK;
+    poff_slot *s = free_slot(p);
+    if (!s) {
+        *full = 1;
+        return ZERO_OK;
+    }
+    zero_status st = zero_nvme_read_async(p->store, p->tensors[bi], s->buf, &s->req);
+    if (st != ZERO_OK) {
+        s->req = NULL;
+        return store_failed(e, st, what);
+    }
+    s->bucket = bi;
+    return ZERO_OK;
+}
+
+/* The chunks a gather fetches next: the rest of the module being issued
+ * (its buckets after `after`, in the order issue_gather walks them; none when
+ * after < 0), then along the recorded order the modules not yet gathered. */
+static zero_status read_ahead_from(zero_engine *e, int after, const char *what)
+{
+    struct param_offload *p = e->poff;
+    if (!p || !p->nvme) return ZERO_OK;
+    int full = 0;
+    if (after >= 0) {
+        const zero_module *m = &e->modules[e->buckets[after].module];
+        int past = 0;
+        for (int i = 0; i < m->num_buckets && !full; i++) {
+            if (past) ZERO_TRY(read_one(e, m->bucket_ids[i], &full, what));
+            past |= m->bucket_ids[i] == after;
+        }
+    }
+    for (int j = e->cur_len; e->replay_ok && j < e->trace_len && !full; j++) {
         const zero_module *t = &e->modules[e->trace[j]];
         if (t->gather_numel == 0 || t->state != MODULE_RELEASED) continue;
-        for (int i = 0; i < t->num_buckets; i++) {
-            const int bi = t->bucket_ids[i];
-            if (e->buckets[bi].persistent || bi == p->open_bucket || slot_of(p, bi)) continue;
-            poff_slot *s = free_slot(p);
-            if (!s) return ZERO_OK;
-            zero_status st = zero_nvme_read_async(p->store, p->tensors[bi], s->buf, &s->req);
-            if (st != ZERO_OK) {
-                s->req = NULL;
-                return store_failed(e, st, what);
-            }
-            s->bucket = bi;
-        }
+        for (int i = 0; i < t->num_buckets && !full; i++) ZERO_TRY(read_one(e, t->bucket_ids[i], &full, what));
     }
     return ZERO_OK;
 }
+
+zero_status poff_read_ahead(zero_engine *e, const char *what) { return read_ahead_from(e, -1, what); }
 
 /* ---------------------------------------------------------------- report */
 
