@@ -19,10 +19,12 @@
  *            the gather's receive buffer; the all-gather then runs in place
  *            (send == recv + rank * chunk), so no extra device staging. NVMe
  *            reads go through buffer_count host buffers: one for the open
- *            chunk (below), the others hold reads issued ahead along
- *            the recorded stage-3 order (poff_read_ahead, called by the
- *            gather after the prefetcher), so the read of the next modules
- *            overlaps the compute of this one.
+ *            chunk (below), the others hold reads issued ahead
+ *            (read_ahead_from: the rest of the module being gathered, then
+ *            the modules not yet gathered along the recorded stage-3 order),
+ *            refilled whenever a buffer is freed, after each gather and at
+ *            the end of a step, so the reads of the next chunks overlap
+ *            compute and each other.
  *   step and accessors   poff_open makes one bucket's chunk resident (the
  *            "open" chunk: host buffer 0 or 1 on the CPU device, a device
  *            buffer on CUDA), loading it only when its values are needed
