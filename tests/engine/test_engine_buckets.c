@@ -10,6 +10,8 @@
  *     (comm call counts = buckets, bytes = the padded total);
  *   - stages 0-3 stay bitwise identical with split parameters;
  *   - contiguous_gradients = 0 (no effect) logs a warning naming it;
+ *   - a duplicate parameter (model parallelism) leaves the norm exactly with
+ *     split params sharing a bucket;
  *   - a checkpoint saved with one bucket size (and stage) loads with another:
  *     every state of every parameter comes back bitwise, and training goes
  *     on bitwise like the uninterrupted run. */
@@ -309,6 +311,47 @@ static void check_checkpoint(zero_comm *comm, zero_device *dev)
     if (rank == 0) nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* A duplicate parameter (model parallelism) leaves the norm exactly when
+ * params are split: a (410 elements, gradient 1) and b (gradient 2) span
+ * several 100-element buckets and share one; with b a duplicate the norm is
+ * sqrt(410), without sqrt(410 + 4 * 410). */
+static void check_duplicates(zero_comm *comm, zero_device *dev)
+{
+    for (int stage = 1; stage < 4; stage += 2) {
+        zero_config c = bk_config(stage, ZERO_F32, BK_BUCKET);
+        c.gradient_accumulation_steps = 1;
+        c.gradient_clipping = 0;
+        c.overlap_comm = 0;
+        zero_engine *e = NULL;
+        int mod, pa, pb;
+        int64_t shape[1] = {410};
+        CHECK_OK(zero_engine_create(&e, &c, comm, dev));
+        if (!e) return;
+        CHECK_OK(zero_engine_add_module(e, "m", &mod));
+        CHECK_OK(zero_engine_add_param(e, mod, "a", 1, shape, NULL, &pa));
+        CHECK_OK(zero_engine_add_param(e, mod, "b", 1, shape, NULL, &pb));
+        CHECK_OK(zero_engine_finalize(e));
+        zero_param_info ia, ib;
+        CHECK_OK(zero_engine_param_info(e, pa, &ia));
+        CHECK_OK(zero_engine_param_info(e, pb, &ib));
+        CHECK(ia.num_buckets > 1 && ib.num_buckets > 1 && ib.first_bucket == ia.first_bucket + ia.num_buckets - 1);
+        for (int dup = 1; dup >= 0; dup--) {
+            CHECK_OK(zero_engine_set_param_duplicate(e, pb, dup));
+            CHECK_OK(zero_engine_gather(e, mod));
+            float *ga = NULL, *gb = NULL;
+            CHECK_OK(zero_engine_param_grad(e, pa, (void **)&ga));
+            CHECK_OK(zero_engine_param_grad(e, pb, (void **)&gb));
+            for (int i = 0; i < 410; i++) ga[i] = 1.0f, gb[i] = 2.0f;
+            CHECK_OK(zero_engine_grads_ready(e, mod));
+            CHECK_OK(zero_engine_release(e, mod));
+            zero_step_result res;
+            CHECK_OK(zero_engine_step(e, &res));
+            CHECK_CLOSE(res.grad_norm, dup ? sqrt(410.0) : sqrt(2050.0), 1e-12);
+        }
+        zero_engine_destroy(e);
+    }
+}
+
 /* contiguous_gradients = 0 has no effect and says so through the log handler. */
 static int g_warned;
 static void on_log(zero_log_level level, const char *message, void *user)
@@ -346,6 +389,7 @@ int main(void)
     check_stages(world, dev);
     check_checkpoint(world, dev);
     check_contiguous_warning(world, dev);
+    check_duplicates(world, dev);
     zero_device_close(dev);
     zero_comm_destroy(world);
     return check_exit();
