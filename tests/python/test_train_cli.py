@@ -343,3 +343,37 @@ def test_a_stopped_rank_ends_the_job_within_the_comm_deadline(tmp_path):
     assert "zero-train: rank 0, step " in err and "timed out after 3.0 s" in err, err
     # 3 s deadline + mpirun's teardown; the old fixed deadline was 600 s
     assert elapsed < 60, elapsed
+
+
+def test_check_collectives_names_both_calls_of_diverged_ranks(tmp_path):
+    """Issue 10: zero-train's debug mode (--check-collectives) turns on the collective
+    fingerprint, so ranks that diverge (here: only rank 0 saves a checkpoint after step 1)
+    fail at once with both calls named, instead of waiting out the deadline. The deadline is
+    60 s, so a run that ends within it can only have been ended by the fingerprint check."""
+    import shutil
+    import subprocess
+    import time
+    from train_helpers import MPIRUN, exe
+    if shutil.which("mpirun") is None:
+        pytest.skip("needs Open MPI's mpirun")
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env.pop("ZERO_COLL_FINGERPRINT", None)  # the flag alone must turn the check on
+    common = [exe("zero-train"), "--plain"] + TINY + ["--data", corpus(tmp_path), "--steps", "3",
+              "--comm-timeout", "60", "--check-collectives", "--checkpoint-dir", str(tmp_path / "ck")]
+    t0 = time.time()
+    p = subprocess.run([MPIRUN, "1"] + common + ["--checkpoint-every", "1", ":", "-np", "1"] + common,
+                       capture_output=True, text=True, env=env, timeout=240)
+    elapsed = time.time() - t0
+    assert p.returncode != 0
+    assert "the ranks called different collectives" in p.stderr, p.stderr
+    assert "allgather of" in p.stderr and "as op #" in p.stderr, p.stderr
+    assert elapsed < 50, elapsed
+
+
+def test_check_collectives_is_a_config_key():
+    out = run_train(["--print-config"]).stdout
+    assert json.loads(out)["train"]["check_collectives"] is False
+    out = run_train(["--check-collectives", "--print-config"]).stdout
+    assert json.loads(out)["train"]["check_collectives"] is True
+    p = run_train(["--set", "train.check_collectives=3", "--print-config"], check=False)
+    assert p.returncode != 0 and "train.check_collectives" in p.stderr, p.stderr

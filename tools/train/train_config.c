@@ -584,7 +584,8 @@ int train_config_parse(train_config *c, json_t *root, int world, char *err, size
     /* ------------------------------------------------ train */
     if (train) {
         static const char *const keys[] = {"steps", "seed", "log_every", "checkpoint", "resume",
-                                           "metrics_file", "device", "comm_backend", "comm_timeout_s", NULL};
+                                           "metrics_file", "device", "comm_backend", "comm_timeout_s",
+                                           "check_collectives", NULL};
         int64_t seed = (int64_t)c->seed;
         if (check_keys(train, "train", keys, err, n) ||
             get_int(train, "train", "steps", &c->steps, 0, INT64_MAX / 4, err, n) ||
@@ -594,7 +595,8 @@ int train_config_parse(train_config *c, json_t *root, int world, char *err, size
             get_str(train, "train", "metrics_file", &c->metrics_file, err, n) ||
             get_str(train, "train", "device", &c->device, err, n) ||
             get_str(train, "train", "comm_backend", &c->comm_backend, err, n) ||
-            get_num(train, "train", "comm_timeout_s", &c->comm_timeout_s, 1e-3, 1e6, err, n))
+            get_num(train, "train", "comm_timeout_s", &c->comm_timeout_s, 1e-3, 1e6, err, n) ||
+            get_bool(train, "train", "check_collectives", &c->check_collectives, err, n))
             return -1;
         if (!c->comm_backend) c->comm_backend = strdup("auto");
         if (strcmp(c->comm_backend, "auto") != 0 && strcmp(c->comm_backend, "nccl") != 0 &&
@@ -669,11 +671,12 @@ int train_config_parse(train_config *c, json_t *root, int world, char *err, size
     json_t *ck = json_pack("{s:o,s:I,s:i}", "dir", c->ckpt_dir ? json_string(c->ckpt_dir) : json_null(), "every",
                            (json_int_t)c->ckpt_every, "keep_last", c->ckpt_keep);
     json_object_set_new(e, "train",
-                        json_pack("{s:I,s:I,s:i,s:o,s:o,s:o,s:s,s:s,s:f}", "steps", (json_int_t)c->steps, "seed",
+                        json_pack("{s:I,s:I,s:i,s:o,s:o,s:o,s:s,s:s,s:f,s:b}", "steps", (json_int_t)c->steps, "seed",
                                   (json_int_t)c->seed, "log_every", c->log_every, "checkpoint", ck, "resume",
                                   c->resume ? json_string(c->resume) : json_null(), "metrics_file",
                                   c->metrics_file ? json_string(c->metrics_file) : json_null(), "device",
-                                  c->device, "comm_backend", c->comm_backend, "comm_timeout_s", c->comm_timeout_s));
+                                  c->device, "comm_backend", c->comm_backend, "comm_timeout_s", c->comm_timeout_s,
+                                  "check_collectives", c->check_collectives));
     json_object_set_new(e, "train_batch_size", json_integer((json_int_t)c->train_batch_size));
     json_object_set_new(e, "scheduler", train_sched_json(&c->sched));
     json_object_set_new(e, "activation_checkpointing", actckpt_json(&c->actckpt));

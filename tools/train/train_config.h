@@ -71,6 +71,8 @@ typedef struct train_config {
     char *device;             /* "cpu" or "cuda" */
     char *comm_backend;       /* CUDA only: "auto" (NCCL if built, else staged), "nccl" or "staged" */
     double comm_timeout_s;    /* deadline of every collective and wait (zero_comm_set_timeout) */
+    int check_collectives;    /* debug mode: every collective's fingerprint is checked across the
+                                 group, so a diverged rank fails with ZERO_MISMATCH naming both calls */
     /* optimizer lr (read from optimizer.params.lr for the scheduler) */
     double lr;
     train_sched sched;

@@ -46,6 +46,8 @@ static void usage(FILE *f)
           "  --resume PATH|auto     train.resume: a checkpoint, or the latest in the checkpoint dir\n"
           "  --metrics FILE         train.metrics_file (JSONL, one line per step)\n"
           "  --comm-timeout S       train.comm_timeout_s: deadline of every collective (default 120)\n"
+          "  --check-collectives    train.check_collectives: debug mode; every collective's fingerprint\n"
+          "                         (op, count, dtype, group, sequence) is checked across the group\n"
           "  --plain                no progress bar even on a terminal\n"
           "  --dump-logits FILE     after training, rank 0 writes the logits of one fixed batch:\n"
           "                         i32 batch, seq, vocab; i32 tokens[batch*seq]; f32 logits[batch*seq*vocab]\n"
@@ -251,6 +253,8 @@ int main(int argc, char **argv)
             i++;
         } else if (strcmp(a, "--plain") == 0) {
             plain = 1;
+        } else if (strcmp(a, "--check-collectives") == 0) {
+            json_array_append_new(sets, json_string("train.check_collectives=true"));
         } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
             return 0;
@@ -288,6 +292,10 @@ int main(int argc, char **argv)
     zero_set_log_handler(zero_log_to_stderr, ZERO_LOG_WARN, NULL);
     zero_comm_config cc = ZERO_COMM_CONFIG_INIT;
     cc.timeout_s = TRAIN_DEFAULT_COMM_TIMEOUT_S; /* train.comm_timeout_s once the config is parsed */
+    /* fingerprints are chosen when the world comm is made, before the config is
+     * parsed: peek at train.check_collectives (its type is checked by the parser);
+     * unset or false leaves the ZERO_COLL_FINGERPRINT environment default */
+    if (json_is_object(tr) && json_is_true(json_object_get(tr, "check_collectives"))) cc.fingerprint = 1;
     if (zero_comm_init_world(&r.host_comm, &cc) != ZERO_OK) {
         fprintf(stderr, "zero-train: cannot start the world comm: %s\n", zero_last_error());
         return 1;
