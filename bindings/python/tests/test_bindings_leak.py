@@ -2,8 +2,12 @@
 
 Each cycle creates a local comm and a stage-3 engine, registers two modules,
 finalizes, runs one gathered micro-step with grad views and a step, takes a
-memory report, and closes everything. After 100 warm-up cycles (allocator
-arenas, import caches), 1,000 more may grow the resident set by at most
+memory report, and closes everything. After the warm-up cycles (allocator
+arenas, import caches, and the library's ring of retired handles: destroyed
+comms and engines are kept, up to ZERO_HANDLE_RETIRED_MAX = 1024 of them, so
+that a second destroy or a call on a stale handle is recognised rather than
+a use-after-free; each cycle retires at least one, so 1024 cycles fill it and
+from then on each retirement frees the oldest), 1,000 more may grow the resident set by at most
 1 MiB, i.e. ~1 KiB per cycle: far less than one engine's own allocations
 (~10 KiB of buffers and bookkeeping here), so a per-cycle leak of any engine
 structure fails it. Python-side, tracemalloc must see < 64 KiB growth and no
@@ -17,7 +21,7 @@ import numpy as np
 import zero_testlib  # noqa: F401
 
 CYCLES = 1000
-WARMUP = 100
+WARMUP = 100 + 1024  # + common/handle.h's ZERO_HANDLE_RETIRED_MAX: see above
 RSS_BOUND = 1 << 20
 PY_BOUND = 64 << 10
 
