@@ -17,7 +17,7 @@
  *                           swapper (reads ahead, writes behind).
  *
  * Bitwise identity with the in-memory step: the CPU kernel is element-wise
- * (offload/cpu_optim.c), so updating a bucket's range in pieces that follow
+ * (optim/cpu_optim.c), so updating a bucket's range in pieces that follow
  * chunk boundaries gives the bits of one call over the range; buckets are
  * propagated (cast + all-gather) in plan order, as the in-memory step does. */
 #include <stdio.h>

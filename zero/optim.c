@@ -2,7 +2,7 @@
 #include <math.h>
 
 #include "engine_internal.h"
-#include "offload/cpu_optim.h"
+#include "optim/cpu_optim.h"
 #include "zero_build_config.h"
 #if ZERO_HAVE_CUDA
 #include "zero/optim_cuda.h"

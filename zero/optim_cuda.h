@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "offload/cpu_optim.h"
+#include "optim/cpu_optim.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -2,7 +2,7 @@
  * applies it to an engine, checkpoint verify to a file without one (so
  * verify passes exactly what load accepts). No engine internals: the
  * checkpoint readers and their fuzz targets link it alone. */
-#include "checkpoint_internal.h"
+#include "checkpoint/checkpoint_internal.h"
 
 zero_status engine_scalars_check(const zero_engine_scalars *in, zero_errbuf *err, const char *what)
 {

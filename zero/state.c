@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "checkpoint_internal.h" /* the hooks it declares are defined here */
+#include "checkpoint/checkpoint_internal.h" /* the hooks it declares are defined here */
 #include "engine_internal.h"
 
 static const char *kind_name(zero_state_kind k)

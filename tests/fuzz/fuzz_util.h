@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "zero/checkpoint_internal.h"
+#include "checkpoint/checkpoint_internal.h"
 
 static char fz_root[256];
 

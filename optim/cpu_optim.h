@@ -1,6 +1,6 @@
 /* Internal: optimizer step kernels over fp32 arrays (the own shard of the
  * master weights, its gradient and moments). The CPU versions live in
- * offload/cpu_optim.c; the CUDA versions in zero/optim_cuda.cu take the same
+ * optim/cpu_optim.c; the CUDA versions in zero/optim_cuda.cu take the same
  * hyper-parameter block and compute the same rounding sequence. */
 #ifndef ZERO_OFFLOAD_CPU_OPTIM_H
 #define ZERO_OFFLOAD_CPU_OPTIM_H
