@@ -26,6 +26,23 @@ static int fail(const char *what)
     return 1;
 }
 
+/* Elements of a parameter from its meta.json shape: 0 when the shape is not a
+ * list of positive integers or its product does not fit in 2^62 elements. The
+ * library refuses such a meta.json when it opens the checkpoint; this keeps the
+ * tool from trusting it on its own (a wrapped product would size a buffer). */
+static uint64_t shape_numel(json_t *shape)
+{
+    if (!json_is_array(shape) || json_array_size(shape) == 0) return 0;
+    uint64_t n = 1;
+    size_t d;
+    json_t *x;
+    json_array_foreach(shape, d, x) {
+        if (!json_is_integer(x) || json_integer_value(x) < 1) return 0;
+        if (__builtin_mul_overflow(n, (uint64_t)json_integer_value(x), &n) || n > (UINT64_C(1) << 62)) return 0;
+    }
+    return n;
+}
+
 static int inspect(const char *path, int as_json)
 {
     char *text = NULL;
@@ -48,10 +65,12 @@ static int inspect(const char *path, int as_json)
     size_t i;
     json_t *p;
     json_array_foreach(params, i, p) {
-        uint64_t n = 1;
-        size_t d;
-        json_t *x;
-        json_array_foreach(json_object_get(p, "shape"), d, x) n *= (uint64_t)json_integer_value(x);
+        uint64_t n = shape_numel(json_object_get(p, "shape"));
+        if (n == 0) {
+            fprintf(stderr, "zero-ckpt inspect: parameter %zu has an invalid shape\n", i);
+            json_decref(m);
+            return 1;
+        }
         total += n;
     }
     uint64_t bytes = 0;
@@ -112,11 +131,21 @@ static int diff(const char *a, const char *b)
     uint64_t differing = 0, total = 0;
     json_array_foreach(rc ? NULL : pa, i, p) {
         const char *name = json_string_value(json_object_get(p, "name"));
-        uint64_t n = 1;
-        size_t d;
-        json_t *x;
-        json_array_foreach(json_object_get(p, "shape"), d, x) n *= (uint64_t)json_integer_value(x);
-        float *va = malloc((n + 1) * sizeof *va), *vb = malloc((n + 1) * sizeof *vb);
+        uint64_t n = shape_numel(json_object_get(p, "shape"));
+        if (n == 0) {
+            fprintf(stderr, "zero-ckpt diff: parameter %s has an invalid shape\n", name ? name : "?");
+            rc = 2;
+            break;
+        }
+        float *va = malloc(n * sizeof *va), *vb = malloc(n * sizeof *vb);
+        if (!va || !vb) {
+            fprintf(stderr, "zero-ckpt diff: out of memory for the %llu elements of %s\n", (unsigned long long)n,
+                    name ? name : "?");
+            free(va);
+            free(vb);
+            rc = 2;
+            break;
+        }
         json_array_foreach(json_object_get(ma, "kinds"), k, kind) {
             const char *kn = json_string_value(kind);
             if (zero_checkpoint_read_tensor(a, name, kn, va, n) != ZERO_OK ||
