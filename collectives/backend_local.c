@@ -17,10 +17,18 @@ static zero_status local_start(zero_comm *c, zero_request *req)
 {
     (void)c;
     const coll_args *a = &req->args;
-    size_t bytes = a->count * zero_dtype_size(a->dtype);
-    /* size 1: every op's result is this rank's input; in-place is a no-op. */
-    if (a->kind != ZERO_OP_BARRIER && a->send != a->recv && a->send && a->recv)
+    size_t es = zero_dtype_size(a->dtype), bytes = a->count * es;
+    /* size 1: every op's result is this rank's input; in-place is a no-op.
+     * An all-to-all(-v) copies the one chunk to itself (ops.c checked that
+     * its send and recv counts agree). */
+    if (coll_is_a2a(a->kind)) {
+        coll_a2a_chunk k = coll_a2a_peer(a, 1, 0);
+        if (k.send_count)
+            memcpy((char *)a->recv + k.recv_displ * es, (const char *)a->send + k.send_displ * es,
+                   k.send_count * es);
+    } else if (a->kind != ZERO_OP_BARRIER && a->send != a->recv && a->send && a->recv) {
         memmove(a->recv, a->send, bytes);
+    }
     req->done = 1;
     return ZERO_OK;
 }

@@ -203,6 +203,7 @@ static zero_status data_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi
     size_t total = (a->kind == ZERO_OP_REDUCE_SCATTER || a->kind == ZERO_OP_ALLGATHER) ? a->count * (size_t)n
                                                                                        : a->count;
     if (mpi_sched_wanted(c, a)) return mpi_sched_start(c, mc, a, &op->sched);
+    if (coll_is_a2a(a->kind)) return mpi_a2a_start(c, mc, a, &op->a2a);
     if (total > INT_MAX) {
         char what[96];
         coll_describe(a, what, sizeof what);
@@ -407,6 +408,14 @@ static zero_status mpi_finish(zero_comm *c, mpi_op *op, const MPI_Status *stat)
 
 static zero_status data_test(zero_comm *c, mpi_op *op, int *done)
 {
+    if (op->a2a) {
+        zero_status st = mpi_a2a_test(c, op->a2a, done);
+        if (st == ZERO_OK && *done) {
+            mpi_a2a_free(op->a2a);
+            op->a2a = NULL;
+        }
+        return st;
+    }
     if (op->sched) {
         zero_status st = mpi_sched_test(c, op->sched, done);
         if (st == ZERO_OK && *done) {
@@ -451,6 +460,7 @@ int mpi_op_missing(const zero_comm *c, const mpi_op *op, unsigned char *missing)
 {
     if (op->fp) mpi_fp_missing(c, op->fp, missing);
     if (op->sched) mpi_sched_missing(op->sched, missing);
+    if (op->a2a) mpi_a2a_missing(op->a2a, missing);
     if (op->kind == ZERO_OP_RECV) return 0; /* its message names the peer already */
     for (int r = 0; r < c->size; r++)
         if (missing[r]) return 1;
@@ -465,6 +475,10 @@ void mpi_op_abandon(mpi_op *op)
     if (op->sched) {
         mpi_sched_abandon(op->sched);
         op->sched = NULL;
+    }
+    if (op->a2a) {
+        mpi_a2a_abandon(op->a2a);
+        op->a2a = NULL;
     }
     if (op->kind == ZERO_OP_RECV && op->req != MPI_REQUEST_NULL) {
         /* Received straight into the caller's buffer: take it back. */

@@ -167,6 +167,33 @@ static ncclDataType_t nccl_type(zero_dtype d)
     return ncclFloat32;
 }
 
+/* All-to-all(-v) as NCCL's grouped point-to-point (what ncclAllToAll would
+ * be): a send and a receive per peer in one group, the own chunk copied on
+ * the comm's stream. Empty chunks are skipped on both sides (the counts
+ * agree; NCCL comms check no fingerprints, so ranks that disagree hang until
+ * the deadline here, where MPI/STAGED report ZERO_MISMATCH). */
+static ncclResult_t nccl_alltoall(zero_comm *c, nccl_impl *m, const coll_args *a, ncclDataType_t t)
+{
+    size_t es = zero_dtype_size(a->dtype);
+    coll_a2a_chunk own = coll_a2a_peer(a, c->size, c->rank);
+    if (own.send_count &&
+        cudaMemcpyAsync((char *)a->recv + own.recv_displ * es, (const char *)a->send + own.send_displ * es,
+                        own.send_count * es, cudaMemcpyDeviceToDevice, m->stream) != cudaSuccess)
+        return ncclUnhandledCudaError;
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 1; i < c->size && r == ncclSuccess; i++) {
+        /* rotated, as the MPI exchange: not every rank starts with rank 0 */
+        int to = (c->rank + i) % c->size, from = (c->rank - i + c->size) % c->size;
+        coll_a2a_chunk kt = coll_a2a_peer(a, c->size, to), kf = coll_a2a_peer(a, c->size, from);
+        if (kt.send_count)
+            r = ncclSend((const char *)a->send + kt.send_displ * es, kt.send_count, t, to, m->nccl, m->stream);
+        if (r == ncclSuccess && kf.recv_count)
+            r = ncclRecv((char *)a->recv + kf.recv_displ * es, kf.recv_count, t, from, m->nccl, m->stream);
+    }
+    ncclResult_t end = ncclGroupEnd();
+    return r != ncclSuccess ? r : end;
+}
+
 static zero_status be_start(zero_comm *c, zero_request *req)
 {
     nccl_impl *m = c->impl;
@@ -193,6 +220,10 @@ static zero_status be_start(zero_comm *c, zero_request *req)
         break;
     case ZERO_OP_BARRIER:
         r = ncclAllReduce(m->scratch, m->scratch, 1, ncclInt32, ncclSum, m->nccl, m->stream);
+        break;
+    case ZERO_OP_ALLTOALL:
+    case ZERO_OP_ALLTOALLV:
+        r = nccl_alltoall(c, m, a, t);
         break;
     default: return zero_fail(&c->err, ZERO_INTERNAL, "nccl backend: op kind %d", (int)a->kind);
     }

@@ -27,6 +27,8 @@ typedef struct staged_req {
     void *dev_recv;     /* where the result goes back */
     void *host_recv;
     size_t recv_bytes;
+    const coll_args *a2a; /* all-to-all(-v): copy back chunk by chunk (gaps of recv stay untouched) */
+    int n;
 } staged_req;
 
 static zero_status cuda_fail(zero_comm *c, cudaError_t e, const char *what)
@@ -136,6 +138,11 @@ static zero_status be_start(zero_comm *c, zero_request *req)
     case ZERO_OP_ALLGATHER: recv_b = chunk * n; break;                     /* in place on host */
     case ZERO_OP_SEND: send_b = chunk; break;
     case ZERO_OP_RECV: recv_b = chunk; break;
+    case ZERO_OP_ALLTOALL:
+    case ZERO_OP_ALLTOALLV:
+        send_b = coll_a2a_extent(a, c->size, 0) * es;
+        recv_b = coll_a2a_extent(a, c->size, 1) * es;
+        break;
     default: break;
     }
     ZERO_TRY(coll_cuda_check_buffers(c, a));
@@ -177,6 +184,13 @@ static zero_status be_start(zero_comm *c, zero_request *req)
         h.send = hs;
         break;
     case ZERO_OP_RECV: h.recv = hr; break;
+    case ZERO_OP_ALLTOALL:
+    case ZERO_OP_ALLTOALLV: /* same displacements on the host copies */
+        if (send_b) e = cudaMemcpy(hs, a->send, send_b, cudaMemcpyDeviceToHost);
+        h.send = hs; h.recv = hr;
+        r->a2a = &req->args;
+        r->n = c->size;
+        break;
     default: break;
     }
     if (e != cudaSuccess) {
@@ -208,7 +222,18 @@ static zero_status be_test(zero_comm *c, zero_request *req, int *done)
     zero_status st = ZERO_OK;
     if (r->recv_bytes) {
         cudaSetDevice(c->device);
-        cudaError_t e = cudaMemcpy(r->dev_recv, r->host_recv, r->recv_bytes, cudaMemcpyHostToDevice);
+        cudaError_t e = cudaSuccess;
+        if (r->a2a && r->a2a->kind == ZERO_OP_ALLTOALLV) {
+            size_t es = zero_dtype_size(r->a2a->dtype);
+            for (int p = 0; p < r->n && e == cudaSuccess; p++) {
+                coll_a2a_chunk k = coll_a2a_peer(r->a2a, r->n, p);
+                if (k.recv_count)
+                    e = cudaMemcpy((char *)r->dev_recv + k.recv_displ * es, (char *)r->host_recv + k.recv_displ * es,
+                                   k.recv_count * es, cudaMemcpyHostToDevice);
+            }
+        } else {
+            e = cudaMemcpy(r->dev_recv, r->host_recv, r->recv_bytes, cudaMemcpyHostToDevice);
+        }
         if (e != cudaSuccess) st = cuda_fail(c, e, "staging copy to device");
     }
     give_host(m, r->host, r->host_bytes);
@@ -222,7 +247,7 @@ static void be_abandon(zero_comm *c, zero_request *req)
     (void)c;
     staged_req *r = req->impl;
     if (!r) return;
-    int pending = r->op.req != MPI_REQUEST_NULL || r->op.sched; /* MPI may still read the host copy */
+    int pending = r->op.req != MPI_REQUEST_NULL || r->op.sched || r->op.a2a; /* MPI may still read the host copy */
     mpi_op_abandon(&r->op);
     if (pending)
         coll_graveyard_add(r->host, free_pinned);

@@ -19,6 +19,8 @@ const char *coll_op_name(zero_op_kind kind)
     case ZERO_OP_SEND: return "send";
     case ZERO_OP_RECV: return "recv";
     case ZERO_OP_BARRIER: return "barrier";
+    case ZERO_OP_ALLTOALL: return "alltoall";
+    case ZERO_OP_ALLTOALLV: return "alltoallv";
     case ZERO_OP_KIND_COUNT: break;
     }
     return "op";

@@ -35,7 +35,36 @@ typedef struct coll_args {
     int root; /* broadcast */
     int peer; /* send / recv */
     uint32_t seq; /* collectives issued on the comm before this one (same on every rank) */
+    /* all-to-all-v: the caller's arrays (read only while the op is issued),
+     * then `v`: the request's own copy, 4 arrays of the group's size - send
+     * counts, send displacements, recv counts, recv displacements - with
+     * packed displacements filled in. count is then the elements sent. */
+    const size_t *user_v[4];
+    const size_t *v;
 } coll_args;
+
+/* What an all-to-all(-v) moves between this rank and group rank p (elements). */
+typedef struct coll_a2a_chunk {
+    size_t send_count, send_displ, recv_count, recv_displ;
+} coll_a2a_chunk;
+
+static inline coll_a2a_chunk coll_a2a_peer(const coll_args *a, int n, int p)
+{
+    coll_a2a_chunk k;
+    if (a->v) {
+        k.send_count = a->v[p];
+        k.send_displ = a->v[n + p];
+        k.recv_count = a->v[2 * n + p];
+        k.recv_displ = a->v[3 * n + p];
+    } else {
+        k.send_count = k.recv_count = a->count;
+        k.send_displ = k.recv_displ = (size_t)p * a->count;
+    }
+    return k;
+}
+static inline int coll_is_a2a(zero_op_kind k) { return k == ZERO_OP_ALLTOALL || k == ZERO_OP_ALLTOALLV; }
+/* Elements spanned by the send (which = 0) or recv (1) chunks: max(displ + count). */
+size_t coll_a2a_extent(const coll_args *a, int n, int which);
 
 struct zero_request {
     zero_comm *comm;   /* NULL once the comm was destroyed with the request outstanding */
@@ -44,6 +73,7 @@ struct zero_request {
     int done;          /* finished: results are in the caller's buffers */
     zero_status status;
     void *impl;        /* backend state (an MPI request, a CUDA event, ...) */
+    size_t *vec;       /* owned: args.v of an all-to-all-v */
 };
 
 /* One reusable temporary buffer per comm. Large ops need tens of MB of
@@ -206,6 +236,7 @@ void mpi_env_release(void);
 zero_status mpi_status_from(zero_comm *c, int mpi_err, const char *what);
 
 typedef struct mpi_sched mpi_sched; /* mpi_sched.c */
+typedef struct mpi_a2a mpi_a2a;     /* mpi_alltoall.c */
 typedef struct mpi_fp mpi_fp;       /* fingerprint.c */
 
 /* Fingerprints (fingerprint.c). */
@@ -233,6 +264,7 @@ void mpi_fp_poison(zero_comm *c, MPI_Comm mc);
 typedef struct mpi_op {
     MPI_Request req;
     mpi_sched *sched;  /* or a point-to-point schedule instead of req */
+    mpi_a2a *a2a;      /* or an all-to-all exchange */
     float *tmp_send;   /* fp32 copies for 16-bit reductions */
     float *tmp_recv;
     void *copy_dst;    /* at completion: copy tmp (converted or not) here */
@@ -266,6 +298,13 @@ zero_status mpi_sched_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_s
 zero_status mpi_sched_test(zero_comm *c, mpi_sched *s, int *done);
 void mpi_sched_free(mpi_sched *s);
 void mpi_sched_abandon(mpi_sched *s);
+
+/* All-to-all(-v) as point-to-point exchanges (mpi_alltoall.c). */
+zero_status mpi_a2a_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_a2a **out);
+zero_status mpi_a2a_test(zero_comm *c, mpi_a2a *s, int *done);
+int mpi_a2a_missing(const mpi_a2a *s, unsigned char *missing);
+void mpi_a2a_free(mpi_a2a *s);
+void mpi_a2a_abandon(mpi_a2a *s);
 
 /* Take receives back from MPI before their memory goes back to the caller:
  * cancel every request of reqs[0..n) (all receives), then complete them,

@@ -10,7 +10,9 @@
  * record k from a peer is its k-th
  * collective on the comm: a rank that skipped or added a collective, passed
  * another count, or gathered modules in another order (the label) gets
- * ZERO_MISMATCH naming both calls.
+ * ZERO_MISMATCH naming both calls. An all-to-all-v sends each peer its own
+ * record, whose count is what goes to that peer; the receiver compares it
+ * with its recv count for the sender (the chunks, not the totals, must agree).
  *
  * When a comm fails on a rank (timeout, mismatch, destroy with requests
  * outstanding), that rank sends a "broken" record instead of the next
@@ -53,6 +55,8 @@ struct mpi_fp {
     MPI_Request *reqs; /* nrecv receives (from peer[i]), then the sends */
     int *peer;
     coll_fp *theirs;   /* by receive index */
+    uint64_t *expect;  /* by receive index: the count that peer's record must carry */
+    coll_fp *mine_to;  /* all-to-all-v: one record per peer (by receive index), count = what goes there */
     coll_fp mine;
 };
 
@@ -89,20 +93,31 @@ static void describe(const coll_fp *f, char *buf, size_t len)
              f->label[0] ? "')" : "");
 }
 
-static int same(const coll_fp *a, const coll_fp *b)
+/* Everything but the count, which each receive checks against its own
+ * expectation (all-to-all-v: what that peer is to send here). */
+static int same_op(const coll_fp *a, const coll_fp *b)
 {
-    return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->count == b->count &&
-           a->root == b->root && a->seq == b->seq && a->group == b->group && a->label_hash == b->label_hash;
+    return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
+           a->seq == b->seq && a->group == b->group && a->label_hash == b->label_hash;
+}
+
+static int agrees_with(const mpi_fp *f, int i)
+{
+    return f->theirs[i].kind != FP_BROKEN && same_op(&f->mine, &f->theirs[i]) && f->theirs[i].count == f->expect[i];
 }
 
 zero_status mpi_fp_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_fp **out)
 {
     *out = NULL;
-    int n = c->size, peers = n - 1;
-    mpi_fp *f = calloc(1, sizeof *f + (size_t)peers * (2 * sizeof(MPI_Request) + sizeof(int) + sizeof(coll_fp)));
+    int n = c->size, peers = n - 1, v = a->kind == ZERO_OP_ALLTOALLV;
+    /* records first (largest alignment), then expectations, requests, peers */
+    mpi_fp *f = calloc(1, sizeof *f + (size_t)peers * ((1 + v) * sizeof(coll_fp) + sizeof(uint64_t) +
+                                                       2 * sizeof(MPI_Request) + sizeof(int)));
     if (!f) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "%s: out of memory", coll_op_name(a->kind));
     f->theirs = (coll_fp *)(f + 1);
-    f->reqs = (MPI_Request *)(f->theirs + peers);
+    f->mine_to = v ? f->theirs + peers : NULL;
+    f->expect = (uint64_t *)(f->theirs + (size_t)(1 + v) * peers);
+    f->reqs = (MPI_Request *)(f->expect + peers);
     f->peer = (int *)(f->reqs + 2 * peers);
     f->n = n;
     fill(c, a, &f->mine);
@@ -110,13 +125,21 @@ zero_status mpi_fp_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_fp *
     for (int p = 0; p < n && rc == MPI_SUCCESS; p++) {
         if (p == c->rank) continue;
         f->peer[k] = p;
+        /* All-to-all-v: rank p's record to us carries what it sends here,
+         * which must be what we expect from it. */
+        f->expect[k] = v ? (uint64_t)coll_a2a_peer(a, n, p).recv_count : f->mine.count;
+        if (v) {
+            f->mine_to[k] = f->mine;
+            f->mine_to[k].count = (uint64_t)coll_a2a_peer(a, n, p).send_count;
+        }
         rc = MPI_Irecv(&f->theirs[k], FP_NOTICE, MPI_BYTE, p, FP_TAG, mc, &f->reqs[k]);
         k++;
     }
     f->nrecv = k;
     for (int i = 1; i < n && rc == MPI_SUCCESS; i++) {
         int p = (c->rank + i) % n;
-        rc = MPI_Isend(&f->mine, FP_RECORD, MPI_BYTE, p, FP_TAG, mc, &f->reqs[k++]);
+        const coll_fp *rec = v ? &f->mine_to[p < c->rank ? p : p - 1] : &f->mine;
+        rc = MPI_Isend(rec, FP_RECORD, MPI_BYTE, p, FP_TAG, mc, &f->reqs[k++]);
     }
     if (rc != MPI_SUCCESS) {
         for (int i = k; i < 2 * peers; i++) f->reqs[i] = MPI_REQUEST_NULL;
@@ -147,7 +170,18 @@ static zero_status compare(zero_comm *c, mpi_fp *f)
             describe(&f->mine, mine, sizeof mine);
             return peer_gave_up(c, mine, p, t);
         }
-        if (same(&f->mine, t)) continue;
+        if (agrees_with(f, i)) continue;
+        if (f->mine.kind == ZERO_OP_ALLTOALLV && same_op(&f->mine, t)) {
+            /* the same op, but the two ranks disagree on the chunk between them */
+            describe(&f->mine, mine, sizeof mine);
+            return coll_comm_fail(c, ZERO_MISMATCH,
+                                  "%s on group %s(size %d) rank %d (world %d): rank %d (world %d) sends %llu x %s to "
+                                  "this rank, which expects %llu from it (its recv_counts[%d]): the ranks disagree "
+                                  "on the counts",
+                                  mine, c->name, c->size, c->rank, c->world_ranks[c->rank], p, c->world_ranks[p],
+                                  (unsigned long long)t->count, zero_dtype_name((zero_dtype)t->dtype),
+                                  (unsigned long long)f->expect[i], p);
+        }
         describe(&f->mine, mine, sizeof mine);
         describe(t, theirs, sizeof theirs);
         const char *why = t->group != f->mine.group ? " (the ranks disagree on the group's members)" : "";
@@ -188,7 +222,7 @@ zero_status mpi_fp_peek(mpi_fp *f, int *arrived)
 int mpi_fp_agrees(const mpi_fp *f)
 {
     for (int i = 0; i < f->nrecv; i++)
-        if (f->theirs[i].kind == FP_BROKEN || !same(&f->mine, &f->theirs[i])) return 0;
+        if (!agrees_with(f, i)) return 0;
     return 1;
 }
 

@@ -41,7 +41,94 @@ static void buffer_bytes(const zero_comm *c, const coll_args *a, size_t es, size
     }
 }
 
-static zero_status validate(zero_comm *c, coll_args *a, const char *fn)
+size_t coll_a2a_extent(const coll_args *a, int n, int which)
+{
+    size_t ext = 0;
+    for (int p = 0; p < n; p++) {
+        coll_a2a_chunk k = coll_a2a_peer(a, n, p);
+        size_t e = which ? k.recv_displ + k.recv_count : k.send_displ + k.send_count;
+        if ((which ? k.recv_count : k.send_count) && e > ext) ext = e;
+    }
+    return ext;
+}
+
+/* All-to-all-v: copy the caller's arrays into one owned block (packed
+ * displacements where the caller passed NULL), check that every chunk is
+ * addressable, and set a->v and a->count (the elements this rank sends). */
+static zero_status prepare_alltoallv(zero_comm *c, coll_args *a, size_t es, size_t **vec_out)
+{
+    static const char *names[4] = {"send_counts", "send_displs", "recv_counts", "recv_displs"};
+    size_t n = (size_t)c->size;
+    if (!a->user_v[0] || !a->user_v[2])
+        return zero_fail(&c->err, ZERO_INVALID_ARGUMENT, "alltoallv on group %s(size %d) rank %d: %s is NULL "
+                         "(an array of %d counts is expected)", c->name, c->size, c->rank,
+                         names[a->user_v[0] ? 2 : 0], c->size);
+    size_t *v = malloc(4 * n * sizeof *v);
+    if (!v) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "alltoallv on group %s: out of memory", c->name);
+    size_t limit = (size_t)PTRDIFF_MAX / es, total = 0;
+    for (int half = 0; half < 2; half++) {
+        const size_t *cnt = a->user_v[2 * half], *dsp = a->user_v[2 * half + 1];
+        size_t *vc = v + 2 * half * n, *vd = vc + n, packed = 0;
+        for (size_t j = 0; j < n; j++) {
+            vc[j] = cnt[j];
+            vd[j] = dsp ? dsp[j] : packed;
+            if (cnt[j] > limit || vd[j] > limit - cnt[j] || (!dsp && packed > limit - cnt[j])) {
+                free(v);
+                return zero_fail(&c->err, ZERO_INVALID_ARGUMENT,
+                                 "alltoallv on group %s(size %d) rank %d: %s[%zu] = %zu with %s[%zu] = %zu "
+                                 "overflows: the chunk's end exceeds PTRDIFF_MAX bytes",
+                                 c->name, c->size, c->rank, names[2 * half], j, cnt[j], names[2 * half + 1], j,
+                                 vd[j]);
+            }
+            packed += cnt[j];
+        }
+    }
+    for (size_t j = 0; j < n; j++) total += v[j];
+    a->v = v;
+    a->count = total;
+    size_t me = (size_t)c->rank;
+    if (v[me] != v[2 * n + me]) {
+        zero_status st = zero_fail(&c->err, ZERO_INVALID_ARGUMENT,
+                                   "alltoallv of %zu x %s on group %s(size %d) rank %d: send_counts[%d] = %zu but "
+                                   "recv_counts[%d] = %zu: this rank's chunk to itself must be the same size",
+                                   total, zero_dtype_name(a->dtype), c->name, c->size, c->rank, c->rank, v[me],
+                                   c->rank, v[2 * n + me]);
+        free(v);
+        a->v = NULL;
+        return st;
+    }
+    *vec_out = v;
+    return ZERO_OK;
+}
+
+/* All-to-all(-v) buffers: non-NULL where a chunk is, and never overlapping
+ * (there is no in-place form). */
+static zero_status validate_a2a(zero_comm *c, coll_args *a, size_t es, size_t **vec_out)
+{
+    if (a->kind == ZERO_OP_ALLTOALLV) ZERO_TRY(prepare_alltoallv(c, a, es, vec_out));
+    size_t send_b = coll_a2a_extent(a, c->size, 0) * es, recv_b = coll_a2a_extent(a, c->size, 1) * es;
+    zero_status st = ZERO_OK;
+    if (send_b && !a->send)
+        st = bad(c, a, "send buffer is NULL (%lld bytes expected)", (long long)send_b);
+    else if (recv_b && !a->recv)
+        st = bad(c, a, "recv buffer is NULL (%lld bytes expected)", (long long)recv_b);
+    else if (overlaps(a->send, send_b, a->recv, recv_b)) {
+        char what[96];
+        coll_describe(a, what, sizeof what);
+        st = zero_fail(&c->err, ZERO_INVALID_ARGUMENT,
+                       "%s on group %s(size %d) rank %d: send [%p, +%zu) and recv [%p, +%zu) overlap; all-to-all "
+                       "has no in-place form",
+                       what, c->name, c->size, c->rank, a->send, send_b, a->recv, recv_b);
+    }
+    if (st != ZERO_OK && *vec_out) {
+        free(*vec_out);
+        *vec_out = NULL;
+        a->v = NULL;
+    }
+    return st;
+}
+
+static zero_status validate(zero_comm *c, coll_args *a, const char *fn, size_t **vec_out)
 {
     ZERO_TRY(coll_comm_check(c, fn));
     if (c->failed != ZERO_OK) {
@@ -57,9 +144,12 @@ static zero_status validate(zero_comm *c, coll_args *a, const char *fn)
     if (!es) return bad(c, a, "dtype %lld is not a zero_dtype", (long long)a->dtype);
     if (is_reduction(a->kind) && a->op != ZERO_SUM && a->op != ZERO_MAX)
         return bad(c, a, "reduction op %lld is neither ZERO_SUM nor ZERO_MAX", (long long)a->op);
-    /* The whole array (count * size elements for reduce-scatter/all-gather)
-     * must be addressable. */
-    size_t n = (a->kind == ZERO_OP_REDUCE_SCATTER || a->kind == ZERO_OP_ALLGATHER) ? (size_t)c->size : 1;
+    if (a->kind == ZERO_OP_ALLTOALLV) return validate_a2a(c, a, es, vec_out);
+    /* The whole array (count * size elements for reduce-scatter, all-gather
+     * and all-to-all) must be addressable. */
+    size_t n = (a->kind == ZERO_OP_REDUCE_SCATTER || a->kind == ZERO_OP_ALLGATHER || a->kind == ZERO_OP_ALLTOALL)
+                   ? (size_t)c->size
+                   : 1;
     if (a->count > (size_t)PTRDIFF_MAX / es / n)
         return bad(c, a, "count overflows: count * ranks * element size exceeds PTRDIFF_MAX (%lld ranks)",
                    (long long)n);
@@ -71,6 +161,7 @@ static zero_status validate(zero_comm *c, coll_args *a, const char *fn)
         if (a->peer == c->rank) return bad(c, a, "peer %lld is this rank itself", (long long)a->peer);
     }
     if (a->count == 0) return ZERO_OK;
+    if (a->kind == ZERO_OP_ALLTOALL) return validate_a2a(c, a, es, vec_out);
 
     size_t send_b, recv_b;
     buffer_bytes(c, a, es, &send_b, &recv_b);
@@ -138,6 +229,16 @@ static void count_op(zero_comm *c, const coll_args *a)
         else
             k->bytes_recv[a->kind] += chunk;
         break;
+    case ZERO_OP_ALLTOALL:
+    case ZERO_OP_ALLTOALLV:
+        /* what actually crosses to other ranks; the own chunk is a copy */
+        for (int p = 0; p < c->size; p++) {
+            if (p == c->rank) continue;
+            coll_a2a_chunk q = coll_a2a_peer(a, c->size, p);
+            k->bytes_sent[a->kind] += (uint64_t)q.send_count * es;
+            k->bytes_recv[a->kind] += (uint64_t)q.recv_count * es;
+        }
+        break;
     case ZERO_OP_SEND: k->bytes_sent[a->kind] += chunk; break;
     case ZERO_OP_RECV: k->bytes_recv[a->kind] += chunk; break;
     default: break;
@@ -148,8 +249,10 @@ static void count_op(zero_comm *c, const coll_args *a)
 
 static zero_status issue(zero_comm *c, coll_args *a, const char *fn, zero_request *req)
 {
-    ZERO_TRY(validate(c, a, fn));
+    size_t *vec = NULL;
     memset(req, 0, sizeof *req);
+    ZERO_TRY(validate(c, a, fn, &vec));
+    req->vec = vec; /* freed with the request (release_request) */
     req->comm = c;
     if (a->kind != ZERO_OP_SEND && a->kind != ZERO_OP_RECV) a->seq = c->coll_seq++;
     req->args = *a;
@@ -158,7 +261,8 @@ static zero_status issue(zero_comm *c, coll_args *a, const char *fn, zero_reques
     /* An empty collective moves nothing on any rank (count is equal
      * everywhere), so it completes here; an empty send still carries a
      * message and a barrier synchronizes. */
-    if (a->count == 0 && a->kind != ZERO_OP_BARRIER && a->kind != ZERO_OP_SEND && a->kind != ZERO_OP_RECV) {
+    if (a->count == 0 && a->kind != ZERO_OP_BARRIER && a->kind != ZERO_OP_SEND && a->kind != ZERO_OP_RECV &&
+        a->kind != ZERO_OP_ALLTOALLV) { /* all-to-all-v: others may still send to this rank */
         req->done = 1;
         return ZERO_OK;
     }
@@ -172,11 +276,20 @@ static zero_status issue(zero_comm *c, coll_args *a, const char *fn, zero_reques
     return ZERO_OK;
 }
 
+/* What a request owns besides itself. */
+static void release_request(zero_request *req)
+{
+    free(req->vec);
+    req->vec = NULL;
+}
+
 static zero_status run_blocking(zero_comm *c, coll_args *a, const char *fn)
 {
     zero_request req;
-    ZERO_TRY(issue(c, a, fn, &req));
-    return coll_wait_request(&req);
+    zero_status st = issue(c, a, fn, &req);
+    if (st == ZERO_OK) st = coll_wait_request(&req);
+    release_request(&req);
+    return st;
 }
 
 static zero_status run_async(zero_comm *c, coll_args *a, const char *fn, zero_request **out)
@@ -188,6 +301,7 @@ static zero_status run_async(zero_comm *c, coll_args *a, const char *fn, zero_re
     if (!req) return zero_fail(err, ZERO_OUT_OF_MEMORY, "%s: out of memory", fn);
     zero_status st = issue(c, a, fn, req);
     if (st != ZERO_OK) {
+        release_request(req);
         free(req);
         return st;
     }
@@ -289,6 +403,45 @@ zero_status zero_recv_async(zero_comm *comm, void *buf, size_t count, zero_dtype
     return run_async(comm, &a, "zero_recv_async", req);
 }
 
+zero_status zero_alltoall(zero_comm *comm, const void *send, void *recv, size_t count, zero_dtype dtype)
+{
+    coll_args a = ARGS(ZERO_OP_ALLTOALL, send, recv, count, dtype, ZERO_SUM, 0, 0);
+    return run_blocking(comm, &a, "zero_alltoall");
+}
+
+zero_status zero_alltoall_async(zero_comm *comm, const void *send, void *recv, size_t count, zero_dtype dtype,
+                                zero_request **req)
+{
+    coll_args a = ARGS(ZERO_OP_ALLTOALL, send, recv, count, dtype, ZERO_SUM, 0, 0);
+    return run_async(comm, &a, "zero_alltoall_async", req);
+}
+
+static coll_args alltoallv_args(const void *send, const size_t *send_counts, const size_t *send_displs, void *recv,
+                                const size_t *recv_counts, const size_t *recv_displs, zero_dtype dtype)
+{
+    coll_args a = ARGS(ZERO_OP_ALLTOALLV, send, recv, 0, dtype, ZERO_SUM, 0, 0);
+    a.user_v[0] = send_counts;
+    a.user_v[1] = send_displs;
+    a.user_v[2] = recv_counts;
+    a.user_v[3] = recv_displs;
+    return a;
+}
+
+zero_status zero_alltoallv(zero_comm *comm, const void *send, const size_t *send_counts, const size_t *send_displs,
+                           void *recv, const size_t *recv_counts, const size_t *recv_displs, zero_dtype dtype)
+{
+    coll_args a = alltoallv_args(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype);
+    return run_blocking(comm, &a, "zero_alltoallv");
+}
+
+zero_status zero_alltoallv_async(zero_comm *comm, const void *send, const size_t *send_counts,
+                                 const size_t *send_displs, void *recv, const size_t *recv_counts,
+                                 const size_t *recv_displs, zero_dtype dtype, zero_request **req)
+{
+    coll_args a = alltoallv_args(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype);
+    return run_async(comm, &a, "zero_alltoallv_async", req);
+}
+
 /* ---------------------------------------------------------------- completion */
 
 /* A request whose comm was destroyed first was finished by the destroy. */
@@ -343,6 +496,7 @@ zero_status zero_wait(zero_request *req)
     zero_status st;
     if (!c) {
         st = detached(req, "zero_wait");
+        release_request(req);
         free(req);
         return st;
     }
@@ -372,6 +526,7 @@ zero_status zero_wait(zero_request *req)
     }
     c->outstanding--;
     unlink_request(c, req);
+    release_request(req);
     free(req);
     return st;
 }

@@ -1,15 +1,19 @@
-/* zero-bench-coll: nccl-tests-style bandwidth of all-reduce, reduce-scatter
- * and all-gather through libzero, side by side with the raw blocking MPI call
+/* zero-bench-coll: nccl-tests-style bandwidth of all-reduce, reduce-scatter,
+ * all-gather, all-to-all and all-to-all-v through libzero, side by side with the raw blocking MPI call
  * on the same ranks, buffers and sizes, in the same run.
  *
  *   tests/mpirun.sh 2 build/benchmarks/collectives/zero-bench-coll --max-bytes 64M
  *
  * For every op and size S (bytes of the whole array, as nccl-tests counts it:
- * the all-reduce buffer, the reduce-scatter input, the all-gather output):
+ * the all-reduce buffer, the reduce-scatter input, the all-gather output,
+ * the all-to-all send buffer):
  * warm up, time many iterations in 5 alternating rounds (ours, raw, raw,
  * ours, ...) so drift hits both sides alike, average each round's time per op
  * across ranks, take the median round of each side, and report
  *   algbw = S / time,  busbw = algbw x 2(n-1)/n (all-reduce), x (n-1)/n (others)
+ * All-to-all-v sends uneven chunks: to rank j, count + count/2 when
+ * (rank + j) % n == 0, count - count/2 when it is 1, else count (every rank
+ * still sends and receives S in total); its peer is MPI_Alltoallv.
  * plus #wrong: elements that differ from the exact reference in a checked run
  * of each side, and ratio = our time / raw time.
  *
@@ -32,7 +36,7 @@ typedef struct options {
     double target_s; /* time per side per size, roughly */
     int warmup;
     const char *json, *csv;
-    int ops[3];
+    int ops[5];
     int bf16;
 } options;
 
@@ -66,7 +70,7 @@ static void usage(void)
     if (rank == 0)
         fprintf(stderr,
                 "usage: zero-bench-coll [--min-bytes 1K] [--max-bytes 256M] [--factor 2] [--time 0.05]\n"
-                "                       [--warmup 3] [--ops allreduce,reduce_scatter,allgather]\n"
+                "                       [--warmup 3] [--ops allreduce,reduce_scatter,allgather,alltoall,alltoallv]\n"
                 "                       [--dtype f32|bf16] [--json FILE] [--csv FILE]\n"
                 "Run under mpirun with 2 or more ranks; sizes take K/M/G suffixes (powers of 1024).\n");
 }
@@ -74,7 +78,7 @@ static void usage(void)
 static int parse(int argc, char **argv, options *o)
 {
     *o = (options){.min_bytes = 1024, .max_bytes = 256u << 20, .factor = 2, .target_s = 0.05, .warmup = 3,
-                   .ops = {1, 1, 1}};
+                   .ops = {1, 1, 1, 1, 1}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
@@ -91,9 +95,14 @@ static int parse(int argc, char **argv, options *o)
             o->bf16 = !strcmp(v, "bf16");
         }
         else if (!strcmp(a, "--ops")) {
-            o->ops[0] = strstr(v, "allreduce") != NULL;
-            o->ops[1] = strstr(v, "reduce_scatter") != NULL;
-            o->ops[2] = strstr(v, "allgather") != NULL;
+            /* comma-separated names ("alltoall" must not select "alltoallv") */
+            static const char *names[5] = {"allreduce", "reduce_scatter", "allgather", "alltoall", "alltoallv"};
+            for (int k = 0; k < 5; k++) {
+                size_t len = strlen(names[k]);
+                o->ops[k] = 0;
+                for (const char *p = v; (p = strstr(p, names[k])) != NULL; p += len)
+                    if ((p == v || p[-1] == ',') && (p[len] == ',' || p[len] == '\0')) o->ops[k] = 1;
+            }
         } else return -1;
         i++;
     }
@@ -104,8 +113,8 @@ static int parse(int argc, char **argv, options *o)
 
 /* ---------------------------------------------------------------- one op */
 
-enum { OP_AR = 0, OP_RS = 1, OP_AG = 2 };
-static const char *op_names[] = {"allreduce", "reduce_scatter", "allgather"};
+enum { OP_AR = 0, OP_RS = 1, OP_AG = 2, OP_A2A = 3, OP_A2AV = 4 };
+static const char *op_names[] = {"allreduce", "reduce_scatter", "allgather", "alltoall", "alltoallv"};
 
 typedef struct bufs {
     void *send, *recv;
@@ -114,7 +123,38 @@ typedef struct bufs {
     MPI_Comm mc;
     int bf16;
     size_t es;
+    size_t *vc, *vd;   /* all-to-all-v: counts and displacements, send then recv (2n each) */
+    int *ivc, *ivd;    /* the same as MPI's ints */
 } bufs;
+
+/* All-to-all-v: elements rank `from` sends to rank `to` (see the header). */
+static size_t vchunk(size_t count, int from, int to)
+{
+    int k = (from + to) % nranks;
+    return k == 0 ? count + count / 2 : k == 1 ? count - count / 2 : count;
+}
+
+static void set_vcounts(bufs *b, size_t count)
+{
+    size_t n = (size_t)nranks, so = 0, ro = 0;
+    for (int j = 0; j < nranks; j++) {
+        b->vc[j] = vchunk(count, rank, j);
+        b->vc[n + j] = vchunk(count, j, rank);
+        b->vd[j] = so;
+        b->vd[n + j] = ro;
+        so += b->vc[j];
+        ro += b->vc[n + j];
+    }
+    for (size_t j = 0; j < 2 * n; j++) b->ivc[j] = (int)b->vc[j], b->ivd[j] = (int)b->vd[j];
+}
+
+/* Where rank `from`'s chunk for `to` starts in its send buffer. */
+static size_t vsend_displ(size_t count, int from, int to)
+{
+    size_t d = 0;
+    for (int j = 0; j < to; j++) d += vchunk(count, from, j);
+    return d;
+}
 
 /* The raw peer's conversions, inline as a program would write them. */
 static inline float bf16_to_f32(uint16_t h)
@@ -142,6 +182,10 @@ static int run_ours(bufs *b, int op, size_t count)
     case OP_AR: st = zero_allreduce(b->zc, b->send, b->recv, count, dt, ZERO_SUM); break;
     case OP_RS: st = zero_reduce_scatter(b->zc, b->send, b->recv, count, dt, ZERO_SUM); break;
     case OP_AG: st = zero_allgather(b->zc, b->send, b->recv, count, dt); break;
+    case OP_A2A: st = zero_alltoall(b->zc, b->send, b->recv, count, dt); break;
+    case OP_A2AV:
+        st = zero_alltoallv(b->zc, b->send, b->vc, b->vd, b->recv, b->vc + nranks, b->vd + nranks, dt);
+        break;
     }
     if (st != ZERO_OK) {
         fprintf(stderr, "rank %d: %s\n", rank, zero_comm_last_error(b->zc));
@@ -153,6 +197,13 @@ static int run_ours(bufs *b, int op, size_t count)
 static int run_raw(bufs *b, int op, size_t count)
 {
     int c = (int)count, rc = MPI_SUCCESS;
+    if (op == OP_A2A || op == OP_A2AV) { /* no arithmetic: bf16 travels as 16-bit words */
+        MPI_Datatype t = b->bf16 ? MPI_UINT16_T : MPI_FLOAT;
+        rc = op == OP_A2A ? MPI_Alltoall(b->send, c, t, b->recv, c, t, b->mc)
+                          : MPI_Alltoallv(b->send, b->ivc, b->ivd, t, b->recv, b->ivc + nranks, b->ivd + nranks, t,
+                                          b->mc);
+        return rc == MPI_SUCCESS ? 0 : -1;
+    }
     if (b->bf16) {
         if (op == OP_AG)
             return MPI_Allgather(b->send, c, MPI_UINT16_T, b->recv, c, MPI_UINT16_T, b->mc) == MPI_SUCCESS ? 0 : -1;
@@ -179,14 +230,14 @@ static float value(int r, size_t i) { return (float)((int)((i * 7 + (size_t)r * 
 /* (Sums of up to 8 ranks stay below 256: exact in bf16 too.) */
 static void fill(bufs *b, int op, size_t count)
 {
-    size_t in = op == OP_RS ? count * (size_t)nranks : count;
+    size_t in = op == OP_AR || op == OP_AG ? count : count * (size_t)nranks;
     for (size_t i = 0; i < in; i++) {
         if (b->bf16)
             ((uint16_t *)b->send)[i] = f32_to_bf16(value(rank, i));
         else
             ((float *)b->send)[i] = value(rank, i);
     }
-    size_t out = op == OP_AG ? count * (size_t)nranks : count;
+    size_t out = op == OP_AR || op == OP_RS ? count : count * (size_t)nranks;
     memset(b->recv, 0xFF, out * b->es); /* NaN: a missed element shows */
 }
 
@@ -198,7 +249,15 @@ static float got(const bufs *b, size_t i)
 static long check(bufs *b, int op, size_t count)
 {
     long wrong = 0;
-    if (op == OP_AG) {
+    if (op == OP_A2A || op == OP_A2AV) {
+        /* chunk q here is rank q's chunk for this rank */
+        for (int q = 0; q < nranks; q++) {
+            size_t len = op == OP_A2A ? count : vchunk(count, q, rank);
+            size_t at = op == OP_A2A ? (size_t)q * count : b->vd[nranks + q];
+            size_t from = op == OP_A2A ? (size_t)rank * count : vsend_displ(count, q, rank);
+            for (size_t i = 0; i < len; i++) wrong += got(b, at + i) != value(q, from + i);
+        }
+    } else if (op == OP_AG) {
         for (int q = 0; q < nranks; q++)
             for (size_t i = 0; i < count; i++) wrong += got(b, (size_t)q * count + i) != value(q, i);
     } else {
@@ -227,6 +286,7 @@ static int measure(bufs *b, const options *o, int op, size_t bytes, result *res)
     res->op = op_names[op];
     res->bytes = (op == OP_AR ? count : count * (size_t)nranks) * b->es;
     res->count = count;
+    if (op == OP_A2AV) set_vcounts(b, count);
 
     /* correctness, both sides, before timing */
     fill(b, op, count);
@@ -382,6 +442,10 @@ int main(int argc, char **argv)
     b.bf16 = o.bf16;
     b.es = o.bf16 ? 2 : 4;
     size_t maxe = o.max_bytes / b.es + (size_t)nranks;
+    b.vc = calloc(4 * (size_t)nranks, sizeof *b.vc);
+    b.vd = b.vc + 2 * nranks;
+    b.ivc = calloc(4 * (size_t)nranks, sizeof *b.ivc);
+    b.ivd = b.ivc + 2 * nranks;
     b.send = calloc(maxe, b.es);
     b.recv = calloc(maxe, b.es);
     if (b.bf16) {
@@ -413,7 +477,7 @@ int main(int argc, char **argv)
 
     int cap = 256, n = 0, failed = 0;
     result *rs = calloc((size_t)cap, sizeof *rs);
-    for (int op = 0; op < 3 && !failed; op++) {
+    for (int op = 0; op < 5 && !failed; op++) {
         if (!o.ops[op]) continue;
         for (size_t bytes = o.min_bytes; bytes <= o.max_bytes && n < cap; bytes *= (size_t)o.factor) {
             int st = measure(&b, &o, op, bytes, &rs[n]);
@@ -444,6 +508,8 @@ int main(int argc, char **argv)
     free(b.recv);
     free(b.wide_send);
     free(b.wide_recv);
+    free(b.vc);
+    free(b.ivc);
     zero_comm_destroy(b.zc);
     MPI_Comm_free(&b.mc);
     MPI_Finalize();

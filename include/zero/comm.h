@@ -92,7 +92,9 @@ typedef enum zero_op_kind {
     ZERO_OP_SEND = 4,
     ZERO_OP_RECV = 5,
     ZERO_OP_BARRIER = 6,
-    ZERO_OP_KIND_COUNT = 7,
+    ZERO_OP_ALLTOALL = 7,
+    ZERO_OP_ALLTOALLV = 8,
+    ZERO_OP_KIND_COUNT = 9,
 } zero_op_kind;
 
 /* Versioned config: initialise with ZERO_COMM_CONFIG_INIT, then set fields.
@@ -206,6 +208,29 @@ ZERO_API zero_status zero_send(zero_comm *comm, const void *buf, size_t count, z
 ZERO_API zero_status zero_recv(zero_comm *comm, void *buf, size_t count, zero_dtype dtype, int peer);
 ZERO_API zero_status zero_barrier(zero_comm *comm);
 
+/* All-to-all: send holds `size` chunks of `count` elements, chunk j going to
+ * group rank j; recv receives `size` chunks, chunk i from rank i (as
+ * MPI_Alltoall). Never in place: any overlap of send and recv is
+ * ZERO_INVALID_ARGUMENT. */
+ZERO_API zero_status zero_alltoall(zero_comm *comm, const void *send, void *recv, size_t count, zero_dtype dtype);
+
+/* All-to-all with uneven chunks (as MPI_Alltoallv; counts and displacements
+ * in elements, arrays of the group's size): send_counts[j] elements at
+ * send + send_displs[j] go to rank j, recv_counts[i] elements from rank i
+ * land at recv + recv_displs[i]. A NULL displacement array means the chunks
+ * are packed in rank order (displs[j] = counts[0] + ... + counts[j-1]). The
+ * arrays are copied when the op is issued: the caller may reuse them at once,
+ * also for the async form. Rank i's send_counts[j] must equal rank j's
+ * recv_counts[i] (send_counts[rank] == recv_counts[rank] is checked at the
+ * call); ranks that disagree get ZERO_MISMATCH naming the peer and both
+ * counts (from the fingerprints, or from the arriving message size without
+ * them). Zero counts are valid; every rank takes part even when all its
+ * counts are zero. Never in place; parts of recv outside the chunks are left
+ * untouched. */
+ZERO_API zero_status zero_alltoallv(zero_comm *comm, const void *send, const size_t *send_counts,
+                                    const size_t *send_displs, void *recv, const size_t *recv_counts,
+                                    const size_t *recv_displs, zero_dtype dtype);
+
 /* Asynchronous forms: the op is issued and *req receives a request that must
  * be completed with zero_wait (or observed done by zero_test, then freed by
  * zero_wait). Buffers must stay untouched until then. */
@@ -217,6 +242,12 @@ ZERO_API zero_status zero_allgather_async(zero_comm *comm, const void *send, voi
                                           zero_dtype dtype, zero_request **req);
 ZERO_API zero_status zero_broadcast_async(zero_comm *comm, const void *send, void *recv, size_t count,
                                           zero_dtype dtype, int root, zero_request **req);
+
+ZERO_API zero_status zero_alltoall_async(zero_comm *comm, const void *send, void *recv, size_t count,
+                                         zero_dtype dtype, zero_request **req);
+ZERO_API zero_status zero_alltoallv_async(zero_comm *comm, const void *send, const size_t *send_counts,
+                                          const size_t *send_displs, void *recv, const size_t *recv_counts,
+                                          const size_t *recv_displs, zero_dtype dtype, zero_request **req);
 
 /* Point-to-point, asynchronous: complete with zero_wait like the others.
  * Messages between two ranks of a comm arrive in the order they were sent. */
@@ -242,7 +273,10 @@ ZERO_API zero_status zero_test(zero_request *req, int *done);
  *   reduce-scatter  sent = recv = S (n-1)/n      (S = count*n elements)
  *   all-gather      sent = recv = S (n-1)/n      (S = count*n elements)
  *   broadcast       the root sent S; every other rank received S
- *   send / recv     the message size.
+ *   send / recv     the message size;
+ *   all-to-all      sent = recv = S (n-1)/n      (S = count*n elements sent)
+ *   all-to-all-v    sent: the chunks to other ranks; recv: the chunks from them
+ *                   (this rank's own chunk is a local copy and not counted).
  * n = 1 counts calls but no bytes; barrier counts calls only. */
 /* Room for op kinds added later without changing the struct's size (ABI). */
 #define ZERO_OP_KIND_CAPACITY 16

@@ -76,6 +76,34 @@ static void run(zero_dtype d, size_t count)
     CHECK_OK(zero_broadcast(comm, ds, ds, count, d, size - 1));
     expect_dev(ds, want, count, d, "broadcast");
 
+    /* all-to-all: chunk q here is rank q's values at [rank*count, +count) */
+    coll_fill(d, in, total, rank, 0);
+    for (int q = 0; q < size; q++) coll_fill(d, want + (size_t)q * count * es, count, q, (size_t)rank * count);
+    void *ds2 = dev_from(in, total * es);
+    CHECK_OK(zero_alltoall(comm, ds2, dr, count, d));
+    expect_dev(dr, want, total, d, "alltoall");
+    /* all-to-all-v, async: rank q sends (q + j) % 2 * count elements to rank j
+     * (empty chunks included), packed */
+    {
+        size_t sc[16], rc[16], ro = 0, so = 0;
+        for (int q = 0; q < size; q++) {
+            sc[q] = (size_t)((rank + q) % 2) * count;
+            rc[q] = (size_t)((q + rank) % 2) * count;
+        }
+        for (int q = 0; q < size; q++) {
+            coll_fill(d, in + so * es, sc[q], rank, (size_t)q * count);
+            coll_fill(d, want + ro * es, rc[q], q, (size_t)rank * count);
+            so += sc[q];
+            ro += rc[q];
+        }
+        cudaMemcpy(ds2, in, so * es, cudaMemcpyHostToDevice);
+        zero_request *vr = NULL;
+        CHECK_OK(zero_alltoallv_async(comm, ds2, sc, NULL, dr, rc, NULL, d, &vr));
+        CHECK_OK(zero_wait(vr));
+        expect_dev(dr, want, ro, d, "alltoallv");
+    }
+    cudaFree(ds2);
+
     if (size > 1) {
         /* ring send/recv */
         int next = (rank + 1) % size, prev = (rank + size - 1) % size;
