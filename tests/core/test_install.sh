@@ -3,6 +3,11 @@
 #   - `meson install` lays out libzero.so.<major> with a versioned SONAME, the
 #     public headers under include/zero/ and zero.pc;
 #   - a C program builds against it through `pkg-config zero` alone and runs;
+#   - zero.pc points into the destdir it was installed to: relocatable
+#     (prefix=${pcfiledir}/..., the default since meson.build sets
+#     pkgconfig.relocatable) or, in a build directory configured before that,
+#     through PKG_CONFIG_SYSROOT_DIR; and it names no library by absolute file
+#     path (libnccl.so used to be), only -L/-l flags;
 #   - the exported symbols are exactly the functions the headers mark ZERO_API.
 # Usage: test_install.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
@@ -43,9 +48,22 @@ int main(void)
     return 0;
 }
 C
-# The sysroot maps the installed paths (prefix /usr/local, say) into the destdir.
-export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR=$tmp/root
+# Relocatable: ${pcfiledir} finds the tree wherever it lies. An older build
+# directory's pc names the configured prefix: the sysroot maps it into the destdir.
+export PKG_CONFIG_PATH=$(dirname "$pc")
+if grep -q '^prefix=${pcfiledir}' "$pc"; then mode=relocatable
+else mode=sysroot; export PKG_CONFIG_SYSROOT_DIR=$tmp/root; fi
 flags=$(pkg-config --cflags --libs zero)
+# zero's own -I and -L come first; both must lie inside the destdir.
+inc=$(pkg-config --cflags-only-I zero | awk '{print $1}'); inc=${inc#-I}
+libd=$(pkg-config --libs-only-L zero | awk '{print $1}'); libd=${libd#-L}
+[ "$(realpath -m "$inc")" = "$(realpath "$root/include")" ] \
+  || bad "pkg-config --cflags ($mode) gives -I$inc, not the destdir's $root/include"
+[ "$(realpath -m "$libd")" = "$(realpath "$(dirname "$lib")")" ] \
+  || bad "pkg-config --libs ($mode) gives -L$libd, not the destdir's $(dirname "$lib")"
+# No library named by absolute file path (only -L<dir> -l<name>), in Libs or Libs.private.
+abs=$(grep -E '^Libs' "$pc" | tr ' ' '\n' | grep -E '^/.*\.(so|a)(\.[0-9]+)*$' || true)
+[ -z "$abs" ] || bad "zero.pc names libraries by absolute path: $(echo $abs)"
 # A sanitizer build's library needs the sanitizer runtime in the program too.
 san=$(meson introspect "$build" --buildoptions | /usr/bin/python3 -c \
   'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"]=="b_sanitize"))')
@@ -61,5 +79,5 @@ extra=$(comm -13 "$tmp/declared" "$tmp/exported")
 missing=$(comm -23 "$tmp/declared" "$tmp/exported")
 [ -z "$extra" ] || bad "exported but not declared ZERO_API: $(echo $extra)"
 [ -z "$missing" ] || bad "declared ZERO_API but not exported: $(echo $missing)"
-echo "install: SONAME $soname; $(wc -l < "$tmp/exported") functions exported, $(wc -l < "$tmp/declared") declared ZERO_API"
+echo "install: SONAME $soname; pc $mode; $(wc -l < "$tmp/exported") functions exported, $(wc -l < "$tmp/declared") declared ZERO_API"
 exit $fail
