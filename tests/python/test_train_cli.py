@@ -377,3 +377,15 @@ def test_check_collectives_is_a_config_key():
     assert json.loads(out)["train"]["check_collectives"] is True
     p = run_train(["--set", "train.check_collectives=3", "--print-config"], check=False)
     assert p.returncode != 0 and "train.check_collectives" in p.stderr, p.stderr
+
+
+def test_engine_finalize_error_names_the_call_once(tmp_path):
+    """An engine finalize failure (here: an nvme_path that does not exist) is reported once, with
+    its cause; zero-train used to prefix the engine's own "engine finalize:" a second time."""
+    missing = tmp_path / "no" / "such" / "dir"
+    p = run_train(["--data", str(corpus(tmp_path)), "--steps", "1", "--stage", "3", *TINY,
+                   "--set", "zero_optimization.offload_param.device=nvme",
+                   "--set", f"zero_optimization.offload_param.nvme_path={missing}"], check=False)
+    assert p.returncode != 0
+    assert p.stderr.count("engine finalize") == 1, p.stderr
+    assert str(missing) in p.stderr, p.stderr

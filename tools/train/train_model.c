@@ -42,6 +42,16 @@ static zero_status mfail(char *err, size_t n, zero_status s, const char *fmt, ..
     return s;
 }
 
+/* The engine's own messages often already start with the call they failed in
+ * ("engine finalize: ..."); name the call only when the message does not. */
+static zero_status engine_fail(char *err, size_t n, zero_status s, const char *call, const char *msg)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "engine %s:", call);
+    if (strncmp(msg, prefix, strlen(prefix)) == 0) return mfail(err, n, s, "%s", msg);
+    return mfail(err, n, s, "%s %s", prefix, msg);
+}
+
 static size_t module_numel(const gpt_config *cfg, int module)
 {
     size_t n = 0;
@@ -88,10 +98,10 @@ zero_status train_model_create(train_model **out, const gpt_config *cfg, int mic
         else if (pid != (int)i) s = mfail(err, en, ZERO_INTERNAL, "engine gave %s the id %d, expected %zu", pi.name, pid, i);
     }
     if (s == ZERO_OK && (s = zero_engine_finalize(engine)) != ZERO_OK)
-        mfail(err, en, s, "engine finalize: %s", zero_engine_last_error(engine));
+        engine_fail(err, en, s, "finalize", zero_engine_last_error(engine));
     zero_plan_info plan;
     if (s == ZERO_OK && (s = zero_engine_plan_info(engine, &plan)) != ZERO_OK)
-        mfail(err, en, s, "engine plan_info: %s", zero_engine_last_error(engine));
+        engine_fail(err, en, s, "plan_info", zero_engine_last_error(engine));
     if (s == ZERO_OK) {
         m->dtype = plan.compute_dtype;
         if (cuda) {
