@@ -90,6 +90,9 @@ zero_status ckpt_fsync_dir(const char *dir, int durable);
 zero_status ckpt_write_file_atomic(const char *path, const void *data, size_t n, int durable);
 /* Read a whole (small) file: malloc'd, NUL-terminated. */
 zero_status ckpt_read_file(const char *path, char **data, size_t *n);
+/* Grows *buf (a per-parameter staging buffer reused across parameters) to at least n floats;
+ * its old contents are not kept. On failure *buf is freed and NULL, and the message names `what`. */
+zero_status ckpt_grow_buffer(float **buf, uint64_t *cap, uint64_t n, const char *what, const char *name);
 /* rm -rf of a directory we created (only files and one level of dirs). */
 void ckpt_remove_tree(const char *path);
 

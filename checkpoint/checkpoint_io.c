@@ -342,3 +342,16 @@ void ckpt_writer_abort(ckpt_writer *w)
     json_decref(w->segs);
     w->segs = NULL;
 }
+
+zero_status ckpt_grow_buffer(float **buf, uint64_t *cap, uint64_t n, const char *what, const char *name)
+{
+    if (n <= *cap) return ZERO_OK;
+    free(*buf);
+    *buf = NULL;
+    *cap = 0;
+    if (n > SIZE_MAX / sizeof **buf || !(*buf = malloc(n * sizeof **buf)))
+        return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "%s: buffer of %llu floats for %s", what, (unsigned long long)n,
+                         name);
+    *cap = n;
+    return ZERO_OK;
+}

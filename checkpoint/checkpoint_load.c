@@ -56,14 +56,7 @@ static zero_status load_local(zero_engine *e, const ckpt_meta *m, unsigned kinds
         if ((s = zero_engine_param_info(e, p, &pi)) != ZERO_OK) break;
         uint64_t n = pi.owned_numel; /* all owned ranges, one after another */
         if (n == 0) continue;
-        if (n > cap) {
-            free(buf);
-            cap = n;
-            if (!(buf = malloc(cap * sizeof *buf))) {
-                s = zero_fail(NULL, ZERO_OUT_OF_MEMORY, "checkpoint load: buffer for %s", pi.name);
-                break;
-            }
-        }
+        if ((s = ckpt_grow_buffer(&buf, &cap, n, "checkpoint load", pi.name)) != ZERO_OK) break;
         for (int k = 0; k < CKPT_NUM_KINDS && s == ZERO_OK; k++) {
             if (!(kinds & (1u << k))) continue;
             uint64_t done = 0;

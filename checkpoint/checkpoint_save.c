@@ -89,14 +89,7 @@ static zero_status write_shard(zero_engine *e, const char *tmp_dir, int rank, in
         if ((s = zero_engine_param_info(e, p, &pi)) != ZERO_OK) break;
         uint64_t n = pi.owned_numel; /* all owned ranges, one after another */
         if (n == 0) continue;
-        if (n > cap) {
-            free(buf);
-            cap = n;
-            if (!(buf = malloc(cap * sizeof *buf))) {
-                s = zero_fail(NULL, ZERO_OUT_OF_MEMORY, "checkpoint save: buffer for %s", pi.name);
-                break;
-            }
-        }
+        if ((s = ckpt_grow_buffer(&buf, &cap, n, "checkpoint save", pi.name)) != ZERO_OK) break;
         for (int k = 0; k < CKPT_NUM_KINDS && s == ZERO_OK; k++) {
             if (!(kinds & (1u << k))) continue;
             s = zero_engine_state_get(e, (zero_state_kind)k, p, buf);
