@@ -42,9 +42,12 @@
  * gpt_last_error() (per thread). Nothing here prints or exits.
  *
  * Threads: everything runs on OpenMP threads (OMP_NUM_THREADS); each
- * matmul is split by output rows into single-threaded OpenBLAS calls, and
+ * matmul is split over them into single-threaded GEMMs (model/gpt_gemm.h:
+ * packed AVX-512 kernels where the CPU has them, else OpenBLAS), and
  * gpt_workspace_create calls openblas_set_num_threads(1), process-wide, so
- * OpenBLAS threads do not compete with the OpenMP ones. */
+ * OpenBLAS threads do not compete with the OpenMP ones. The kernel is chosen
+ * once per process (ZERO_CPU_GEMM, see gpt_gemm.h); an invalid
+ * ZERO_CPU_GEMM makes workspace creation fail with ZERO_CONFIG. */
 #ifndef ZERO_MODEL_GPT_H
 #define ZERO_MODEL_GPT_H
 
@@ -199,6 +202,11 @@ zero_status gpt_activation_bytes_for(const gpt_config *cfg, int batch, int seq, 
                                      gpt_activation_bytes *out);
 /* The logits (batch, seq, vocab) of the last gpt_forward_end; owned by ws. */
 const float *gpt_workspace_logits(const gpt_workspace *ws);
+/* The precision of the matmuls' products: ZERO_F32 (the default) or
+ * ZERO_BF16 (operands rounded to bf16, sums in fp32, where the CPU has a
+ * bf16 dot product: avx512_bf16; elsewhere the same as ZERO_F32). Everything
+ * else stays fp32. ZERO_INVALID_ARGUMENT for any other dtype. */
+zero_status gpt_workspace_set_matmul_dtype(gpt_workspace *ws, zero_dtype dtype);
 
 /* ------------------------------------------------------------ CPU forward
  * tokens: batch*seq ids in [0, vocab). targets: the same shape, or NULL for

@@ -18,19 +18,19 @@ zero_status gpt_block_forward(const gpt_block_ctx *k, int layer, gpt_block_acts 
 
     /* attention half: res2 = x + proj(attention(ln_1(x))), the heads split over tp */
     gpt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->t[GPT_LN1_W], p->t[GPT_LN1_B], N, C);
-    gpt_matmul_forward(a->qkv, NULL, a->ln1, p->t[GPT_QKV_W], p->t[GPT_QKV_B], N, C, 3 * Cl);
-    gpt_attention_forward(a->atty, a->att, a->qkv, B, T, Cl, k->NHl, k->nthreads);
+    gpt_matmul_forward(k->math, a->qkv, NULL, a->ln1, p->t[GPT_QKV_W], p->t[GPT_QKV_B], N, C, 3 * Cl);
+    gpt_attention_forward(k->math, a->atty, a->att, a->qkv, B, T, Cl, k->NHl, k->nthreads);
     /* row-parallel: the partial products sum over tp; the lead rank brings x + bias */
-    gpt_matmul_forward(a->res2, lead ? x : NULL, a->atty, p->t[GPT_ATTPROJ_W], lead ? p->t[GPT_ATTPROJ_B] : NULL, N,
+    gpt_matmul_forward(k->math, a->res2, lead ? x : NULL, a->atty, p->t[GPT_ATTPROJ_W], lead ? p->t[GPT_ATTPROJ_B] : NULL, N,
                        Cl, C);
     GPT_TRY(block_sum(k, a->res2, (size_t)N * C, "the attention output", layer));
 
     /* MLP half: out = res2 + proj(gelu(fc(ln_2(res2)))), the hidden units split over tp */
     gpt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->t[GPT_LN2_W], p->t[GPT_LN2_B], N, C);
-    gpt_matmul_forward(a->fch, NULL, a->ln2, p->t[GPT_FC_W], p->t[GPT_FC_B], N, C, Hl);
+    gpt_matmul_forward(k->math, a->fch, NULL, a->ln2, p->t[GPT_FC_W], p->t[GPT_FC_B], N, C, Hl);
     gpt_gelu_forward(a->fch_gelu, a->fch, (size_t)N * Hl);
     if (!out) return ZERO_OK; /* recomputation: the output is kept already */
-    gpt_matmul_forward(out, lead ? a->res2 : NULL, a->fch_gelu, p->t[GPT_FCPROJ_W], lead ? p->t[GPT_FCPROJ_B] : NULL,
+    gpt_matmul_forward(k->math, out, lead ? a->res2 : NULL, a->fch_gelu, p->t[GPT_FCPROJ_W], lead ? p->t[GPT_FCPROJ_B] : NULL,
                        N, Hl, C);
     return block_sum(k, out, (size_t)N * C, "the MLP output", layer);
 }
@@ -42,10 +42,10 @@ zero_status gpt_block_backward(const gpt_block_ctx *k, int layer, const gpt_bloc
 
     /* MLP half, in reverse. Row-parallel c_proj: g's backward is the identity,
      * its bias gradient is computed (redundantly under tp) from the replicated dres. */
-    gpt_matmul_backward(k->dfch, g->t[GPT_FCPROJ_W], g->t[GPT_FCPROJ_B], dres, a->fch_gelu, p->t[GPT_FCPROJ_W], N,
+    gpt_matmul_backward(k->math, k->dfch, g->t[GPT_FCPROJ_W], g->t[GPT_FCPROJ_B], dres, a->fch_gelu, p->t[GPT_FCPROJ_W], N,
                         Hl, C, 0, k->partials, nt);
     gpt_gelu_backward(k->dfch, a->fch, k->dfch, (size_t)N * Hl);
-    gpt_matmul_backward(k->dln, g->t[GPT_FC_W], g->t[GPT_FC_B], k->dfch, a->ln2, p->t[GPT_FC_W], N, C, Hl, 0,
+    gpt_matmul_backward(k->math, k->dln, g->t[GPT_FC_W], g->t[GPT_FC_B], k->dfch, a->ln2, p->t[GPT_FC_W], N, C, Hl, 0,
                         k->partials, nt);
     GPT_TRY(block_sum(k, k->dln, (size_t)N * C, "d ln_2 (backward)", layer)); /* f's backward */
     /* the residual path keeps dres; ln_2 adds its share: dres = d res2 */
@@ -53,10 +53,10 @@ zero_status gpt_block_backward(const gpt_block_ctx *k, int layer, const gpt_bloc
                            a->ln2_rstd, N, C, k->partials, nt);
 
     /* attention half, in reverse */
-    gpt_matmul_backward(k->dln, g->t[GPT_ATTPROJ_W], g->t[GPT_ATTPROJ_B], dres, a->atty, p->t[GPT_ATTPROJ_W], N, Cl,
+    gpt_matmul_backward(k->math, k->dln, g->t[GPT_ATTPROJ_W], g->t[GPT_ATTPROJ_B], dres, a->atty, p->t[GPT_ATTPROJ_W], N, Cl,
                         C, 0, k->partials, nt);
-    gpt_attention_backward(k->dqkv, k->dln, a->att, a->qkv, B, T, Cl, k->NHl, k->att_scratch, nt);
-    gpt_matmul_backward(k->dln, g->t[GPT_QKV_W], g->t[GPT_QKV_B], k->dqkv, a->ln1, p->t[GPT_QKV_W], N, C, 3 * Cl, 0,
+    gpt_attention_backward(k->math, k->dqkv, k->dln, a->att, a->qkv, B, T, Cl, k->NHl, k->att_scratch, nt);
+    gpt_matmul_backward(k->math, k->dln, g->t[GPT_QKV_W], g->t[GPT_QKV_B], k->dqkv, a->ln1, p->t[GPT_QKV_W], N, C, 3 * Cl, 0,
                         k->partials, nt);
     GPT_TRY(block_sum(k, k->dln, (size_t)N * C, "d ln_1 (backward)", layer));
     gpt_layernorm_backward(dres, g->t[GPT_LN1_W], g->t[GPT_LN1_B], k->dln, x, p->t[GPT_LN1_W], a->ln1_mean,

@@ -7,6 +7,7 @@
 #define ZERO_MODEL_GPT_BLOCK_H
 
 #include "gpt_acts.h"
+#include "gpt_gemm.h"
 
 /* Megatron's all-reduce over the tp group (g forward, f backward); NULL
  * outside tensor parallelism. `what` names the tensor for messages. */
@@ -17,6 +18,7 @@ typedef struct gpt_block_ctx {
     int Cl, Hl, NHl;      /* this rank's attention channels, MLP units, heads (C, 4C, n_head without tp) */
     int lead;             /* adds the residual and the row-parallel biases (tp rank 0; 1 without tp) */
     int nthreads;
+    gpt_gemm_math math;   /* the matmuls' precision (GPT_GEMM_BF16: bf16 products, fp32 sums) */
     gpt_block_sum_fn sum;
     void *sum_ctx;
     /* backward scratch (gpt_acts' common part, and the CPU kernels' own) */

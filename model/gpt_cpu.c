@@ -106,13 +106,13 @@ zero_status gpt_workspace_create_ckpt(gpt_workspace **out, const gpt_config *cfg
         return gpt_fail(ZERO_INVALID_ARGUMENT,
                         "gpt_workspace_create: batch %d x seq %d is invalid (need batch >= 1, 1 <= seq <= seq_len %d)",
                         batch, seq, cfg->seq_len);
+    GPT_TRY(gpt_gemm_init()); /* also makes OpenBLAS single-threaded */
     gpt_workspace *ws = calloc(1, sizeof *ws);
     if (!ws) return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_workspace_create: no memory for the workspace header");
     ws->cfg = *cfg;
     ws->B = batch;
     ws->T = seq;
     ws->nthreads = max_threads();
-    gpt_blas_single_threaded();
     gpt_acts_shape s = shape_of(cfg, batch, seq, ck);
     zero_status st = gpt_acts_init(&ws->acts, &s);
     if (st != ZERO_OK) {
@@ -159,6 +159,16 @@ void gpt_workspace_activation_bytes(const gpt_workspace *ws, gpt_activation_byte
 }
 
 const float *gpt_workspace_logits(const gpt_workspace *ws) { return ws ? ws->io->logits : NULL; }
+
+zero_status gpt_workspace_set_matmul_dtype(gpt_workspace *ws, zero_dtype dtype)
+{
+    if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_workspace_set_matmul_dtype: workspace is NULL");
+    if (dtype != ZERO_F32 && dtype != ZERO_BF16)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_workspace_set_matmul_dtype: %s matmuls are not offered on the CPU (f32 or bf16)",
+                        zero_dtype_name(dtype));
+    ws->blk.math = dtype == ZERO_BF16 ? GPT_GEMM_BF16 : GPT_GEMM_F32;
+    return ZERO_OK;
+}
 
 /* ------------------------------------------------------------ argument checks */
 static zero_status check_set(const gpt_workspace *ws, const char *op, const gpt_tensors *set, int module,
@@ -232,7 +242,7 @@ zero_status gpt_forward_end(gpt_workspace *ws, const gpt_tensors *final_params, 
     gpt_layernorm_forward(io->lnf, io->lnf_mean, io->lnf_rstd, io->resid[ws->cfg.n_layer],
                           final_params->t[GPT_LNF_W], final_params->t[GPT_LNF_B], N, C);
     /* the tied head: logits = ln_f(x) wte^T */
-    gpt_matmul_forward(io->logits, NULL, io->lnf, embed->t[GPT_WTE], NULL, N, C, V);
+    gpt_matmul_forward(ws->blk.math, io->logits, NULL, io->lnf, embed->t[GPT_WTE], NULL, N, C, V);
     double total = gpt_crossentropy_forward(io->lse, io->logits, ws->has_targets ? io->targets : NULL, N, V,
                                             &ws->valid);
     if (loss) *loss = ws->valid ? (float)(total / ws->valid) : 0.0f;
@@ -262,7 +272,7 @@ zero_status gpt_backward_end(gpt_workspace *ws, float dloss, const gpt_tensors *
     float scale = ws->valid ? dloss / (float)ws->valid : 0.0f;
     gpt_crossentropy_backward(a->dlogits, io->logits, io->lse, io->targets, N, V, scale);
     /* tied head: dwte += dlogits^T lnf, dlnf = dlogits wte */
-    gpt_matmul_backward(a->dln, embed_grads->t[GPT_WTE], NULL, a->dlogits, io->lnf, embed->t[GPT_WTE], N, C, V,
+    gpt_matmul_backward(ws->blk.math, a->dln, embed_grads->t[GPT_WTE], NULL, a->dlogits, io->lnf, embed->t[GPT_WTE], N, C, V,
                         0, ws->blk.partials, ws->nthreads);
     memset(a->dres, 0, sizeof(float) * (size_t)N * C);
     gpt_layernorm_backward(a->dres, final_grads->t[GPT_LNF_W], final_grads->t[GPT_LNF_B], a->dln,

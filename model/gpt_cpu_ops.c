@@ -1,5 +1,5 @@
-/* The CPU kernels of the GPT: plain C, fp32. Matmuls go to OpenBLAS, split
- * by rows over the OpenMP threads; every other loop is OpenMP-parallel over
+/* The CPU kernels of the GPT: plain C, fp32. Matmuls go to gpt_gemm (our
+ * packed AVX-512 kernels, OpenBLAS, or plain C: gpt_gemm.h); every other loop is OpenMP-parallel over
  * rows (or heads) with a vectorizable inner loop. exp and tanh use a short polynomial (gpt_expf) that the compiler can
  * vectorize, because libm's scalar calls dominated the non-matmul time. */
 #include <math.h>
@@ -7,11 +7,7 @@
 #include <string.h>
 
 #include "gpt_cpu_ops.h"
-#include "zero_build_config.h"
-
-#if ZERO_HAVE_OPENBLAS
-#include <cblas.h>
-#endif
+#include "gpt_gemm.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -66,64 +62,6 @@ static inline float gpt_expf(float x)
 
 /* tanh(u) = 1 - 2 / (e^{2u} + 1): exact limits +-1, absolute error ~1e-7. */
 static inline float gpt_tanhf(float u) { return 1.0f - 2.0f / (gpt_expf(2.0f * u) + 1.0f); }
-
-/* ------------------------------------------------------------ sgemm */
-/* The matmuls run on the model's own OpenMP threads, each thread calling a
- * single-threaded OpenBLAS sgemm on its slice of output rows. Letting
- * OpenBLAS start its own threads instead made them fight the OpenMP workers
- * spinning between regions: 40% of a 2-core run went to libgomp spin-waits. */
-void gpt_blas_single_threaded(void)
-{
-#if ZERO_HAVE_OPENBLAS
-    openblas_set_num_threads(1);
-#endif
-}
-
-static void sgemm_serial(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
-                         const float *B, int ldb, float beta, float *C, int ldc)
-{
-#if ZERO_HAVE_OPENBLAS
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N,
-                K, alpha, A, lda, B, ldb, beta, C, ldc);
-#else
-    /* Fallback for builds without OpenBLAS: correct, not fast. */
-    for (int i = 0; i < M; i++) {
-        float *c = C + (size_t)i * ldc;
-        for (int j = 0; j < N; j++) c[j] = beta == 0.0f ? 0.0f : beta * c[j];
-        for (int k = 0; k < K; k++) {
-            float a = alpha * (trans_a ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
-            if (!trans_b) {
-                const float *b = B + (size_t)k * ldb;
-                for (int j = 0; j < N; j++) c[j] += a * b[j];
-            } else {
-                for (int j = 0; j < N; j++) c[j] += a * B[(size_t)j * ldb + k];
-            }
-        }
-    }
-#endif
-}
-
-void gpt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
-               const float *B, int ldb, float beta, float *C, int ldc)
-{
-    /* Row slices of C (and of op(A)) per thread, cut at multiples of 16 rows
-     * so the BLAS micro-kernels see whole register tiles. */
-#pragma omp parallel
-    {
-        int nt = 1, tid = 0;
-#ifdef _OPENMP
-        nt = omp_get_num_threads();
-        tid = omp_get_thread_num();
-#endif
-        int tiles = (M + 15) / 16;
-        int m0 = (int)((long)tiles * tid / nt) * 16, m1 = (int)((long)tiles * (tid + 1) / nt) * 16;
-        if (m1 > M) m1 = M;
-        if (m1 > m0) {
-            const float *a = trans_a ? A + m0 : A + (size_t)m0 * lda;
-            sgemm_serial(trans_a, trans_b, m1 - m0, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)m0 * ldc, ldc);
-        }
-    }
-}
 
 /* ------------------------------------------------------------ embeddings */
 void gpt_encoder_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C)
@@ -232,8 +170,8 @@ void gpt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
 }
 
 /* ------------------------------------------------------------ linear layers */
-void gpt_matmul_forward(float *out, const float *init, const float *inp, const float *w, const float *bias,
-                        int N, int C, int OC)
+void gpt_matmul_forward(gpt_gemm_math math, float *out, const float *init, const float *inp, const float *w,
+                        const float *bias, int N, int C, int OC)
 {
     /* Write init + bias first so the one sgemm (beta = 1) also does the
      * bias add and the residual add: one pass over `out` instead of three. */
@@ -245,7 +183,7 @@ void gpt_matmul_forward(float *out, const float *init, const float *inp, const f
             for (int j = 0; j < OC; j++) o[j] = (r ? r[j] : 0.0f) + (bias ? bias[j] : 0.0f);
         }
     }
-    gpt_sgemm(0, 1, N, OC, C, 1.0f, inp, C, w, C, (init || bias) ? 1.0f : 0.0f, out, OC);
+    gpt_gemm(math, 0, 1, N, OC, C, 1.0f, inp, C, w, C, (init || bias) ? 1.0f : 0.0f, out, OC);
 }
 
 /* db += column sums of dout (N x OC), per-thread partial sums added in a fixed
@@ -267,11 +205,12 @@ static void column_sums(float *db, const float *dout, int N, int OC, float *part
     for (int t = 0; t < nthreads; t++) add_row(db, partials + (size_t)t * OC, OC);
 }
 
-void gpt_matmul_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                         const float *w, int N, int C, int OC, int accumulate_dinp, float *partials, int nthreads)
+void gpt_matmul_backward(gpt_gemm_math math, float *dinp, float *dw, float *db, const float *dout,
+                         const float *inp, const float *w, int N, int C, int OC, int accumulate_dinp,
+                         float *partials, int nthreads)
 {
-    gpt_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
-    gpt_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+    gpt_gemm(math, 0, 0, N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
+    gpt_gemm(math, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     if (db) column_sums(db, dout, N, OC, partials, nthreads);
 }
 
@@ -304,14 +243,14 @@ GPT_CLONES static void softmax_causal_backward_row(float *restrict d, const floa
 }
 
 /* One thread per (batch, head); inside it the products are single-threaded
- * sgemm calls on strided views of qkv, at BLAS speed (~4x faster here than
+ * GEMM calls on strided views of qkv, at BLAS speed (~4x faster here than
  * hand-written causal loops). Causality is exploited by query blocks of
  * ATT_BLOCK rows: block [r0, r1) only meets keys [0, r1), so about half of
  * the T x T products are skipped at long T; the masked corner inside each
  * diagonal block is computed and then zeroed by the softmax. */
 #define ATT_BLOCK 32
 
-void gpt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int nthreads)
+void gpt_attention_forward(gpt_gemm_math math, float *out, float *att, const float *qkv, int B, int T, int C, int NH, int nthreads)
 {
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
@@ -325,15 +264,15 @@ void gpt_attention_forward(float *out, float *att, const float *qkv, int B, int 
                 int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, nr = r1 - r0;
                 float *ab = a + (size_t)r0 * T;
                 /* S[r0:r1, 0:r1] = scale Q[r0:r1] K[0:r1]^T */
-                sgemm_serial(0, 1, nr, r1, hs, scale, q + (size_t)r0 * C3, C3, k, C3, 0.0f, ab, T);
+                gpt_gemm_serial(math, 0, 1, nr, r1, hs, scale, q + (size_t)r0 * C3, C3, k, C3, 0.0f, ab, T);
                 for (int t = r0; t < r1; t++) softmax_causal_row(a + (size_t)t * T, t, T);
                 /* Y[r0:r1] = P[r0:r1, 0:r1] V[0:r1] */
-                sgemm_serial(0, 0, nr, hs, r1, 1.0f, ab, T, v, C3, 0.0f, y + (size_t)r0 * C, C);
+                gpt_gemm_serial(math, 0, 0, nr, hs, r1, 1.0f, ab, T, v, C3, 0.0f, y + (size_t)r0 * C, C);
             }
         }
 }
 
-void gpt_attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, int B, int T,
+void gpt_attention_backward(gpt_gemm_math math, float *dqkv, const float *dout, const float *att, const float *qkv, int B, int T,
                             int C, int NH, float *scratch, int nthreads)
 {
     const int hs = C / NH, C3 = 3 * C;
@@ -354,13 +293,13 @@ void gpt_attention_backward(float *dqkv, const float *dout, const float *att, co
                 float beta = r0 == last ? 0.0f : 1.0f;
                 const float *ab = a + (size_t)r0 * T, *dyb = dy + (size_t)r0 * C;
                 float *db = ds + (size_t)r0 * T;
-                sgemm_serial(0, 1, nr, r1, hs, 1.0f, dyb, C, v, C3, 0.0f, db, T);    /* dP = dY V^T */
-                sgemm_serial(1, 0, r1, hs, nr, 1.0f, ab, T, dyb, C, beta, dv, C3);   /* dV += P^T dY */
+                gpt_gemm_serial(math, 0, 1, nr, r1, hs, 1.0f, dyb, C, v, C3, 0.0f, db, T);    /* dP = dY V^T */
+                gpt_gemm_serial(math, 1, 0, r1, hs, nr, 1.0f, ab, T, dyb, C, beta, dv, C3);   /* dV += P^T dY */
                 /* through the softmax: dS = scale * P * (dP - rowsum(P * dP)) */
                 for (int t = r0; t < r1; t++)
                     softmax_causal_backward_row(ds + (size_t)t * T, a + (size_t)t * T, t, T, scale);
-                sgemm_serial(0, 0, nr, hs, r1, 1.0f, db, T, k, C3, 0.0f, dq + (size_t)r0 * C3, C3);      /* dQ = dS K */
-                sgemm_serial(1, 0, r1, hs, nr, 1.0f, db, T, q + (size_t)r0 * C3, C3, beta, dk, C3);      /* dK += dS^T Q */
+                gpt_gemm_serial(math, 0, 0, nr, hs, r1, 1.0f, db, T, k, C3, 0.0f, dq + (size_t)r0 * C3, C3);      /* dQ = dS K */
+                gpt_gemm_serial(math, 1, 0, r1, hs, nr, 1.0f, db, T, q + (size_t)r0 * C3, C3, beta, dk, C3);      /* dK += dS^T Q */
             }
         }
 }

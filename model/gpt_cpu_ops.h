@@ -8,12 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Row-major C[M,N] = alpha * op(A) op(B) + beta * C (OpenBLAS when built with
- * it), split by rows over the OpenMP threads; call gpt_blas_single_threaded()
- * once first so OpenBLAS does not start threads of its own. */
-void gpt_blas_single_threaded(void);
-void gpt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
-               const float *B, int ldb, float beta, float *C, int ldc);
+#include "gpt_gemm.h"
+
+/* The matmuls (linear layers and attention) run on gpt_gemm with the
+ * workspace's `math`: GPT_GEMM_BF16 for the bf16 compute path. */
 
 /* out[b,t,:] = wte[tok[b,t],:] + wpe[t,:] */
 void gpt_encoder_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T,
@@ -31,18 +29,19 @@ void gpt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
 
 /* out[N,OC] = init + bias + inp[N,C] w[OC,C]^T; init (N x OC, may equal out's
  * residual input) and bias may be NULL. */
-void gpt_matmul_forward(float *out, const float *init, const float *inp, const float *w, const float *bias,
-                        int N, int C, int OC);
+void gpt_matmul_forward(gpt_gemm_math math, float *out, const float *init, const float *inp, const float *w,
+                        const float *bias, int N, int C, int OC);
 /* dinp = (or +=, when accumulate_dinp) dout w;  dw += dout^T inp;  db += column sums of dout
  * (db may be NULL). `partials` holds nthreads * OC floats. */
-void gpt_matmul_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                         const float *w, int N, int C, int OC, int accumulate_dinp, float *partials, int nthreads);
+void gpt_matmul_backward(gpt_gemm_math math, float *dinp, float *dw, float *db, const float *dout,
+                         const float *inp, const float *w, int N, int C, int OC, int accumulate_dinp,
+                         float *partials, int nthreads);
 
 /* Causal multi-head attention from the fused qkv (N x 3C): out (N x C) and
  * the softmax probabilities att (B, NH, T, T; zero above the diagonal). */
-void gpt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int nthreads);
+void gpt_attention_forward(gpt_gemm_math math, float *out, float *att, const float *qkv, int B, int T, int C, int NH, int nthreads);
 /* dqkv = (overwritten) gradient of the fused qkv; `scratch` holds nthreads * T * T floats. */
-void gpt_attention_backward(float *dqkv, const float *dout, const float *att, const float *qkv, int B, int T,
+void gpt_attention_backward(gpt_gemm_math math, float *dqkv, const float *dout, const float *att, const float *qkv, int B, int T,
                             int C, int NH, float *scratch, int nthreads);
 
 /* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */

@@ -120,6 +120,7 @@ zero_status tp_workspace_create_ckpt(tp_workspace **out, const gpt_config *cfg, 
     *out = NULL;
     int tp_size = tp ? zero_comm_size(tp) : 1;
     GPT_TRY(check_shape(cfg, tp_size, batch, seq, layer_begin, layer_end, slots, ck, "tp_workspace_create"));
+    GPT_TRY(gpt_gemm_init()); /* also makes OpenBLAS single-threaded */
     tp_workspace *ws = calloc(1, sizeof *ws);
     if (!ws) return gpt_fail(ZERO_OUT_OF_MEMORY, "tp_workspace_create: no memory for the header");
     ws->cfg = *cfg;
@@ -133,7 +134,6 @@ zero_status tp_workspace_create_ckpt(tp_workspace **out, const gpt_config *cfg, 
     ws->end = layer_end;
     ws->nslots = slots;
     ws->bwd_next = -2;
-    gpt_blas_single_threaded();
     gpt_acts_shape s = shape_of(cfg, tp_size, batch, seq, layer_begin, layer_end, slots, ck);
     ws->slots = calloc((size_t)slots, sizeof *ws->slots);
     zero_status st = ws->slots ? gpt_acts_init(&ws->acts, &s)
@@ -320,7 +320,7 @@ zero_status tp_forward_head(tp_workspace *ws, int slot, const int32_t *targets, 
     gpt_layernorm_forward(io->lnf, io->lnf_mean, io->lnf_rstd, tp_workspace_output(ws, slot), final_params->t[GPT_LNF_W],
                           final_params->t[GPT_LNF_B], N, C);
     /* the tied head, replicated over tp: logits = ln_f(x) wte^T */
-    gpt_matmul_forward(io->logits, NULL, io->lnf, embed->t[GPT_WTE], NULL, N, C, V);
+    gpt_matmul_forward(ws->blk.math, io->logits, NULL, io->lnf, embed->t[GPT_WTE], NULL, N, C, V);
     double total = gpt_crossentropy_forward(io->lse, io->logits, io->targets, N, V, &s->valid);
     if (loss) *loss = s->valid ? (float)(total / s->valid) : 0.0f;
     s->head_done = 1;
@@ -344,7 +344,7 @@ zero_status tp_backward_head(tp_workspace *ws, int slot, float dloss, const gpt_
     const gpt_acts_slot *io = &ws->acts.slots[slot];
     gpt_acts *a = &ws->acts;
     gpt_crossentropy_backward(a->dlogits, io->logits, io->lse, io->targets, N, V, scale);
-    gpt_matmul_backward(a->dln, embed_grads->t[GPT_WTE], NULL, a->dlogits, io->lnf, embed->t[GPT_WTE], N, C, V, 0,
+    gpt_matmul_backward(ws->blk.math, a->dln, embed_grads->t[GPT_WTE], NULL, a->dlogits, io->lnf, embed->t[GPT_WTE], N, C, V, 0,
                         ws->blk.partials, ws->nthreads);
     memset(a->dres, 0, sizeof(float) * (size_t)N * C);
     gpt_layernorm_backward(a->dres, final_grads->t[GPT_LNF_W], final_grads->t[GPT_LNF_B], a->dln,

@@ -115,6 +115,9 @@ zero_status train_model_create(train_model **out, const gpt_config *cfg, int mic
         } else {
             if ((s = gpt_workspace_create_ckpt(&m->ws, cfg, micro, cfg->seq_len, ck)) != ZERO_OK)
                 mfail(err, en, s, "model: %s", gpt_last_error());
+            /* bf16 compute: the matmuls multiply bf16 (where the CPU can), as on a GPU */
+            if (s == ZERO_OK && m->dtype == ZERO_BF16 && (s = gpt_workspace_set_matmul_dtype(m->ws, ZERO_BF16)) != ZERO_OK)
+                mfail(err, en, s, "model: %s", gpt_last_error());
             if (s == ZERO_OK && m->dtype != ZERO_F32) {
                 m->embed_numel = module_numel(cfg, GPT_MODULE_EMBED);
                 for (int mod = 1; mod < m->n_modules; mod++)
@@ -169,15 +172,10 @@ void train_model_activation_bytes(const train_model *m, gpt_activation_bytes *no
 
 /* ---------------------------------------------------------------- tensors */
 
-static float widen(zero_dtype dt, const void *p, size_t i)
-{
-    uint16_t v = ((const uint16_t *)p)[i];
-    return dt == ZERO_BF16 ? zero_bf16_to_f32(v) : zero_f16_to_f32(v);
-}
-
 /* The module's parameter (grads = 0) or gradient (grads = 1) pointers. For
- * 16-bit compute on the CPU, parameters are widened into `scratch` and
- * gradient pointers point into a zeroed `scratch`. */
+ * 16-bit compute on the CPU, parameters and the gradients accumulated so far
+ * are widened into fp32 `scratch` (the device's vectorized cast); the model
+ * accumulates into it and flush_grads rounds it back once. */
 static zero_status module_tensors(train_model *m, int mod, int grads, float *scratch, gpt_tensors *t,
                                   void **engine_ptrs, char *err, size_t en)
 {
@@ -198,29 +196,27 @@ static zero_status module_tensors(train_model *m, int mod, int grads, float *scr
         gpt_param_info pi;
         gpt_param_info_get(&m->cfg, (size_t)pid, &pi);
         float *dst = scratch + off;
-        if (grads) memset(dst, 0, pi.numel * sizeof(float));
-        else
-            for (size_t k = 0; k < pi.numel; k++) dst[k] = widen(m->dtype, p, k);
+        zero_status cs = zero_cast(m->dev, p, m->dtype, dst, ZERO_F32, pi.numel, NULL);
+        if (cs != ZERO_OK) return mfail(err, en, cs, "widening %s to fp32: %s", pi.name, zero_last_error());
         t->t[i] = dst;
         off += pi.numel;
     }
     return ZERO_OK;
 }
 
-/* 16-bit CPU: add the fp32 gradients into the engine's buffers, rounding once. */
-static void flush_grads(train_model *m, int mod, const gpt_tensors *g, void **engine_ptrs)
+/* 16-bit CPU: round the fp32 gradients (the engine's, widened, plus this
+ * micro-step's) back into the engine's buffers. */
+static zero_status flush_grads(train_model *m, int mod, const gpt_tensors *g, void **engine_ptrs, char *err,
+                               size_t en)
 {
-    if (m->cuda || m->dtype == ZERO_F32) return;
+    if (m->cuda || m->dtype == ZERO_F32) return ZERO_OK;
     for (int i = 0; i < gpt_module_num_tensors(&m->cfg, mod); i++) {
         gpt_param_info pi;
         gpt_param_info_get(&m->cfg, gpt_param_position(&m->cfg, mod, i), &pi);
-        uint16_t *dst = engine_ptrs[i];
-        const float *src = g->t[i];
-        for (size_t k = 0; k < pi.numel; k++) {
-            float v = widen(m->dtype, dst, k) + src[k];
-            dst[k] = m->dtype == ZERO_BF16 ? zero_f32_to_bf16(v) : zero_f32_to_f16(v);
-        }
+        zero_status s = zero_cast(m->dev, g->t[i], ZERO_F32, engine_ptrs[i], m->dtype, pi.numel, NULL);
+        if (s != ZERO_OK) return mfail(err, en, s, "rounding the gradient of %s: %s", pi.name, zero_last_error());
     }
+    return ZERO_OK;
 }
 
 #define TRY(call)                                                                                                \
@@ -279,7 +275,7 @@ zero_status train_model_micro_step(train_model *m, const int32_t *tokens, const 
     TRY(module_tensors(m, GPT_MODULE_EMBED, 1, sixteen ? m->embed_g : NULL, &eg, eptr, err, en));
     if (m->cuda) MODEL(CUDA_CALL(gpt_cuda_backward_end, m->cws, dloss, &fp, &fg, &ep, &eg), "backward final");
     else MODEL(gpt_backward_end(m->ws, dloss, &fp, &fg, &ep, &eg), "backward final");
-    flush_grads(m, fin, &fg, mptr);
+    TRY(flush_grads(m, fin, &fg, mptr, err, en));
     ENG(zero_engine_grads_ready(m->engine, m->module_id[fin]), "engine grads_ready final");
     ENG(zero_engine_release(m->engine, m->module_id[fin]), "engine release final");
     for (int l = m->cfg.n_layer - 1; l >= 0; l--) {
@@ -290,13 +286,13 @@ zero_status train_model_micro_step(train_model *m, const int32_t *tokens, const 
         TRY(module_tensors(m, mod, 1, sixteen ? m->mod_g : NULL, &g, mptr, err, en));
         if (m->cuda) MODEL(CUDA_CALL(gpt_cuda_backward_block, m->cws, l, &p, &g), "backward block");
         else MODEL(gpt_backward_block(m->ws, l, &p, &g), "backward block");
-        flush_grads(m, mod, &g, mptr);
+        TRY(flush_grads(m, mod, &g, mptr, err, en));
         ENG(zero_engine_grads_ready(m->engine, m->module_id[mod]), "engine grads_ready block");
         ENG(zero_engine_release(m->engine, m->module_id[mod]), "engine release block");
     }
     if (m->cuda) MODEL(CUDA_CALL(gpt_cuda_backward_begin, m->cws, &eg), "backward embed");
     else MODEL(gpt_backward_begin(m->ws, &eg), "backward embed");
-    flush_grads(m, GPT_MODULE_EMBED, &eg, eptr);
+    TRY(flush_grads(m, GPT_MODULE_EMBED, &eg, eptr, err, en));
     ENG(zero_engine_grads_ready(m->engine, m->module_id[GPT_MODULE_EMBED]), "engine grads_ready embed");
     ENG(zero_engine_release(m->engine, m->module_id[GPT_MODULE_EMBED]), "engine release embed");
     return ZERO_OK;
