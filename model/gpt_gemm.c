@@ -23,8 +23,8 @@
 #endif
 
 /* ------------------------------------------------------------ the choice */
-typedef enum kernel_kind { K_REFERENCE, K_BLAS, K_AVX512, K_AVX512_BF16 } kernel_kind;
-static const char *const kind_names[] = {"reference", "blas", "avx512", "avx512_bf16"};
+typedef enum kernel_kind { K_REFERENCE, K_BLAS, K_AVX512, K_AVX512_BF16, K_AMX_BF16, K_KINDS } kernel_kind;
+static const char *const kind_names[] = {"reference", "blas", "avx512", "avx512_bf16", "amx_bf16"};
 
 static pthread_once_t choice_once = PTHREAD_ONCE_INIT;
 static kernel_kind choice[2];        /* per gpt_gemm_math */
@@ -52,41 +52,48 @@ static int cpu_has_avx512_bf16(void)
 
 /* Intel's AMX CPUs (Sapphire Rapids on) have avx512_bf16 too, but there
  * vdpbf16ps runs at a quarter of the FMA's instruction rate: measured on an
- * Emerald Rapids core, the bf16 kernel does 0.5x the fp32 kernel's FLOP/s
- * (docs/model.md, "CPU GEMM"). On AMD Zen 4/5 it is the fast path. */
+ * Emerald Rapids core, the avx512_bf16 kernel does 0.5x the fp32 kernel's
+ * FLOP/s (docs/model.md, "CPU GEMM"); their bf16 engine is the tile unit.
+ * On AMD Zen 4/5 avx512_bf16 is the fast path. */
 static int cpu_has_amx(void)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     unsigned a, b, c, d;
-    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> 22) & 1u); /* AMX-BF16 */
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> 22) & 1u) && ((d >> 24) & 1u); /* AMX-BF16, -TILE */
 #else
     return 0;
 #endif
 }
 
+/* the CPU has AMX, avx512_bf16 (the packing converts with it), and Linux lets this process use the tiles */
+static int cpu_runs_amx(void) { return cpu_has_avx512_bf16() && cpu_has_amx() && gpt_gemm_amx_bf16(); }
+
 static void choose(void)
 {
     kernel_kind best_f32 = cpu_has_avx512() ? K_AVX512 : ZERO_HAVE_OPENBLAS ? K_BLAS : K_REFERENCE;
-    kernel_kind best_bf16 = cpu_has_avx512_bf16() && !cpu_has_amx() ? K_AVX512_BF16 : best_f32;
+    kernel_kind best_bf16 = cpu_runs_amx()                            ? K_AMX_BF16
+                            : cpu_has_avx512_bf16() && !cpu_has_amx() ? K_AVX512_BF16
+                                                                       : best_f32;
     choice[GPT_GEMM_F32] = best_f32;
     choice[GPT_GEMM_BF16] = best_bf16;
     const char *want = getenv("ZERO_CPU_GEMM");
     if (!want || !*want || !strcmp(want, "auto")) return;
     int k = -1;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < K_KINDS; i++)
         if (!strcmp(want, kind_names[i])) k = i;
     const char *why = NULL;
-    if (k < 0) why = "expected auto, avx512_bf16, avx512, blas or reference";
+    if (k < 0) why = "expected auto, amx_bf16, avx512_bf16, avx512, blas or reference";
     else if (k == K_BLAS && !ZERO_HAVE_OPENBLAS) why = "this build has no OpenBLAS (meson -Dopenblas)";
     else if (k == K_AVX512 && !cpu_has_avx512()) why = "this CPU has no AVX-512 (F, BW, DQ, VL)";
     else if (k == K_AVX512_BF16 && !cpu_has_avx512_bf16()) why = "this CPU has no avx512_bf16";
+    else if (k == K_AMX_BF16 && !cpu_runs_amx()) why = "this CPU or OS offers no AMX-BF16 tiles (with avx512_bf16)";
     if (why) {
         choice_status = ZERO_CONFIG;
         snprintf(choice_error, sizeof choice_error, "ZERO_CPU_GEMM=%.40s: %s", want, why);
         return; /* keep the automatic choice */
     }
-    /* a named kernel serves both maths; avx512_bf16 is bf16-only, fp32 then runs avx512 */
-    choice[GPT_GEMM_F32] = k == K_AVX512_BF16 ? K_AVX512 : (kernel_kind)k;
+    /* a named kernel serves both maths; the bf16 ones are bf16-only, fp32 then runs avx512 */
+    choice[GPT_GEMM_F32] = k == K_AVX512_BF16 || k == K_AMX_BF16 ? K_AVX512 : (kernel_kind)k;
     choice[GPT_GEMM_BF16] = (kernel_kind)k;
 }
 
@@ -185,39 +192,45 @@ static void *thread_bbuf(size_t bytes)
 static int gemm_packed(const gpt_gemm_impl *im, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                        int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
-    enum { MR = GPT_GEMM_MR, NR = GPT_GEMM_NR, KC = GPT_GEMM_KC, NC = GPT_GEMM_NC };
+    enum { NR = GPT_GEMM_NR, KC = GPT_GEMM_KC, NC = GPT_GEMM_NC };
     const ptrdiff_t a_ls = ta ? 1 : lda, a_ks = ta ? lda : 1; /* op(A)[i][k] = A[i*a_ls + k*a_ks] */
     const ptrdiff_t b_ls = tb ? ldb : 1, b_ks = tb ? 1 : ldb; /* op(B)[k][j] = B[j*b_ls + k*b_ks] */
-    const int depth_max = (KC + im->kpack - 1) / im->kpack;
-    const int nc_max = N < NC ? (N + NR - 1) / NR * NR : NC;
-    uint32_t *bp = thread_bbuf((size_t)depth_max * nc_max * 4);
+    const int MR = im->mr;
+    const int NCk = NC * im->kpack; /* bf16 panels are half the bytes: twice the columns in L2 */
+    const int nc_max = N < NCk ? (N + NR - 1) / NR * NR : NCk;
+    uint32_t *bp = thread_bbuf((size_t)gpt_gemm_depth(im, KC) * nc_max * 4);
     if (!bp) return 0;
-    _Alignas(64) uint32_t ap[(KC + 1) * MR];
+    _Alignas(64) uint32_t ap[(KC + 16) * GPT_GEMM_MR_MAX];
 
-    for (int jc = 0; jc < N; jc += NC) {
-        int nc = N - jc < NC ? N - jc : NC;
+    if (im->begin) im->begin();
+    for (int jc = 0; jc < N; jc += NCk) {
+        int nc = N - jc < NCk ? N - jc : NCk;
         for (int pc = 0; pc < K; pc += KC) {
             int kc = K - pc < KC ? K - pc : KC;
-            size_t panel = (size_t)((kc + im->kpack - 1) / im->kpack) * NR; /* units per B panel */
+            size_t panel = (size_t)gpt_gemm_depth(im, kc) * NR; /* units per B panel */
             float bt = pc == 0 ? beta : 1.0f;
             for (int js = 0; js < nc; js += NR)
-                im->pack(bp + (js / NR) * panel, B + (jc + js) * b_ls + pc * b_ks, b_ls, b_ks,
-                         nc - js < NR ? nc - js : NR, kc, NR);
+                im->pack_b(bp + (js / NR) * panel, B + (jc + js) * b_ls + pc * b_ks, b_ls, b_ks,
+                           nc - js < NR ? nc - js : NR, kc, NR);
             for (int ic = 0; ic < M; ic += MR) {
                 int mr = M - ic < MR ? M - ic : MR;
-                im->pack(ap, A + ic * a_ls + pc * a_ks, a_ls, a_ks, mr, kc, MR);
+                im->pack_a(ap, A + ic * a_ls + pc * a_ks, a_ls, a_ks, mr, kc, MR);
                 for (int js = 0; js < nc; js += NR)
                     im->kernel(kc, ap, bp + (js / NR) * panel, C + (size_t)ic * ldc + jc + js, ldc, mr,
                                nc - js < NR ? nc - js : NR, alpha, bt);
             }
         }
     }
+    if (im->end) im->end();
     return 1;
 }
 
 static const gpt_gemm_impl *impl_of(kernel_kind k)
 {
-    return k == K_AVX512 ? gpt_gemm_avx512_f32() : k == K_AVX512_BF16 ? gpt_gemm_avx512_bf16() : NULL;
+    return k == K_AVX512        ? gpt_gemm_avx512_f32()
+           : k == K_AVX512_BF16 ? gpt_gemm_avx512_bf16()
+           : k == K_AMX_BF16    ? gpt_gemm_amx_bf16()
+                                : NULL;
 }
 
 void gpt_gemm_serial(gpt_gemm_math math, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
@@ -237,6 +250,7 @@ void gpt_gemm_serial(gpt_gemm_math math, int ta, int tb, int M, int N, int K, fl
 void gpt_gemm(gpt_gemm_math math, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc)
 {
+    pthread_once(&choice_once, choose);
     /* Split the longer side of C over the threads, in whole micro-tiles: each
      * thread packs only its own share of that side's operand. */
 #pragma omp parallel
@@ -246,7 +260,8 @@ void gpt_gemm(gpt_gemm_math math, int ta, int tb, int M, int N, int K, float alp
         nt = omp_get_num_threads();
         tid = omp_get_thread_num();
 #endif
-        int cols = N >= M, unit = cols ? GPT_GEMM_NR : GPT_GEMM_MR, len = cols ? N : M;
+        const gpt_gemm_impl *im = impl_of(choice[math == GPT_GEMM_BF16]);
+        int cols = N >= M, unit = cols ? GPT_GEMM_NR : im ? im->mr : 16, len = cols ? N : M;
         int tiles = (len + unit - 1) / unit;
         int s0 = (int)((long)tiles * tid / nt) * unit, s1 = (int)((long)tiles * (tid + 1) / nt) * unit;
         if (s1 > len) s1 = len;

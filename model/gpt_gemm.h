@@ -2,6 +2,8 @@
  * row-major, fp32 in and out. One entry point, several kernels chosen once
  * per process from what the CPU can do (CPUID) and ZERO_CPU_GEMM:
  *
+ *   amx_bf16     the same rounding, products summed in fp32 by Intel's tile
+ *                unit (AMX-BF16, Sapphire Rapids on). bf16 math only.
  *   avx512_bf16  operands rounded to bf16 (to nearest even) while packing,
  *                products summed in fp32 by vdpbf16ps: twice the multiply
  *                rate of fp32 FMA on AMD Zen 4/5, half of it on Intel's
@@ -28,7 +30,7 @@
 
 /* The precision of the products: GPT_GEMM_F32 always multiplies fp32;
  * GPT_GEMM_BF16 rounds the operands to bf16 where the chosen kernel is a
- * bf16 one (avx512_bf16), and otherwise runs exactly as GPT_GEMM_F32. */
+ * bf16 one (amx_bf16, avx512_bf16), and otherwise runs exactly as GPT_GEMM_F32. */
 typedef enum gpt_gemm_math { GPT_GEMM_F32 = 0, GPT_GEMM_BF16 = 1 } gpt_gemm_math;
 
 /* Reads ZERO_CPU_GEMM (unset or "auto": the fastest kernel this CPU runs;
@@ -40,7 +42,7 @@ typedef enum gpt_gemm_math { GPT_GEMM_F32 = 0, GPT_GEMM_BF16 = 1 } gpt_gemm_math
  * means "auto"). */
 zero_status gpt_gemm_init(void);
 
-/* The kernel that `math` runs on ("avx512_bf16", "avx512", "blas", "reference"). */
+/* The kernel that `math` runs on ("amx_bf16", "avx512_bf16", "avx512", "blas", "reference"). */
 const char *gpt_gemm_kernel_name(gpt_gemm_math math);
 
 /* op(X) = X or X^T (trans_*); lda/ldb/ldc are row strides of the stored

@@ -51,10 +51,10 @@ def corpus(tmp_path):
     return str(path)
 
 
-def run_train(args, ranks=1, check=True, timeout=300):
+def run_train(args, ranks=1, check=True, timeout=300, env=None):
     if ranks > 1 and shutil.which("mpirun") is None:
         pytest.skip("multi-rank run needs Open MPI's mpirun")
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", **(env or {}))
     cmd = ([MPIRUN, str(ranks)] if ranks > 1 else []) + [exe("zero-train"), "--plain"] + list(args)
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     if check and p.returncode != 0:

@@ -17,6 +17,7 @@
 #include <zero/zero.h>
 
 #include "gpt.h"
+#include "gpt_gemm.h"
 #include "train_run.h"
 
 
@@ -456,6 +457,11 @@ int main(int argc, char **argv)
                  g.n_layer, g.n_head, g.d_model, g.seq_len, g.vocab, full_numel / 1e6, plan.stage, r.dp,
                  r.dp > 1 ? "s" : "", cuda ? "cuda" : "cpu", zero_dtype_name(plan.compute_dtype),
                  r.cfg.micro_batch, r.cfg.grad_accum, r.dp, (long long)r.cfg.train_batch_size);
+        if (!cuda) /* which kernel the matmuls run on (docs/model.md, "CPU GEMM"; ZERO_CPU_GEMM chooses) */
+            r0printf(&r, stdout, "cpu gemm: %s (%s matmuls)\n",
+                     gpt_gemm_kernel_name(plan.compute_dtype == ZERO_BF16 && !model_parallel ? GPT_GEMM_BF16
+                                                                                              : GPT_GEMM_F32),
+                     plan.compute_dtype == ZERO_BF16 && !model_parallel ? "bf16" : "fp32");
         if (model_parallel)
             r0printf(&r, stdout,
                      "model parallel: tp %d x pp %d x dp %d (Megatron order: tp fastest, then dp, then pp), 1F1B "
