@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/versioned.h"
 #include <zero/version.h>
 
 /* All ranks learn whether any rank failed; if one did, its message is
@@ -211,18 +212,29 @@ static zero_status publish(zero_engine *e, const zero_plan_info *plan, const cha
     return ZERO_OK;
 }
 
+/* One row per ZERO_CHECKPOINT_OPTIONS_VERSION (checkpoint.h lists each version's fields). */
+static const zero_struct_version checkpoint_options_versions[] = {
+    {ZERO_FIELD_END(zero_checkpoint_options, durable), "keep_last"},
+};
+_Static_assert(sizeof checkpoint_options_versions / sizeof *checkpoint_options_versions ==
+                   ZERO_CHECKPOINT_OPTIONS_VERSION,
+               "a new zero_checkpoint_options version needs its row above");
+ZERO_ASSERT_LAST_FIELD(zero_checkpoint_options, durable);
+static const zero_versioned_type checkpoint_options_type = {
+    "zero_checkpoint_options", "ZERO_CHECKPOINT_OPTIONS_INIT", checkpoint_options_versions,
+    ZERO_CHECKPOINT_OPTIONS_VERSION, sizeof(zero_checkpoint_options)};
+
 zero_status zero_checkpoint_save(zero_engine *e, zero_comm *dp, const char *dir, int64_t step, const char *user_json,
                                  const zero_checkpoint_options *options)
 {
     if (!e || !dp || !dir || !*dir || step < 0)
         return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "checkpoint save: NULL engine, comm or dir, or negative step");
-    zero_checkpoint_options o = ZERO_CHECKPOINT_OPTIONS_INIT;
-    if (options) {
-        if (options->size < sizeof o || options->version < 1)
-            return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "checkpoint save: options not initialised with "
-                                                          "ZERO_CHECKPOINT_OPTIONS_INIT");
-        o = *options;
-    }
+    zero_checkpoint_options o;
+    const zero_checkpoint_options defaults = ZERO_CHECKPOINT_OPTIONS_INIT;
+    memcpy(&o, &defaults, sizeof o);
+    if (options) /* an older version's missing fields keep their defaults */
+        ZERO_TRY(zero_versioned_read(NULL, ZERO_INVALID_ARGUMENT, "checkpoint save", &checkpoint_options_type,
+                                     options, &o));
     zero_plan_info plan;
     ZERO_TRY(zero_engine_plan_info(e, &plan));
     int rank = zero_comm_rank(dp), world = zero_comm_size(dp);

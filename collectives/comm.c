@@ -1,6 +1,7 @@
 /* Process groups: the world, split, accessors, names and byte counters.
  * Backends do the transport; this file only owns the zero_comm object. */
 #include "comm_internal.h"
+#include "common/versioned.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -178,22 +179,29 @@ static const char *backend_name(zero_backend b)
     return "unknown";
 }
 
+/* One row per ZERO_COMM_CONFIG_VERSION (comm.h lists each version's fields). */
+static const zero_struct_version comm_config_versions[] = {
+    {ZERO_FIELD_END(zero_comm_config, timeout_s), "backend"},
+    {ZERO_FIELD_END(zero_comm_config, fingerprint), "fingerprint"},
+};
+_Static_assert(sizeof comm_config_versions / sizeof *comm_config_versions == ZERO_COMM_CONFIG_VERSION,
+               "a new zero_comm_config version needs its row above");
+ZERO_ASSERT_LAST_FIELD(zero_comm_config, fingerprint);
+static const zero_versioned_type comm_config_type = {"zero_comm_config", "ZERO_COMM_CONFIG_INIT",
+                                                     comm_config_versions, ZERO_COMM_CONFIG_VERSION,
+                                                     sizeof(zero_comm_config)};
+
 zero_status zero_comm_init_world(zero_comm **out, const zero_comm_config *config)
 {
-    zero_comm_config cfg = ZERO_COMM_CONFIG_INIT;
+    zero_comm_config cfg;
+    const zero_comm_config defaults = ZERO_COMM_CONFIG_INIT;
+    memcpy(&cfg, &defaults, sizeof cfg);
     if (!out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_init_world: out is NULL");
     *out = NULL;
-    if (config) {
-        if (config->size < offsetof(zero_comm_config, timeout_s) + sizeof(double) ||
-            config->version != ZERO_COMM_CONFIG_VERSION)
-            return zero_fail(NULL, ZERO_INVALID_ARGUMENT,
-                             "zero_comm_init_world: config has size %zu version %u; initialise it with "
-                             "ZERO_COMM_CONFIG_INIT (size %zu version %u)",
-                             config->size, config->version, sizeof cfg, ZERO_COMM_CONFIG_VERSION);
-        /* A config from before the field existed keeps its default. */
-        memcpy(&cfg, config, config->size < sizeof cfg ? config->size : sizeof cfg);
-        cfg.size = sizeof cfg;
-    }
+    /* A config of an older version: the fields it lacks keep their defaults. */
+    if (config)
+        ZERO_TRY(zero_versioned_read(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_init_world", &comm_config_type, config,
+                                     &cfg));
     if (!(cfg.timeout_s > 0))
         return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_init_world: timeout_s must be > 0, got %g",
                          cfg.timeout_s);

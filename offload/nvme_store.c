@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/versioned.h"
 #include "nvme_internal.h"
 
 static atomic_uint store_counter;
@@ -59,13 +60,22 @@ static void store_free(zero_nvme_store *s)
     free(s);
 }
 
+/* One row per ZERO_NVME_OPTIONS_VERSION (offload.h lists each version's fields). */
+static const zero_struct_version nvme_options_versions[] = {
+    {ZERO_FIELD_END(zero_nvme_options, timeout_s), "dir"},
+};
+_Static_assert(sizeof nvme_options_versions / sizeof *nvme_options_versions == ZERO_NVME_OPTIONS_VERSION,
+               "a new zero_nvme_options version needs its row above");
+ZERO_ASSERT_LAST_FIELD(zero_nvme_options, timeout_s);
+static const zero_versioned_type nvme_options_type = {"zero_nvme_options", "ZERO_NVME_OPTIONS_INIT",
+                                                      nvme_options_versions, ZERO_NVME_OPTIONS_VERSION,
+                                                      sizeof(zero_nvme_options)};
+
+/* `o` is the caller's options made whole (zero_versioned_read). */
 static zero_status check_options(const zero_nvme_options *o)
 {
     const char *what = NULL;
-    if (!o) what = "options is NULL";
-    else if (o->size < sizeof(zero_nvme_options) || o->version != ZERO_NVME_OPTIONS_VERSION)
-        what = "options not initialised with ZERO_NVME_OPTIONS_INIT";
-    else if (!o->dir || !*o->dir) what = "options.dir is empty";
+    if (!o->dir || !*o->dir) what = "options.dir is empty";
     else if (o->capacity == 0) what = "options.capacity is 0";
     else if (o->num_files < 1 || o->num_files > 1024) what = "options.num_files is not in 1..1024";
     else if (o->queue_depth < 1 || o->queue_depth > ZERO_NVME_MAX_QUEUE_DEPTH)
@@ -119,6 +129,12 @@ zero_status zero_nvme_store_open(zero_nvme_store **out, const zero_nvme_options 
 {
     if (!out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_nvme_store_open: out is NULL");
     *out = NULL;
+    zero_nvme_options whole; /* an older version's missing fields at their defaults */
+    const zero_nvme_options defaults = ZERO_NVME_OPTIONS_INIT;
+    memcpy(&whole, &defaults, sizeof whole);
+    if (!o) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_nvme_store_open: options is NULL");
+    ZERO_TRY(zero_versioned_read(NULL, ZERO_INVALID_ARGUMENT, "zero_nvme_store_open", &nvme_options_type, o, &whole));
+    o = &whole;
     ZERO_TRY(check_options(o));
     struct stat sb;
     if (stat(o->dir, &sb) != 0)

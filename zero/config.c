@@ -2,16 +2,51 @@
 #include <math.h>
 #include <string.h>
 
+#include "common/versioned.h"
 #include "engine_internal.h"
+
+/* ---------------------------------------------------------------- versions
+ * One row per ZERO_CONFIG_VERSION (engine.h lists each version's fields):
+ * where its fields end and the first field it appended. */
+static const zero_struct_version config_versions[] = {
+    {ZERO_FIELD_END(zero_config, min_loss_scale), "stage"},
+    {ZERO_FIELD_END(zero_config, aio_queue_depth), "offload_optimizer_device"},
+    {ZERO_FIELD_END(zero_config, offload_param_max_in_cpu), "offload_param_device"},
+    {ZERO_FIELD_END(zero_config, local_accumulation), "local_accumulation"},
+};
+#define CONFIG_VERSIONS (sizeof config_versions / sizeof *config_versions)
+_Static_assert(CONFIG_VERSIONS == ZERO_CONFIG_VERSION, "a new zero_config version needs its row above");
+ZERO_ASSERT_LAST_FIELD(zero_config, local_accumulation);
+
+static const zero_versioned_type config_type = {"zero_config", "ZERO_CONFIG_INIT", config_versions,
+                                                CONFIG_VERSIONS, sizeof(zero_config)};
+
+static void config_defaults(zero_config *out)
+{
+    const zero_config d = ZERO_CONFIG_INIT;
+    memcpy(out, &d, sizeof d); /* memcpy: the padding too, so write-back can compare bytes */
+}
+
+zero_status config_read(const zero_config *in, zero_config *out, zero_status status, const char *what,
+                        zero_errbuf *err)
+{
+    config_defaults(out);
+    return zero_versioned_read(err, status, what, &config_type, in, out);
+}
+
+zero_status config_write_back(const zero_config *full, zero_config *caller, zero_status status, const char *what,
+                              zero_errbuf *err)
+{
+    zero_config d;
+    config_defaults(&d);
+    return zero_versioned_write(err, status, what, &config_type, full, &d, caller);
+}
+
+/* ---------------------------------------------------------------- validation */
 
 zero_status config_validate(const zero_config *c, zero_errbuf *err)
 {
     if (!c) return zero_fail(err, ZERO_INVALID_ARGUMENT, "engine create: config is NULL");
-    if (c->size < sizeof(zero_config) || c->version != ZERO_CONFIG_VERSION)
-        return zero_fail(err, ZERO_CONFIG,
-                         "engine create: config size %zu / version %u not understood (expected %zu / %u);"
-                         " initialise it with ZERO_CONFIG_INIT",
-                         c->size, c->version, sizeof(zero_config), ZERO_CONFIG_VERSION);
 #define BAD(...) return zero_fail(err, ZERO_CONFIG, "engine config: " __VA_ARGS__)
     if (c->stage < 0 || c->stage > 3) BAD("stage must be 0..3, got %d", c->stage);
     if (c->reduce_bucket_size < 1) BAD("reduce_bucket_size must be >= 1 element");

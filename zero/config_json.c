@@ -332,14 +332,12 @@ static zero_status parse_precision(const json_t *obj, const char *sec, zero_conf
 zero_status zero_config_from_json(zero_config *config, const char *json_text)
 {
     if (!config || !json_text) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_config_from_json: NULL argument");
-    if (config->size < sizeof(zero_config) || config->version != ZERO_CONFIG_VERSION)
-        return zero_fail(NULL, ZERO_INVALID_ARGUMENT,
-                         "zero_config_from_json: initialise the config with ZERO_CONFIG_INIT first");
+    zero_config c; /* the caller's version made whole; written back to its version's fields */
+    ZERO_TRY(config_read(config, &c, ZERO_INVALID_ARGUMENT, "zero_config_from_json", NULL));
     json_error_t jerr;
     json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
         return zero_fail(NULL, ZERO_CONFIG, "config JSON: line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
-    zero_config c = *config;
     zero_status st = ZERO_OK;
     if (!json_is_object(root)) st = bad_value("(document)", NULL, "a JSON object", root);
     const json_t *v;
@@ -366,6 +364,6 @@ zero_status zero_config_from_json(zero_config *config, const char *json_text)
         zero_errbuf eb;
         st = config_validate(&c, &eb);
     }
-    if (st == ZERO_OK) *config = c;
+    if (st == ZERO_OK) st = config_write_back(&c, config, ZERO_CONFIG, "zero_config_from_json", NULL);
     return st;
 }

@@ -106,6 +106,10 @@ zero_status zero_engine_create(zero_engine **out, const zero_config *config, zer
     *out = NULL;
     if (!dp) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine create: dp comm is NULL");
     if (!dev) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine create: device is NULL");
+    if (!config) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine create: config is NULL");
+    zero_config cfg; /* the caller's version made whole: later fields at their defaults */
+    ZERO_TRY(config_read(config, &cfg, ZERO_CONFIG, "engine create", NULL));
+    config = &cfg;
     ZERO_TRY(config_validate(config, NULL));
     if (!config->contiguous_gradients)
         zero_log(ZERO_LOG_WARN, "engine create: contiguous_gradients = 0 has no effect: gradients are always "
@@ -254,7 +258,8 @@ static zero_status add_param(zero_engine *e, int module, const char *name, int n
         if (strcmp(e->params[i].name, name) == 0)
             return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: parameter '%s' already exists (id %d)", what, name,
                              i);
-    if (spec) ZERO_TRY(init_spec_check(e, spec, what, name));
+    zero_init_spec whole = ZERO_INIT_SPEC_INIT; /* the caller's spec of any version, made whole */
+    if (spec) ZERO_TRY(init_spec_check(e, spec, what, name, &whole));
     if (e->num_params == e->cap_params) {
         int cap = e->cap_params ? 2 * e->cap_params : 64;
         zero_param *p = realloc(e->params, (size_t)cap * sizeof *p);
@@ -270,9 +275,7 @@ static zero_status add_param(zero_engine *e, int module, const char *name, int n
     p->ndim = ndim;
     memcpy(p->shape, shape, (size_t)ndim * sizeof *shape);
     p->numel = numel;
-    zero_init_spec zeros = ZERO_INIT_SPEC_INIT;
-    p->spec = spec ? *spec : zeros;
-    p->spec.size = sizeof p->spec;
+    p->spec = whole;
     if (values) {
         zero_status st = engine_host_alloc(e, ZERO_MEM_OTHER, numel * sizeof(float), (void **)&p->init);
         if (st != ZERO_OK) {

@@ -236,8 +236,10 @@ int plan_owned_piece(const zero_engine *e, const zero_param *p, const zero_bucke
 int plan_owned_range(const zero_engine *e, const zero_param *p, int index, uint64_t *begin, uint64_t *end);
 
 /* ---------------------------------------------------------------- init.c */
-/* ZERO_INVALID_ARGUMENT naming the field unless `spec` is usable. */
-zero_status init_spec_check(zero_engine *e, const zero_init_spec *spec, const char *what, const char *name);
+/* ZERO_INVALID_ARGUMENT naming the field unless `spec` is usable; *out = the
+ * spec made whole (an older version's missing fields at their defaults). */
+zero_status init_spec_check(zero_engine *e, const zero_init_spec *spec, const char *what, const char *name,
+                            zero_init_spec *out);
 /* finalize, after the plan: every rank was given the same init (collective). */
 zero_status init_check_ranks(zero_engine *e);
 /* finalize, after the buffers: compute or copy this rank's elements into
@@ -245,7 +247,17 @@ zero_status init_check_ranks(zero_engine *e);
 zero_status init_load(zero_engine *e);
 
 /* ---------------------------------------------------------------- config.c */
+/* `c` is the latest struct (config_read makes one from the caller's version). */
 zero_status config_validate(const zero_config *c, zero_errbuf *err);
+/* The caller's config, of any version this library knows, as the latest
+ * struct: fields newer than the caller's version take ZERO_CONFIG_INIT's
+ * values. A bad size or version fails with `status` (message from `what`). */
+zero_status config_read(const zero_config *in, zero_config *out, zero_status status, const char *what,
+                        zero_errbuf *err);
+/* Copy `full` back into the caller's config, the fields of its version only
+ * (refused if `full` sets a newer field away from its default). */
+zero_status config_write_back(const zero_config *full, zero_config *caller, zero_status status, const char *what,
+                              zero_errbuf *err);
 
 /* ---------------------------------------------------------------- helpers (engine.c) */
 /* Fail as "<what>: <comm message>" and mark the engine broken. */

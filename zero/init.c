@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/versioned.h"
 #include "engine_internal.h"
 #include "philox.h"
 #include "zero_build_config.h"
@@ -87,13 +88,28 @@ static void spec_generate(const zero_init_spec *s, uint64_t stream, uint64_t beg
     }
 }
 
-static zero_status spec_check(zero_errbuf *err, const zero_init_spec *s, const char *what, const char *name)
+/* One row per ZERO_INIT_SPEC_VERSION (engine.h lists each version's fields). */
+static const zero_struct_version init_spec_versions[] = {
+    {ZERO_FIELD_END(zero_init_spec, user), "kind"},
+};
+_Static_assert(sizeof init_spec_versions / sizeof *init_spec_versions == ZERO_INIT_SPEC_VERSION,
+               "a new zero_init_spec version needs its row above");
+ZERO_ASSERT_LAST_FIELD(zero_init_spec, user);
+static const zero_versioned_type init_spec_type = {"zero_init_spec", "ZERO_INIT_SPEC_INIT", init_spec_versions,
+                                                   ZERO_INIT_SPEC_VERSION, sizeof(zero_init_spec)};
+
+/* *out = the caller's spec made whole (an older version's missing fields at
+ * their defaults), checked. */
+static zero_status spec_check(zero_errbuf *err, const zero_init_spec *in, const char *what, const char *name,
+                              zero_init_spec *out)
 {
-    if (!s) return zero_fail(err, ZERO_INVALID_ARGUMENT, "%s '%s': init spec is NULL", what, name);
-    if (s->size < sizeof(zero_init_spec))
-        return zero_fail(err, ZERO_INVALID_ARGUMENT,
-                         "%s '%s': init spec size %zu is smaller than sizeof(zero_init_spec) = %zu (initialise it "
-                         "with ZERO_INIT_SPEC_INIT)", what, name, s->size, sizeof(zero_init_spec));
+    if (!in) return zero_fail(err, ZERO_INVALID_ARGUMENT, "%s '%s': init spec is NULL", what, name);
+    const zero_init_spec defaults = ZERO_INIT_SPEC_INIT;
+    memcpy(out, &defaults, sizeof *out);
+    char prefix[160];
+    snprintf(prefix, sizeof prefix, "%s '%s'", what, name);
+    ZERO_TRY(zero_versioned_read(err, ZERO_INVALID_ARGUMENT, prefix, &init_spec_type, in, out));
+    const zero_init_spec *s = out;
     switch (s->kind) {
     case ZERO_INIT_ZEROS:
     case ZERO_INIT_ONES: return ZERO_OK;
@@ -126,7 +142,9 @@ zero_status zero_init_generate(const zero_init_spec *spec, const char *name, uin
 {
     const char *what = "zero_init_generate";
     if (!name) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "%s: name is NULL", what);
-    ZERO_TRY(spec_check(NULL, spec, what, name));
+    zero_init_spec whole;
+    ZERO_TRY(spec_check(NULL, spec, what, name, &whole));
+    spec = &whole;
     if (spec->kind == ZERO_INIT_CALLBACK)
         return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "%s '%s': a CALLBACK spec has no values of its own", what, name);
     if (begin > end) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "%s '%s': begin %llu > end %llu", what, name,
@@ -136,9 +154,10 @@ zero_status zero_init_generate(const zero_init_spec *spec, const char *name, uin
     return ZERO_OK;
 }
 
-zero_status init_spec_check(zero_engine *e, const zero_init_spec *spec, const char *what, const char *name)
+zero_status init_spec_check(zero_engine *e, const zero_init_spec *spec, const char *what, const char *name,
+                            zero_init_spec *out)
 {
-    return spec_check(&e->err, spec, what, name);
+    return spec_check(&e->err, spec, what, name, out);
 }
 
 /* ---------------------------------------------------------------- one parameter's values */

@@ -50,6 +50,9 @@ ZERO_EXTERN_C_BEGIN
 
 #define ZERO_CHECKPOINT_FORMAT_VERSION 1
 
+/* Versioned like zero_config (docs/abi.md): fields only appended, each batch a
+ * new version; an older version's missing fields take their defaults.
+ *   1  keep_last, durable */
 typedef struct zero_checkpoint_options {
     size_t size;      /* sizeof(zero_checkpoint_options), set by the INIT macro */
     uint32_t version; /* ZERO_CHECKPOINT_OPTIONS_VERSION */

@@ -98,7 +98,11 @@ typedef enum zero_op_kind {
 } zero_op_kind;
 
 /* Versioned config: initialise with ZERO_COMM_CONFIG_INIT, then set fields.
- * New fields are only ever appended. */
+ * New fields are only ever appended, each batch a new version; a program
+ * built against an older header passes its older version and the fields it
+ * lacks take their defaults (docs/abi.md). Versions:
+ *   1  backend, device, timeout_s
+ *   2  + fingerprint */
 typedef struct zero_comm_config {
     size_t size;            /* sizeof(zero_comm_config), set by the INIT macro */
     uint32_t version;       /* ZERO_COMM_CONFIG_VERSION */
@@ -112,7 +116,7 @@ typedef struct zero_comm_config {
     int fingerprint;
 } zero_comm_config;
 
-#define ZERO_COMM_CONFIG_VERSION 1u
+#define ZERO_COMM_CONFIG_VERSION 2u
 #define ZERO_COMM_CONFIG_INIT \
     { sizeof(zero_comm_config), ZERO_COMM_CONFIG_VERSION, ZERO_BACKEND_AUTO, -1, 60.0, -1 }
 

@@ -115,7 +115,20 @@ typedef enum zero_optimizer_kind {
 
 /* Versioned config: initialise with ZERO_CONFIG_INIT, then set fields; new
  * fields are only ever appended. Sizes are in ELEMENTS, as in DeepSpeed.
- * Defaults are DeepSpeed's (zero_optimization, fp16) and torch's (optimizer). */
+ * Defaults are DeepSpeed's (zero_optimization, fp16) and torch's (optimizer).
+ *
+ * Versions (each appends fields; ZERO_CONFIG_VERSION is the newest this
+ * header has). A program built against an older header keeps working with
+ * a newer library: the library reads the fields of the version the program
+ * passes and gives every later field its ZERO_CONFIG_INIT default
+ * (docs/abi.md). `size` must cover that version's fields.
+ *   1  stage .. min_loss_scale
+ *   2  + offload_optimizer_device .. aio_queue_depth (optimizer offload)
+ *   3  + offload_param_device .. offload_param_max_in_cpu (parameter offload)
+ *   4  + local_accumulation
+ * Appending a field: put it after the last one, bump ZERO_CONFIG_VERSION,
+ * extend ZERO_CONFIG_INIT, add its line here and its row to the table in
+ * zero/config.c (a static assertion there insists). */
 typedef struct zero_config {
     size_t size;      /* sizeof(zero_config), set by ZERO_CONFIG_INIT */
     uint32_t version; /* ZERO_CONFIG_VERSION */
@@ -195,7 +208,7 @@ typedef struct zero_config {
     int local_accumulation; /* 0 */
 } zero_config;
 
-#define ZERO_CONFIG_VERSION 1u
+#define ZERO_CONFIG_VERSION 4u
 #define ZERO_CONFIG_INIT                                                                          \
     {                                                                                             \
         sizeof(zero_config), ZERO_CONFIG_VERSION, 0, 500000000u, 500000000u, 0, 1, 50000000u,      \
@@ -309,9 +322,12 @@ typedef zero_status (*zero_init_fill_fn)(void *user, int param, const char *name
                                          float *out);
 
 /* Versioned like zero_config: initialise with ZERO_INIT_SPEC_INIT (zeros),
- * then set the fields of the kind; new fields are only ever appended. */
+ * then set the fields of the kind; new fields are only ever appended, each
+ * batch a new version (an older version's missing fields take defaults).
+ *   1  kind .. user */
 typedef struct zero_init_spec {
     size_t size;         /* sizeof(zero_init_spec), set by ZERO_INIT_SPEC_INIT */
+    uint32_t version;    /* ZERO_INIT_SPEC_VERSION */
     zero_init_kind kind;
     double value;        /* CONSTANT */
     double mean, std;    /* NORMAL; 0, 1 */
@@ -322,9 +338,11 @@ typedef struct zero_init_spec {
     void *user;             /* CALLBACK: passed to fill as is */
 } zero_init_spec;
 
+#define ZERO_INIT_SPEC_VERSION 1u
 #define ZERO_INIT_SPEC_INIT                                                                       \
     {                                                                                             \
-        sizeof(zero_init_spec), ZERO_INIT_ZEROS, 0.0, 0.0, 1.0, 0.0, 1.0, 0u, NULL, NULL          \
+        sizeof(zero_init_spec), ZERO_INIT_SPEC_VERSION, ZERO_INIT_ZEROS, 0.0, 0.0, 1.0, 0.0, 1.0, \
+            0u, NULL, NULL                                                                        \
     }
 
 /* Like zero_engine_add_param, with the init described by `init` (copied;

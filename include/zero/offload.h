@@ -105,7 +105,10 @@ typedef enum zero_nvme_direct_mode {
     ZERO_NVME_DIRECT_OFF = 2,      /* buffered I/O through the page cache */
 } zero_nvme_direct_mode;
 
-/* Versioned options: initialise with ZERO_NVME_OPTIONS_INIT; fields are only appended. */
+/* Versioned options: initialise with ZERO_NVME_OPTIONS_INIT; fields are only
+ * appended, each batch a new version (an older version's missing fields
+ * take their defaults). Versions:
+ *   1  dir .. timeout_s */
 typedef struct zero_nvme_options {
     size_t size;                  /* sizeof(zero_nvme_options) */
     uint32_t version;             /* ZERO_NVME_OPTIONS_VERSION */
