@@ -30,6 +30,7 @@ typedef struct nccl_impl {
 
 typedef struct nccl_req {
     cudaEvent_t ev;
+    int recorded; /* inside a group the event is recorded at the group's end (be_group_end) */
 } nccl_req;
 
 static zero_status nccl_fail(zero_comm *c, ncclResult_t r, const char *what)
@@ -240,7 +241,12 @@ static zero_status be_start(zero_comm *c, zero_request *req)
     nccl_req *q = calloc(1, sizeof *q);
     if (!q) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "%s: out of memory", coll_op_name(a->kind));
     cudaError_t e = cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming);
-    if (e == cudaSuccess) e = cudaEventRecord(q->ev, m->stream);
+    /* Inside a group NCCL enqueues nothing before ncclGroupEnd: an event
+     * recorded now would complete before the op. */
+    if (e == cudaSuccess && c->group_depth == 0) {
+        e = cudaEventRecord(q->ev, m->stream);
+        q->recorded = 1;
+    }
     if (e != cudaSuccess) {
         if (q->ev) cudaEventDestroy(q->ev);
         free(q);
@@ -254,6 +260,10 @@ static zero_status be_test(zero_comm *c, zero_request *req, int *done)
 {
     nccl_impl *m = c->impl;
     nccl_req *q = req->impl;
+    if (!q->recorded) { /* its group has not ended (ops.c refuses waits until then) */
+        *done = 0;
+        return ZERO_OK;
+    }
     cudaError_t e = cudaEventQuery(q->ev);
     if (e == cudaErrorNotReady) {
         *done = 0;
@@ -278,6 +288,41 @@ static void be_abandon(zero_comm *c, zero_request *req)
     cudaEventDestroy(q->ev); /* released by CUDA once the stream passes it */
     free(q);
     req->impl = NULL;
+}
+
+/* zero_comm_group_begin: NCCL's own group (ncclGroupStart nests, so the
+ * per-op group around a send or receive in be_start stays harmless). */
+static zero_status be_group_begin(zero_comm *c)
+{
+    ncclResult_t r = ncclGroupStart();
+    return r == ncclSuccess ? ZERO_OK : nccl_fail(c, r, "ncclGroupStart");
+}
+
+/* The end of a group: ncclGroupEnd enqueues the ops (settled under the
+ * deadline on our non-blocking communicator), then each request's event is
+ * recorded behind them. head is NULL for an inner (nested) end. */
+static zero_status be_group_end(zero_comm *c, zero_request *head)
+{
+    nccl_impl *m = c->impl;
+    cudaError_t ce = cudaSetDevice(c->device);
+    if (ce != cudaSuccess) return cuda_fail(c, ce, "ncclGroupEnd");
+    ncclResult_t r = ncclGroupEnd();
+    if (r == ncclInProgress) {
+        nccl_init_poll poll = {m->nccl, ncclInProgress};
+        if (coll_poll(nccl_init_test, &poll, c->timeout_s) == ZERO_TIMEOUT)
+            return coll_comm_fail(c, ZERO_TIMEOUT, "ncclGroupEnd on group %s(size %d) rank %d: timed out after %.1f s",
+                                  c->name, c->size, c->rank, c->timeout_s);
+        r = poll.state;
+    }
+    if (r != ncclSuccess) return nccl_fail(c, r, "ncclGroupEnd");
+    for (zero_request *req = head; req; req = req->group_next) {
+        nccl_req *q = req->impl;
+        if (!q || q->recorded) continue;
+        cudaError_t e = cudaEventRecord(q->ev, m->stream);
+        if (e != cudaSuccess) return cuda_fail(c, e, "cudaEventRecord after ncclGroupEnd");
+        q->recorded = 1;
+    }
+    return ZERO_OK;
 }
 
 static zero_status be_split(zero_comm *parent, int color, int key, zero_comm *child)
@@ -316,6 +361,8 @@ const coll_backend coll_backend_nccl = {
     .abandon = be_abandon,
     .split = be_split,
     .destroy = be_destroy,
+    .group_begin = be_group_begin,
+    .group_end = be_group_end,
 };
 
 #endif /* ZERO_HAVE_NCCL */

@@ -315,6 +315,7 @@ static void detach_request(zero_comm *c, zero_request *req)
         req->status = ZERO_INVALID_STATE;
     }
     req->comm = NULL;
+    req->grouped = 0;
     req->prev = req->next = NULL;
 }
 
@@ -338,10 +339,13 @@ void zero_comm_destroy(zero_comm *comm)
                      comm->name, comm->rank, comm->outstanding);
             coll_comm_mark_failed(comm, ZERO_INVALID_STATE);
         }
+        coll_group_forget(comm);
         while (comm->pending) {
             zero_request *req = comm->pending;
             comm->pending = req->next;
+            int owned = req->grouped == COLL_GROUPED_OWNED; /* a group's own: nobody else frees it */
             detach_request(comm, req);
+            if (owned) coll_request_free(req);
         }
     }
     if (comm->be && comm->be->destroy) comm->be->destroy(comm);

@@ -74,7 +74,16 @@ struct zero_request {
     zero_status status;
     void *impl;        /* backend state (an MPI request, a CUDA event, ...) */
     size_t *vec;       /* owned: args.v of an all-to-all-v */
+    /* Issued while a group was open on its comm (group.c): COLL_GROUPED_ASYNC
+     * for the caller's asynchronous request, COLL_GROUPED_OWNED for a blocking
+     * call the group completes (and frees) at zero_comm_group_end; 0 once the
+     * group ended. */
+    int grouped;
+    zero_request *group_next; /* the open group's requests, in issue order */
 };
+
+#define COLL_GROUPED_ASYNC 1
+#define COLL_GROUPED_OWNED 2
 
 /* One reusable temporary buffer per comm. Large ops need tens of MB of
  * scratch; malloc'ing it per op means mmap + a page fault per 4 KiB every
@@ -118,6 +127,11 @@ typedef struct coll_backend {
     /* Optional. Mark missing[r] = 1 for every group rank r whose part of the
      * op has not arrived; returns 0 when the backend cannot tell. */
     int (*missing)(zero_comm *c, zero_request *req, unsigned char *missing);
+    /* Optional. A group opens / its outermost end (group.c): NCCL wraps the
+     * ops in ncclGroupStart/End and enqueues their completion events only
+     * after the end (`head` lists the group's requests, via group_next). */
+    zero_status (*group_begin)(zero_comm *c);
+    zero_status (*group_end)(zero_comm *c, zero_request *head);
     /* Optional. Move an outstanding request along without reporting
      * anything (fingerprinted ops start their data here once the records
      * agree): called for the comm's other requests while one is polled. */
@@ -144,6 +158,9 @@ struct zero_comm {
     uint32_t gate_issued;   /* fingerprinted ops issued, and the next of them that may start */
     uint32_t gate_next;     /* its data: MPI's collectives must start in the same order everywhere */
     int owns_mpi;           /* holds a reference on MPI's lifetime (mpi_env_release) */
+    int group_depth;        /* zero_comm_group_begin calls not yet ended (group.c) */
+    int group_ops;          /* requests issued in the open group */
+    zero_request *group_head, *group_tail; /* those requests, in issue order */
     zero_errbuf err;
     zero_comm_counters counters;
     void *impl;
@@ -192,6 +209,16 @@ uint32_t coll_hash(const void *p, size_t len, uint32_t h);
 int coll_fingerprint_default(void);
 /* "1,4-5": the world ranks of the members r with in[r] != 0. */
 void coll_format_subset(const zero_comm *c, const unsigned char *in, char *buf, size_t len);
+
+/* ------------------------------------------------------------ group.c */
+
+/* Free a heap request and what it owns (ops.c). */
+void coll_request_free(zero_request *req);
+/* A request issued while a group is open on its comm joins the group. */
+void coll_group_add(zero_comm *c, zero_request *req, int how);
+/* The comm is being destroyed with a group open: forget the group (its own
+ * requests are freed by the caller's pending loop). */
+void coll_group_forget(zero_comm *c);
 
 /* ------------------------------------------------------------ deadline.c */
 

@@ -283,8 +283,23 @@ static void release_request(zero_request *req)
     req->vec = NULL;
 }
 
+void coll_request_free(zero_request *req)
+{
+    release_request(req);
+    free(req);
+}
+
+static zero_status run_async(zero_comm *c, coll_args *a, const char *fn, zero_request **out);
+
 static zero_status run_blocking(zero_comm *c, coll_args *a, const char *fn)
 {
+    if (coll_comm_live(c) && c->group_depth > 0) {
+        /* Inside a group: issued now, completed by zero_comm_group_end (group.c). */
+        zero_request *req = NULL;
+        ZERO_TRY(run_async(c, a, fn, &req));
+        req->grouped = COLL_GROUPED_OWNED;
+        return ZERO_OK;
+    }
     zero_request req;
     zero_status st = issue(c, a, fn, &req);
     if (st == ZERO_OK) st = coll_wait_request(&req);
@@ -309,6 +324,7 @@ static zero_status run_async(zero_comm *c, coll_args *a, const char *fn, zero_re
     req->next = c->pending;
     if (c->pending) c->pending->prev = req;
     c->pending = req;
+    if (c->group_depth > 0) coll_group_add(c, req, COLL_GROUPED_ASYNC);
     *out = req;
     return ZERO_OK;
 }
@@ -444,6 +460,19 @@ zero_status zero_alltoallv_async(zero_comm *comm, const void *send, const size_t
 
 /* ---------------------------------------------------------------- completion */
 
+/* A request issued inside a group that is still open cannot be completed yet
+ * (on NCCL it is not even enqueued): refused, and left valid. */
+static zero_status still_grouped(const zero_request *req, const char *fn)
+{
+    char what[96];
+    coll_describe(&req->args, what, sizeof what);
+    zero_comm *c = req->comm;
+    return zero_fail(&c->err, ZERO_INVALID_STATE,
+                     "%s: %s on group %s(size %d) rank %d was issued inside a group that is still open; call "
+                     "zero_comm_group_end first (the request stays valid)",
+                     fn, what, c->name, c->size, c->rank);
+}
+
 /* A request whose comm was destroyed first was finished by the destroy. */
 static zero_status detached(const zero_request *req, const char *fn)
 {
@@ -471,6 +500,7 @@ zero_status zero_test(zero_request *req, int *done)
         *done = 1;
         return detached(req, "zero_test");
     }
+    if (req->grouped) return still_grouped(req, "zero_test");
     coll_advance_others(c, req);
     if (!req->done) {
         int d = 0;
@@ -500,6 +530,7 @@ zero_status zero_wait(zero_request *req)
         free(req);
         return st;
     }
+    if (req->grouped) return still_grouped(req, "zero_wait");
     if (!req->done && c->failed != ZERO_OK) {
         /* The group already failed (another op timed out): its pending ops
          * will not finish either, so do not wait a second deadline. */

@@ -266,6 +266,39 @@ ZERO_API zero_status zero_wait(zero_request *req);
 /* Non-blocking check: *done = 1 when complete. Does not free. */
 ZERO_API zero_status zero_test(zero_request *req, int *done);
 
+/* -------------------------------------------------------------- groups
+ * Ops issued between zero_comm_group_begin(comm) and zero_comm_group_end(comm)
+ * are issued together and completed together, like NCCL's
+ * ncclGroupStart/End: a rank may post its sends before its receives (a ring
+ * exchange, a pipeline's activation forward and gradient back) without the
+ * deadlock that blocking calls reach once a message is too large for the
+ * transport to buffer.
+ *   - Inside a group a BLOCKING call (zero_send, zero_recv, zero_allreduce,
+ *     ...) only issues its op and returns ZERO_OK (or the error of issuing
+ *     it: bad arguments, a failed comm); its buffers must stay untouched
+ *     until zero_comm_group_end returns, which completes it. An
+ *     ASYNCHRONOUS call returns its request as usual; it may not be waited or
+ *     tested before the group ends (ZERO_INVALID_STATE, the request stays
+ *     valid) and is completed by zero_wait after.
+ *   - zero_comm_group_end waits for the group's blocking-form ops with the
+ *     comm's deadline, counted from the call, for all of them together. On
+ *     timeout: ZERO_TIMEOUT naming the ops not complete and their peers
+ *     ("group of 2 op(s) on group pp(size 2) rank 0 (world 0): timed out
+ *     after 1.0 s; not complete: send of 262144 x f32 to peer rank 1
+ *     (world 1)"); the comm has failed (see Deadlines above). A group with no
+ *     op is valid and does nothing.
+ *   - Groups nest (begin/end counted); only the outermost end completes.
+ *     zero_comm_group_end without an open group is ZERO_INVALID_STATE.
+ *     A comm destroyed with a group open abandons its ops.
+ *   - A group belongs to one comm. On NCCL it maps to ncclGroupStart/End,
+ *     which NCCL applies per thread: ops on other NCCL comms issued by this
+ *     thread inside the group are fused into the same NCCL group.
+ *   - MPI and STAGED: every op of the group is a non-blocking request;
+ *     LOCAL: every op completes when issued. Fingerprints (if on) are checked
+ *     for collectives in a group as anywhere else. */
+ZERO_API zero_status zero_comm_group_begin(zero_comm *comm);
+ZERO_API zero_status zero_comm_group_end(zero_comm *comm);
+
 /* -------------------------------------------------------------- counters
  * Calls, and bytes this rank sent and received, per op kind, since creation
  * or the last reset; an op counts when it is issued. Bytes are the
