@@ -34,4 +34,29 @@ zero_status gpt_block_forward(const gpt_block_ctx *k, int layer, gpt_block_acts 
 zero_status gpt_block_backward(const gpt_block_ctx *k, int layer, const gpt_block_acts *a, const float *x,
                                float *dres, const gpt_tensors *p, gpt_tensors *g);
 
+/* The backward split for zero-bubble pipelines into B (input gradient) and
+ * W (weight gradients), run apart: B is everything of the backward but the
+ * weight and bias gradients of the four linear layers (the LayerNorms'
+ * parameter gradients come out of their row kernel with the input gradient,
+ * so they stay in B); it keeps the upstream gradient of each of those layers
+ * in a stash. W computes those gradients from the stash and the block's
+ * activations (which must stay until then). B followed by W computes the
+ * same bits as gpt_block_backward. */
+typedef struct gpt_block_wstash {
+    float *dout_fcproj;  /* N x C: d(block output), the MLP projection's upstream gradient */
+    float *dfch;         /* N x Hl: d(fc output) after GELU's backward */
+    float *dout_attproj; /* N x C: d res2, the attention projection's upstream gradient */
+    float *dqkv;         /* N x 3Cl */
+} gpt_block_wstash;
+
+/* Floats of one block's stash. */
+static inline size_t gpt_block_wstash_floats(int N, int C, int Cl, int Hl)
+{
+    return (size_t)N * (2 * (size_t)C + (size_t)Hl + 3 * (size_t)Cl);
+}
+zero_status gpt_block_backward_input(const gpt_block_ctx *k, int layer, const gpt_block_acts *a, const float *x,
+                                     float *dres, const gpt_tensors *p, gpt_tensors *g, const gpt_block_wstash *st);
+void gpt_block_backward_weight(const gpt_block_ctx *k, const gpt_block_acts *a, const gpt_block_wstash *st,
+                               gpt_tensors *g);
+
 #endif

@@ -205,13 +205,27 @@ static void column_sums(float *db, const float *dout, int N, int OC, float *part
     for (int t = 0; t < nthreads; t++) add_row(db, partials + (size_t)t * OC, OC);
 }
 
+void gpt_matmul_backward_input(gpt_gemm_math math, float *dinp, const float *dout, const float *w, int N, int C,
+                               int OC, int accumulate_dinp)
+{
+    gpt_gemm(math, 0, 0, N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
+}
+
+void gpt_matmul_backward_weight(gpt_gemm_math math, float *dw, float *db, const float *dout, const float *inp, int N,
+                                int C, int OC, float *partials, int nthreads)
+{
+    gpt_gemm(math, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+    if (db) column_sums(db, dout, N, OC, partials, nthreads);
+}
+
+/* The two halves in this order: a split backward (B now, W later) computes
+ * the same bits. */
 void gpt_matmul_backward(gpt_gemm_math math, float *dinp, float *dw, float *db, const float *dout,
                          const float *inp, const float *w, int N, int C, int OC, int accumulate_dinp,
                          float *partials, int nthreads)
 {
-    gpt_gemm(math, 0, 0, N, C, OC, 1.0f, dout, OC, w, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
-    gpt_gemm(math, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
-    if (db) column_sums(db, dout, N, OC, partials, nthreads);
+    gpt_matmul_backward_input(math, dinp, dout, w, N, C, OC, accumulate_dinp);
+    gpt_matmul_backward_weight(math, dw, db, dout, inp, N, C, OC, partials, nthreads);
 }
 
 /* ------------------------------------------------------------ attention */

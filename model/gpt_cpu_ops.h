@@ -36,6 +36,13 @@ void gpt_matmul_forward(gpt_gemm_math math, float *out, const float *init, const
 void gpt_matmul_backward(gpt_gemm_math math, float *dinp, float *dw, float *db, const float *dout,
                          const float *inp, const float *w, int N, int C, int OC, int accumulate_dinp,
                          float *partials, int nthreads);
+/* Its two halves (zero-bubble pipelines run them apart: B, then W later):
+ * the input gradient, and the weight and bias gradients. The whole is
+ * exactly the input half followed by the weight half. */
+void gpt_matmul_backward_input(gpt_gemm_math math, float *dinp, const float *dout, const float *w, int N, int C,
+                               int OC, int accumulate_dinp);
+void gpt_matmul_backward_weight(gpt_gemm_math math, float *dw, float *db, const float *dout, const float *inp, int N,
+                                int C, int OC, float *partials, int nthreads);
 
 /* Causal multi-head attention from the fused qkv (N x 3C): out (N x C) and
  * the softmax probabilities att (B, NH, T, T; zero above the diagonal). */

@@ -21,6 +21,7 @@ typedef struct tp_slot {
     long valid;
     int next_fwd;                     /* the next block this slot's forward expects */
     int head_done;
+    int w_pending;                    /* blocks whose B ran and whose W has not (split backward) */
 } tp_slot;
 
 struct tp_workspace {
@@ -34,6 +35,9 @@ struct tp_workspace {
     gpt_block_ctx blk;                /* local widths, the tp all-reduce, backward scratch */
     tp_slot *slots;
     int bwd_slot, bwd_next;           /* backward in progress: its slot and next block (-2: none) */
+    float *wstash;                    /* split backward: slots x blocks stashes (tp_workspace_split_backward) */
+    size_t wstash_floats;             /* of one block */
+    unsigned char *w_due;             /* slots x blocks: B ran, W not yet */
 };
 
 /* Megatron's g forward / f backward: sum the tp ranks' partial results. */
@@ -168,6 +172,8 @@ void tp_workspace_destroy(tp_workspace *ws)
 {
     if (!ws) return;
     free(ws->mem);
+    free(ws->wstash);
+    free(ws->w_due);
     gpt_acts_free(&ws->acts);
     free(ws->slots);
     free(ws);
@@ -255,6 +261,16 @@ static zero_status gather_slices(tp_workspace *ws, const gpt_acts_slot *io, int 
     return ZERO_OK;
 }
 
+/* A slot whose weight gradients are still due keeps its activations: a new
+ * micro-batch may not overwrite them. */
+static zero_status check_no_w_due(const tp_workspace *ws, int slot, const char *op)
+{
+    if (ws->slots[slot].w_pending)
+        return gpt_fail(ZERO_INVALID_STATE, "%s: slot %d still has the weight gradients (W) of %d block(s) due", op,
+                        slot, ws->slots[slot].w_pending);
+    return ZERO_OK;
+}
+
 /* ------------------------------------------------------------ forward */
 zero_status tp_forward_embed(tp_workspace *ws, int slot, const int32_t *tokens, const gpt_tensors *embed)
 {
@@ -270,6 +286,7 @@ zero_status tp_forward_embed(tp_workspace *ws, int slot, const int32_t *tokens, 
             return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_forward_embed: token %d at batch %d position %d is outside [0, %d)",
                             tokens[i], i / ws->T, i % ws->T, V);
     tp_slot *s = &ws->slots[slot];
+    GPT_TRY(check_no_w_due(ws, slot, "tp_forward_embed"));
     gpt_acts_slot *io = &ws->acts.slots[slot];
     memcpy(io->tokens, tokens, sizeof(int32_t) * (size_t)N);
     gpt_encoder_forward(io->resid[0], io->tokens, embed->t[GPT_WTE], embed->t[GPT_WPE], ws->B, ws->T, ws->cfg.d_model);
@@ -282,6 +299,7 @@ zero_status tp_forward_block(tp_workspace *ws, int slot, int layer, const gpt_te
     GPT_TRY(check_slot(ws, slot, "tp_forward_block"));
     tp_slot *s = &ws->slots[slot];
     /* a later stage starts a micro-batch at its first block (input received) */
+    if (layer == ws->begin) GPT_TRY(check_no_w_due(ws, slot, "tp_forward_block"));
     if (layer == ws->begin && ws->begin > 0) s->next_fwd = layer;
     if (layer < ws->begin || layer >= ws->end || layer != s->next_fwd)
         return gpt_fail(ZERO_INVALID_STATE, "tp_forward_block: block %d of slot %d out of order (stage blocks [%d, %d), expected %d)",
@@ -328,6 +346,16 @@ zero_status tp_forward_head(tp_workspace *ws, int slot, const int32_t *targets, 
 }
 
 /* ------------------------------------------------------------ backward */
+static void stash_of(const tp_workspace *ws, int slot, int i, gpt_block_wstash *st)
+{
+    const size_t N = (size_t)ws->B * ws->T, C = (size_t)ws->blk.C, Hl = (size_t)ws->blk.Hl;
+    float *p = ws->wstash + ws->wstash_floats * ((size_t)slot * (size_t)(ws->end - ws->begin) + (size_t)i);
+    st->dout_fcproj = p;
+    st->dfch = p + N * C;
+    st->dout_attproj = st->dfch + N * Hl;
+    st->dqkv = st->dout_attproj + N * C; /* N x 3Cl: the rest of gpt_block_wstash_floats */
+}
+
 zero_status tp_backward_head(tp_workspace *ws, int slot, float dloss, const gpt_tensors *final_params,
                              gpt_tensors *final_grads, const gpt_tensors *embed, gpt_tensors *embed_grads)
 {
@@ -356,9 +384,11 @@ zero_status tp_backward_head(tp_workspace *ws, int slot, float dloss, const gpt_
     return ZERO_OK;
 }
 
-zero_status tp_backward_block(tp_workspace *ws, int slot, int layer, const gpt_tensors *p, gpt_tensors *g)
+static zero_status backward_block(tp_workspace *ws, int slot, int layer, const gpt_tensors *p, gpt_tensors *g,
+                                  int split)
 {
-    GPT_TRY(check_slot(ws, slot, "tp_backward_block"));
+    const char *op = split ? "tp_backward_block_input" : "tp_backward_block";
+    GPT_TRY(check_slot(ws, slot, op));
     tp_slot *s = &ws->slots[slot];
     /* a stage without the head starts a backward at its last block (d output received) */
     if (layer == ws->end - 1 && ws->end != ws->cfg.n_layer) {
@@ -367,13 +397,25 @@ zero_status tp_backward_block(tp_workspace *ws, int slot, int layer, const gpt_t
     }
     if (layer != ws->bwd_next || slot != ws->bwd_slot || s->next_fwd != ws->end)
         return gpt_fail(ZERO_INVALID_STATE,
-                        "tp_backward_block: block %d of slot %d out of order (expected block %d of slot %d, after a forward)",
+                        "%s: block %d of slot %d out of order (expected block %d of slot %d, after a forward)", op,
                         layer, slot, ws->bwd_next, ws->bwd_slot);
-    GPT_TRY(check_tensors("tp_backward_block", p, all_block, GPT_BLOCK_NT, "block parameter"));
-    GPT_TRY(check_tensors("tp_backward_block", g, all_block, GPT_BLOCK_NT, "block gradient"));
+    if (split && !ws->wstash)
+        return gpt_fail(ZERO_INVALID_STATE, "%s: the workspace has no W stash (call tp_workspace_split_backward)", op);
+    GPT_TRY(check_tensors(op, p, all_block, GPT_BLOCK_NT, "block parameter"));
+    GPT_TRY(check_tensors(op, g, all_block, GPT_BLOCK_NT, "block gradient"));
     const gpt_acts_slot *io = &ws->acts.slots[slot];
     int i = layer - ws->begin;
     gpt_block_acts *a = io->block[i];
+    if (split) {
+        gpt_block_wstash st;
+        stash_of(ws, slot, i, &st);
+        GPT_TRY(gpt_block_backward_input(&ws->blk, layer, a, io->resid[i], ws->acts.dres, p, g, &st));
+        ws->w_due[(size_t)slot * (size_t)(ws->end - ws->begin) + (size_t)i] = 1;
+        s->w_pending++;
+        ws->bwd_next = layer - 1;
+        if (layer == ws->begin) s->next_fwd = -1; /* free again once its W ran */
+        return ZERO_OK;
+    }
     /* checkpointing: recompute the forward from the kept input (its all-reduce
      * included: every tp rank recomputes the same blocks), then the backward */
     if (gpt_acts_recomputed(&ws->acts.shape, layer)) {
@@ -384,6 +426,63 @@ zero_status tp_backward_block(tp_workspace *ws, int slot, int layer, const gpt_t
     ws->bwd_next = layer - 1;
     if (layer == ws->begin) s->next_fwd = -1; /* the slot is free again */
     return ZERO_OK;
+}
+
+zero_status tp_backward_block(tp_workspace *ws, int slot, int layer, const gpt_tensors *p, gpt_tensors *g)
+{
+    return backward_block(ws, slot, layer, p, g, 0);
+}
+
+zero_status tp_backward_block_input(tp_workspace *ws, int slot, int layer, const gpt_tensors *p, gpt_tensors *g)
+{
+    return backward_block(ws, slot, layer, p, g, 1);
+}
+
+zero_status tp_backward_block_weight(tp_workspace *ws, int slot, int layer, gpt_tensors *g)
+{
+    GPT_TRY(check_slot(ws, slot, "tp_backward_block_weight"));
+    int nb = ws->end - ws->begin, i = layer - ws->begin;
+    if (layer < ws->begin || layer >= ws->end || !ws->w_due || !ws->w_due[(size_t)slot * (size_t)nb + (size_t)i])
+        return gpt_fail(ZERO_INVALID_STATE,
+                        "tp_backward_block_weight: block %d of slot %d has no input gradient (B) awaiting its W", layer,
+                        slot);
+    GPT_TRY(check_tensors("tp_backward_block_weight", g, all_block, GPT_BLOCK_NT, "block gradient"));
+    gpt_block_wstash st;
+    stash_of(ws, slot, i, &st);
+    gpt_block_backward_weight(&ws->blk, ws->acts.slots[slot].block[i], &st, g);
+    ws->w_due[(size_t)slot * (size_t)nb + (size_t)i] = 0;
+    ws->slots[slot].w_pending--;
+    return ZERO_OK;
+}
+
+zero_status tp_workspace_split_backward(tp_workspace *ws)
+{
+    if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_workspace_split_backward: workspace is NULL");
+    if (ws->wstash) return ZERO_OK;
+    if (ws->acts.shape.recompute_below > ws->begin)
+        return gpt_fail(ZERO_UNSUPPORTED,
+                        "tp_workspace_split_backward: blocks below %d are recomputed (activation checkpointing); a "
+                        "deferred W needs the block's activations kept until it runs",
+                        ws->acts.shape.recompute_below);
+    int nb = ws->end - ws->begin;
+    const gpt_block_ctx *k = &ws->blk;
+    ws->wstash_floats = gpt_block_wstash_floats(ws->B * ws->T, k->C, k->Cl, k->Hl);
+    size_t n = ws->wstash_floats * (size_t)nb * (size_t)ws->nslots;
+    ws->wstash = malloc(sizeof(float) * n);
+    ws->w_due = calloc((size_t)nb * (size_t)ws->nslots, 1);
+    if (!ws->wstash || !ws->w_due) {
+        free(ws->wstash), free(ws->w_due);
+        ws->wstash = NULL, ws->w_due = NULL;
+        return gpt_fail(ZERO_OUT_OF_MEMORY, "tp_workspace_split_backward: cannot allocate %zu bytes of W stash",
+                        sizeof(float) * n);
+    }
+    return ZERO_OK;
+}
+
+size_t tp_workspace_wstash_bytes(const tp_workspace *ws)
+{
+    return ws && ws->wstash ? sizeof(float) * ws->wstash_floats * (size_t)(ws->end - ws->begin) * (size_t)ws->nslots
+                            : 0;
 }
 
 zero_status tp_backward_embed(tp_workspace *ws, int slot, gpt_tensors *embed_grads)

@@ -141,6 +141,24 @@ zero_status tp_backward_block(tp_workspace *ws, int slot, int layer, const gpt_t
                               gpt_tensors *block_grads);
 zero_status tp_backward_embed(tp_workspace *ws, int slot, gpt_tensors *embed_grads);
 
+/* The block backward split in two for zero-bubble pipeline schedules
+ * (gpt_block.h): B = tp_backward_block_input (everything but the linear
+ * layers' weight and bias gradients; the same order rules as
+ * tp_backward_block), W = tp_backward_block_weight (those gradients, from a
+ * stash B filled), any time later. A slot is free for a new micro-batch only
+ * once every W of it ran (a forward into it is ZERO_INVALID_STATE before).
+ * B then W computes the same bits as tp_backward_block. The head's and the
+ * embedding's gradients stay whole (tp_backward_head / _embed: cheap, and
+ * their inputs are there anyway).
+ * tp_workspace_split_backward allocates the stash (slots x blocks x
+ * N(2C + Hl + 3Cl) floats, see tp_workspace_wstash_bytes); ZERO_UNSUPPORTED
+ * when the workspace recomputes blocks (activation checkpointing). */
+zero_status tp_workspace_split_backward(tp_workspace *ws);
+size_t tp_workspace_wstash_bytes(const tp_workspace *ws);
+zero_status tp_backward_block_input(tp_workspace *ws, int slot, int layer, const gpt_tensors *block,
+                                    gpt_tensors *block_grads);
+zero_status tp_backward_block_weight(tp_workspace *ws, int slot, int layer, gpt_tensors *block_grads);
+
 #ifdef __cplusplus
 }
 #endif
