@@ -1,0 +1,457 @@
+/* Pipeline schedules as data: building plans, the generators, and the
+ * checker (validation + a simulation of the runtime's rules; pp_plan.h). */
+#include "pp_plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt_internal.h"
+
+/* ------------------------------------------------------------ names */
+static const char *const sched_names[PP_SCHED_COUNT] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"};
+
+const char *pp_schedule_name(pp_schedule_kind kind)
+{
+    return (int)kind >= 0 && kind < PP_SCHED_COUNT ? sched_names[kind] : NULL;
+}
+
+zero_status pp_schedule_parse(const char *name, pp_schedule_kind *out)
+{
+    for (int k = 0; k < PP_SCHED_COUNT && name; k++)
+        if (strcmp(name, sched_names[k]) == 0) {
+            *out = (pp_schedule_kind)k;
+            return ZERO_OK;
+        }
+    return gpt_fail(ZERO_INVALID_ARGUMENT,
+                    "pipeline schedule '%s' is not one of gpipe, 1f1b, interleaved, zb-h1, zb-h2", name ? name : "(null)");
+}
+
+static const char *const op_names[] = {"F", "B", "W", "SEND_ACT", "RECV_ACT", "SEND_GRAD", "RECV_GRAD"};
+
+void pp_op_describe(const pp_op *op, char *buf, size_t len)
+{
+    const char *n = op->kind <= PP_OP_RECV_GRAD ? op_names[op->kind] : "?";
+    snprintf(buf, len, "%s(micro-batch %d, chunk %d)", n, (int)op->micro, (int)op->chunk);
+}
+
+/* ------------------------------------------------------------ building */
+zero_status pp_plan_init(pp_plan *plan, int stages, int chunks, int micro_batches, const char *name)
+{
+    if (!plan) return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_plan_init: plan is NULL");
+    memset(plan, 0, sizeof *plan);
+    if (stages < 1 || chunks < 1 || micro_batches < 1 || stages > 4096 || chunks > 256 || micro_batches > 1 << 20)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_plan_init: %d stages x %d chunks x %d micro-batches is invalid",
+                        stages, chunks, micro_batches);
+    plan->stages = stages;
+    plan->chunks = chunks;
+    plan->micro_batches = micro_batches;
+    snprintf(plan->name, sizeof plan->name, "%s", name ? name : "custom");
+    plan->count = calloc((size_t)stages, sizeof *plan->count);
+    plan->ops = calloc((size_t)stages, sizeof *plan->ops);
+    if (!plan->count || !plan->ops) {
+        pp_plan_free(plan);
+        return gpt_fail(ZERO_OUT_OF_MEMORY, "pp_plan_init: out of memory");
+    }
+    return ZERO_OK;
+}
+
+void pp_plan_free(pp_plan *plan)
+{
+    if (!plan) return;
+    if (plan->ops)
+        for (int s = 0; s < plan->stages; s++) free(plan->ops[s]);
+    free(plan->ops);
+    free(plan->count);
+    free(plan->peak_live);
+    free(plan->peak_stage);
+    free(plan->slots);
+    free(plan->slot_of);
+    free(plan->landing);
+    free(plan->landing_of);
+    memset(plan, 0, sizeof *plan);
+}
+
+zero_status pp_plan_add(pp_plan *plan, int stage, pp_op_kind kind, int micro, int chunk, int group)
+{
+    if (!plan || !plan->ops || stage < 0 || stage >= plan->stages)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_plan_add: no plan or stage %d out of range", stage);
+    int n = plan->count[stage];
+    if (n == 0 || (n >= 8 && (n & (n - 1)) == 0)) { /* capacity: 8, then doubling */
+        pp_op *o = realloc(plan->ops[stage], sizeof *o * (size_t)(n ? 2 * n : 8));
+        if (!o) return gpt_fail(ZERO_OUT_OF_MEMORY, "pp_plan_add: out of memory");
+        plan->ops[stage] = o;
+    }
+    pp_op *op = &plan->ops[stage][n];
+    op->kind = (uint8_t)kind;
+    op->group = (uint8_t)(group ? 1 : 0);
+    op->chunk = (uint16_t)chunk;
+    op->micro = micro;
+    plan->count[stage] = n + 1;
+    plan->checked = 0;
+    return ZERO_OK;
+}
+
+/* ------------------------------------------------------------ generators
+ * A generator gives each stage's COMPUTE order (F, B, W); add_comms then
+ * inserts the sends and receives the same way for every schedule: each send
+ * right after the op that produced it, in one group with the receive of the
+ * next op that needs one unless another send comes first (so two neighbours
+ * exchanging in both directions pair up, as Megatron's
+ * send_forward_recv_backward; the receive is issued early, its op waits for
+ * it); a receive not paired that way goes alone right before its op. A B immediately followed by its W is one
+ * unsplit backward at run time. */
+typedef struct compute_list {
+    pp_op *ops;
+    int n, cap;
+} compute_list;
+
+static int cl_push(compute_list *l, int kind, int m, int c)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 64;
+        pp_op *o = realloc(l->ops, sizeof *o * (size_t)cap);
+        if (!o) return -1;
+        l->ops = o;
+        l->cap = cap;
+    }
+    l->ops[l->n++] = (pp_op){(uint8_t)kind, 0, (uint16_t)c, m};
+    return 0;
+}
+
+/* The receive compute op `op` needs on stage s (-1: none). */
+static int recv_needed(const pp_plan *p, int s, const pp_op *op)
+{
+    int q = pp_virtual_stage(p->stages, s, op->chunk), last = p->stages * p->chunks - 1;
+    if (op->kind == PP_OP_F && q > 0) return PP_OP_RECV_ACT;
+    if (op->kind == PP_OP_B && q < last) return PP_OP_RECV_GRAD;
+    return -1;
+}
+
+static int send_made(const pp_plan *p, int s, const pp_op *op)
+{
+    int q = pp_virtual_stage(p->stages, s, op->chunk), last = p->stages * p->chunks - 1;
+    if (op->kind == PP_OP_F && q < last) return PP_OP_SEND_ACT;
+    if (op->kind == PP_OP_B && q > 0) return PP_OP_SEND_GRAD;
+    return -1;
+}
+
+static zero_status add_comms(pp_plan *p, int s, const compute_list *l)
+{
+    int next_recv = 0; /* compute ops before this index have their receive issued */
+    for (int i = 0; i < l->n; i++) {
+        const pp_op *op = &l->ops[i];
+        if (i >= next_recv) {
+            int r = recv_needed(p, s, op);
+            if (r >= 0) GPT_TRY(pp_plan_add(p, s, (pp_op_kind)r, op->micro, op->chunk, 0));
+            next_recv = i + 1;
+        }
+        GPT_TRY(pp_plan_add(p, s, (pp_op_kind)op->kind, op->micro, op->chunk, 0));
+        /* an unsplit backward (W right after its B) sends after the W */
+        if (op->kind == PP_OP_B && i + 1 < l->n && l->ops[i + 1].kind == PP_OP_W && l->ops[i + 1].micro == op->micro &&
+            l->ops[i + 1].chunk == op->chunk) {
+            i++;
+            GPT_TRY(pp_plan_add(p, s, PP_OP_W, op->micro, op->chunk, 0));
+        }
+        int snd = send_made(p, s, op);
+        if (snd < 0) continue;
+        GPT_TRY(pp_plan_add(p, s, (pp_op_kind)snd, op->micro, op->chunk, 0));
+        /* pair the send with the receive of the next op that needs one,
+         * unless another send comes first */
+        for (int j = next_recv > i + 1 ? next_recv : i + 1; j < l->n; j++) {
+            int r = recv_needed(p, s, &l->ops[j]);
+            if (r < 0) {
+                if (send_made(p, s, &l->ops[j]) >= 0) break;
+                continue;
+            }
+            GPT_TRY(pp_plan_add(p, s, (pp_op_kind)r, l->ops[j].micro, l->ops[j].chunk, 1));
+            next_recv = j + 1;
+            break;
+        }
+    }
+    return ZERO_OK;
+}
+
+static void gen_gpipe(const pp_plan *p, int s, compute_list *l, int *bad)
+{
+    (void)s;
+    for (int m = 0; m < p->micro_batches; m++) *bad |= cl_push(l, PP_OP_F, m, 0);
+    for (int m = 0; m < p->micro_batches; m++) {
+        *bad |= cl_push(l, PP_OP_B, m, 0);
+        *bad |= cl_push(l, PP_OP_W, m, 0);
+    }
+}
+
+static void gen_1f1b(const pp_plan *p, int s, compute_list *l, int *bad)
+{
+    int M = p->micro_batches, warm = p->stages - s - 1;
+    if (warm > M) warm = M;
+    for (int m = 0; m < warm; m++) *bad |= cl_push(l, PP_OP_F, m, 0);
+    for (int j = 0; j < M - warm; j++) {
+        *bad |= cl_push(l, PP_OP_F, warm + j, 0);
+        *bad |= cl_push(l, PP_OP_B, j, 0);
+        *bad |= cl_push(l, PP_OP_W, j, 0);
+    }
+    for (int j = M - warm; j < M; j++) {
+        *bad |= cl_push(l, PP_OP_B, j, 0);
+        *bad |= cl_push(l, PP_OP_W, j, 0);
+    }
+}
+
+/* Megatron's interleaved 1F1B, compute and communication together (its
+ * lockstep grouping: after each forward-backward step ONE group sends both
+ * outputs and receives both next inputs; the generic add_comms pairing would
+ * deadlock here, the neighbours' phases being two steps apart). The k-th
+ * forward of a stage is chunk (k / p) % v of micro-batch (k / (p v)) p + k % p;
+ * backwards run the chunks in reverse; (p - s - 1) * 2 + (v - 1) * p warm-up
+ * forwards. */
+typedef struct ilv {
+    pp_plan *p;
+    int s, P, V, K, last;
+    unsigned char *ra_done, *rg_done; /* [k]: the receive for forward / backward k was issued */
+} ilv;
+
+static int ilv_fc(const ilv *g, int k) { return (k / g->P) % g->V; }
+static int ilv_bc(const ilv *g, int k) { return g->V - 1 - (k / g->P) % g->V; }
+static int ilv_m(const ilv *g, int k) { return (k / (g->P * g->V)) * g->P + k % g->P; }
+
+/* One group after a step: the sends of forward kf and backward kb (-1: none)
+ * and the receives of forward kf + 1 and backward kb + 1. */
+static zero_status ilv_group(ilv *g, int kf, int kb, int recv_f, int recv_b)
+{
+    int n = 0;
+    if (kf >= 0 && ilv_fc(g, kf) * g->P + g->s < g->last)
+        GPT_TRY(pp_plan_add(g->p, g->s, PP_OP_SEND_ACT, ilv_m(g, kf), ilv_fc(g, kf), n++ > 0));
+    if (kb >= 0 && ilv_bc(g, kb) * g->P + g->s > 0)
+        GPT_TRY(pp_plan_add(g->p, g->s, PP_OP_SEND_GRAD, ilv_m(g, kb), ilv_bc(g, kb), n++ > 0));
+    int f = recv_f, b = recv_b;
+    if (f >= 0 && f < g->K && ilv_fc(g, f) * g->P + g->s > 0 && !g->ra_done[f]) {
+        GPT_TRY(pp_plan_add(g->p, g->s, PP_OP_RECV_ACT, ilv_m(g, f), ilv_fc(g, f), n++ > 0));
+        g->ra_done[f] = 1;
+    }
+    if (b >= 0 && b < g->K && ilv_bc(g, b) * g->P + g->s < g->last && !g->rg_done[b]) {
+        GPT_TRY(pp_plan_add(g->p, g->s, PP_OP_RECV_GRAD, ilv_m(g, b), ilv_bc(g, b), n++ > 0));
+        g->rg_done[b] = 1;
+    }
+    return ZERO_OK;
+}
+
+static zero_status ilv_forward(ilv *g, int k)
+{
+    GPT_TRY(ilv_group(g, -1, -1, k, -1)); /* its receive, if no group brought it */
+    return pp_plan_add(g->p, g->s, PP_OP_F, ilv_m(g, k), ilv_fc(g, k), 0);
+}
+
+static zero_status ilv_backward(ilv *g, int k)
+{
+    GPT_TRY(ilv_group(g, -1, -1, -1, k));
+    GPT_TRY(pp_plan_add(g->p, g->s, PP_OP_B, ilv_m(g, k), ilv_bc(g, k), 0));
+    return pp_plan_add(g->p, g->s, PP_OP_W, ilv_m(g, k), ilv_bc(g, k), 0);
+}
+
+static zero_status gen_interleaved(pp_plan *p, int s)
+{
+    ilv g = {p, s, p->stages, p->chunks, p->micro_batches * p->chunks, p->stages * p->chunks - 1, NULL, NULL};
+    g.ra_done = calloc((size_t)g.K, 1);
+    g.rg_done = calloc((size_t)g.K, 1);
+    zero_status st = ZERO_OK;
+    if (!g.ra_done || !g.rg_done) st = gpt_fail(ZERO_OUT_OF_MEMORY, "pp_plan_generate: out of memory");
+    int warm = (g.P - s - 1) * 2 + (g.V - 1) * g.P;
+    if (warm > g.K) warm = g.K;
+    for (int k = 0; k < warm && st == ZERO_OK; k++) {
+        st = ilv_forward(&g, k);
+        /* the last warm-up step also receives the first backward's gradient */
+        if (st == ZERO_OK) st = ilv_group(&g, k, -1, k + 1, k == warm - 1 && warm < g.K ? 0 : -1);
+    }
+    for (int j = 0; j < g.K - warm && st == ZERO_OK; j++) {
+        st = ilv_forward(&g, warm + j);
+        if (st == ZERO_OK) st = ilv_backward(&g, j);
+        if (st == ZERO_OK) st = ilv_group(&g, warm + j, j, warm + j + 1, j + 1);
+    }
+    for (int j = g.K - warm; j < g.K && st == ZERO_OK; j++) {
+        st = ilv_backward(&g, j);
+        if (st == ZERO_OK) st = ilv_group(&g, -1, j, -1, j + 1);
+    }
+    free(g.ra_done), free(g.rg_done);
+    return st;
+}
+
+/* The zero-bubble schedules, found the way Qi et al.'s heuristic does: a
+ * list schedule in unit time steps (F = B = W = 1, communication free) where
+ * a free stage runs a ready B first, else a ready F within its memory
+ * bounds, else a pending W, else waits. Bounds per stage s: micro-batches
+ * between F and B, p - s (1F1B's) for ZB-H1, 2(p - s) - 1 for ZB-H2; between
+ * F and W (what a slot holds here), p for ZB-H1 - the peak of 1F1B's first
+ * stage, so the later stages use their spare memory to defer W's and no
+ * stage holds more than 1F1B's peak - and 2p - 1 for ZB-H2. The deferred
+ * W's fill what would be bubbles. */
+static zero_status gen_zero_bubble(const pp_plan *p, int limit_h2, compute_list *lists)
+{
+    const int P = p->stages, M = p->micro_batches;
+    size_t n = (size_t)P * (size_t)M;
+    int *f_end = malloc(sizeof(int) * n), *b_end = malloc(sizeof(int) * n);
+    int *nf = calloc((size_t)P, sizeof(int)), *nb = calloc((size_t)P, sizeof(int)), *nw = calloc((size_t)P, sizeof(int));
+    zero_status st = ZERO_OK;
+    if (!f_end || !b_end || !nf || !nb || !nw) {
+        st = gpt_fail(ZERO_OUT_OF_MEMORY, "pp_plan_generate: out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) f_end[i] = b_end[i] = -1;
+    int done = 0, bad = 0;
+    for (int t = 0; !done && t < 16 * (3 * M + P) + 64; t++) {
+        done = 1;
+        for (int s = 0; s < P; s++) {
+            int inflight_cap = limit_h2 ? 2 * (P - s) - 1 : P - s, live_cap = limit_h2 ? 2 * P - 1 : P;
+            int inflight = nf[s] - nb[s], live = nf[s] - nw[s];
+            /* B of the oldest micro-batch not yet backward: ready when its F
+             * ran here and the next stage's B of it finished */
+            int m = nb[s];
+            if (m < nf[s] && f_end[s * M + m] <= t && (s == P - 1 || (b_end[(s + 1) * M + m] >= 0 && b_end[(s + 1) * M + m] <= t))) {
+                bad |= cl_push(&lists[s], PP_OP_B, m, 0);
+                b_end[s * M + m] = t + 1;
+                nb[s]++;
+            } else if (nf[s] < M && inflight < inflight_cap && live < live_cap &&
+                       (s == 0 || (f_end[(s - 1) * M + nf[s]] >= 0 && f_end[(s - 1) * M + nf[s]] <= t))) {
+                bad |= cl_push(&lists[s], PP_OP_F, nf[s], 0);
+                f_end[s * M + nf[s]] = t + 1;
+                nf[s]++;
+            } else if (nw[s] < nb[s]) {
+                bad |= cl_push(&lists[s], PP_OP_W, nw[s], 0);
+                nw[s]++;
+            }
+            if (nw[s] < M) done = 0;
+        }
+    }
+    if (bad) st = gpt_fail(ZERO_OUT_OF_MEMORY, "pp_plan_generate: out of memory");
+    else if (!done) st = gpt_fail(ZERO_INTERNAL, "pp_plan_generate: the zero-bubble list schedule did not finish");
+out:
+    free(f_end), free(b_end), free(nf), free(nb), free(nw);
+    return st;
+}
+
+/* The end of the group starting at op `first` of stage s (one past its last op). */
+static int group_end_of(const pp_plan *p, int s, int first)
+{
+    int e = first + 1;
+    while (e < p->count[s] && p->ops[s][e].group) e++;
+    return e;
+}
+
+/* Move the group at [first, end) of stage s into the next group of the
+ * stage: its sends go out later (always allowed), its receives are posted
+ * later (allowed when no op before that group consumes them). 1 = done. */
+static int merge_into_next(pp_plan *p, int s, int first)
+{
+    pp_op *ops = p->ops[s];
+    int end = group_end_of(p, s, first), next = end;
+    while (next < p->count[s] && ops[next].kind < PP_OP_SEND_ACT) next++;
+    if (next >= p->count[s]) return 0;
+    for (int i = first; i < end; i++) {
+        int consumer = ops[i].kind == PP_OP_RECV_ACT ? PP_OP_F : ops[i].kind == PP_OP_RECV_GRAD ? PP_OP_B : -1;
+        for (int j = end; consumer >= 0 && j < next; j++)
+            if (ops[j].kind == consumer && ops[j].micro == ops[i].micro && ops[j].chunk == ops[i].chunk) return 0;
+    }
+    int n = end - first;
+    pp_op tmp[64];
+    if (n > 64) return 0;
+    memcpy(tmp, ops + first, sizeof(pp_op) * (size_t)n);
+    memmove(ops + first, ops + end, sizeof(pp_op) * (size_t)(next - end));
+    int at = next - n; /* the moved group now ends right before the old next group */
+    memcpy(ops + at, tmp, sizeof(pp_op) * (size_t)n);
+    ops[at].group = 0;
+    for (int i = at + 1; i < at + n; i++) ops[i].group = 1;
+    ops[next].group = 1; /* the old next group joins */
+    return 1;
+}
+
+/* add_comms' pairing is not enough when a stage talks both ways with a
+ * neighbour in more than two phases (interleaved schedules): the checker's
+ * simulation then finds a stage stuck in a group whose send the neighbour
+ * only receives after a send of its own that waits for us. Merging that
+ * group into the stage's next one (what Megatron does by hand, one group of
+ * all four transfers per step) breaks the cycle; repeat until none is left. */
+static zero_status repair_deadlocks(pp_plan *p)
+{
+    int *stuck = malloc(sizeof(int) * (size_t)p->stages);
+    if (!stuck) return gpt_fail(ZERO_OUT_OF_MEMORY, "pp_plan_generate: out of memory");
+    zero_status st = ZERO_OK;
+    for (int round = 0; round < 100000; round++) {
+        st = pp_plan_check_stuck(p, stuck);
+        if (st != ZERO_CONFIG) break;
+        int fixed = 0;
+        for (int s = 0; s < p->stages && !fixed; s++)
+            if (stuck[s] >= 0) fixed = merge_into_next(p, s, stuck[s]);
+        if (!fixed) break; /* keep the checker's message */
+    }
+    free(stuck);
+    return st;
+}
+
+zero_status pp_plan_generate(pp_plan *plan, pp_schedule_kind kind, int stages, int micro_batches, int chunks)
+{
+    GPT_TRY(pp_plan_build(plan, kind, stages, micro_batches, chunks));
+    zero_status st = pp_plan_check(plan);
+    if (st != ZERO_OK) pp_plan_free(plan); /* keeps the checker's message */
+    return st;
+}
+
+zero_status pp_plan_build(pp_plan *plan, pp_schedule_kind kind, int stages, int micro_batches, int chunks)
+{
+    if (!plan) return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_plan_generate: plan is NULL");
+    memset(plan, 0, sizeof *plan);
+    const char *name = pp_schedule_name(kind);
+    if (!name) return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_plan_generate: unknown schedule %d", (int)kind);
+    if (kind == PP_SCHED_INTERLEAVED) {
+        if (chunks < 2 || stages < 2 || micro_batches % stages != 0)
+            return gpt_fail(ZERO_CONFIG,
+                            "pipeline schedule interleaved: needs at least 2 stages, 2 chunks per stage (virtual "
+                            "stages) and micro-batches a multiple of the stages; got %d stages, %d chunks, %d "
+                            "micro-batches",
+                            stages, chunks, micro_batches);
+    } else if (chunks != 1) {
+        return gpt_fail(ZERO_CONFIG, "pipeline schedule %s: runs one chunk per stage, got %d (only interleaved has virtual stages)",
+                        name, chunks);
+    }
+    GPT_TRY(pp_plan_init(plan, stages, chunks, micro_batches, name));
+    compute_list *lists = calloc((size_t)stages, sizeof *lists);
+    if (!lists) {
+        pp_plan_free(plan);
+        return gpt_fail(ZERO_OUT_OF_MEMORY, "pp_plan_generate: out of memory");
+    }
+    zero_status st = ZERO_OK;
+    int bad = 0;
+    if (kind == PP_SCHED_ZB_H1 || kind == PP_SCHED_ZB_H2) {
+        st = gen_zero_bubble(plan, kind == PP_SCHED_ZB_H2, lists);
+    } else {
+        for (int s = 0; s < stages; s++) {
+            if (kind == PP_SCHED_GPIPE) gen_gpipe(plan, s, &lists[s], &bad);
+            else if (kind == PP_SCHED_1F1B) gen_1f1b(plan, s, &lists[s], &bad);
+        }
+        if (bad) st = gpt_fail(ZERO_OUT_OF_MEMORY, "pp_plan_generate: out of memory");
+    }
+    for (int s = 0; s < stages && st == ZERO_OK; s++)
+        st = kind == PP_SCHED_INTERLEAVED ? gen_interleaved(plan, s) : add_comms(plan, s, &lists[s]);
+    for (int s = 0; s < stages; s++) free(lists[s].ops);
+    free(lists);
+    if (st == ZERO_OK) st = repair_deadlocks(plan);
+    if (st != ZERO_OK) pp_plan_free(plan);
+    return st;
+}
+
+void pp_plan_print(const pp_plan *p, void *file)
+{
+    static const char *const shortn[] = {"F", "B", "W", "sa", "ra", "sg", "rg"};
+    FILE *f = file;
+    for (int s = 0; s < p->stages; s++) {
+        fprintf(f, "stage %d:", s);
+        for (int i = 0; i < p->count[s]; i++) {
+            const pp_op *o = &p->ops[s][i];
+            int open = o->kind >= PP_OP_SEND_ACT && !o->group && i + 1 < p->count[s] && p->ops[s][i + 1].group;
+            int close = o->group && !(i + 1 < p->count[s] && p->ops[s][i + 1].group);
+            fprintf(f, " %s%s%d.%d%s", open ? "[" : "", o->kind <= PP_OP_RECV_GRAD ? shortn[o->kind] : "?", (int)o->micro,
+                    (int)o->chunk, close ? "]" : "");
+        }
+        fputc('\n', f);
+    }
+}
