@@ -5,6 +5,7 @@
  * better error detection for the block sizes we write. */
 #include <stdint.h>
 #include <zero/checkpoint.h>
+#include <zero/experimental.h>
 
 #include <pthread.h>
 

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <jansson.h>
 #include <zero/checkpoint.h>
+#include <zero/experimental.h>
 
 #include "common/error.h"
 

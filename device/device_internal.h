@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <zero/device.h>
+#include <zero/experimental.h>
 
 #include "common/error.h"
 #include "zero_build_config.h"

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include <zero/offload.h>
+#include <zero/experimental.h>
 
 #include "common/error.h"
 

@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 #include <zero/engine.h>
+#include <zero/experimental.h>
 
 #include "common/error.h"
 

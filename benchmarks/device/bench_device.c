@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 #include <zero/device.h>
+#include <zero/experimental.h>
 
 static double now(void)
 {

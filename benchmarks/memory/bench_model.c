@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zero/experimental.h>
 
 
 const char *const bench_category_names[ZERO_MEM_CATEGORY_COUNT] = {

@@ -39,6 +39,7 @@
 #include <unistd.h>
 #include <zero/zero.h>
 #include <zero/offload.h>
+#include <zero/experimental.h>
 
 #define MIB (1024.0 * 1024.0)
 

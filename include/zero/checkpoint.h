@@ -133,8 +133,6 @@ ZERO_API zero_status zero_checkpoint_read_tensor(const char *path, const char *n
 
 ZERO_API void zero_checkpoint_free(void *p);
 
-/* CRC32C (Castagnoli) of n bytes, continuing from `crc` (0 to start). */
-ZERO_API uint32_t zero_crc32c(uint32_t crc, const void *data, size_t n);
 
 ZERO_EXTERN_C_END
 

@@ -1,5 +1,7 @@
-/* The device layer: memory, copies, streams, events and element-wise kernels
- * on the CPU or a CUDA GPU behind one interface.
+/* The device layer: memory, copies, streams and events on the CPU or a CUDA
+ * GPU behind one interface, and the dtype cast a trainer needs. (The other
+ * element-wise kernels and NUMA-local host memory are in the experimental
+ * surface, zero/experimental.h.)
  *
  * On the CPU, streams are ordering tokens and every op completes before it
  * returns; on CUDA, *_async ops are enqueued on the given stream (NULL = the
@@ -49,11 +51,6 @@ ZERO_API void zero_device_free(zero_device *dev, void *ptr);
 /* Page-locked host memory (plain aligned memory on the CPU device). */
 ZERO_API zero_status zero_host_alloc_pinned(zero_device *dev, size_t bytes, void **out);
 ZERO_API void zero_host_free_pinned(zero_device *dev, void *ptr);
-/* Host memory bound to the NUMA node nearest the device (or to the calling
- * thread's node on the CPU device), pinned for CUDA. Falls back to unbound
- * memory, with one warning, where binding is not possible. */
-ZERO_API zero_status zero_host_alloc_numa(zero_device *dev, size_t bytes, void **out);
-ZERO_API void zero_host_free_numa(zero_device *dev, void *ptr, size_t bytes);
 
 /* ------------------------------------------------------------ streams, events
  * A stream argument may be NULL (the device's default stream) wherever a
@@ -82,36 +79,19 @@ ZERO_API zero_status zero_memcpy(zero_device *dev, void *dst, const void *src, s
 ZERO_API zero_status zero_memcpy_async(zero_device *dev, void *dst, const void *src, size_t bytes,
                                        zero_stream *stream);
 
-/* ------------------------------------------------------------ kernels
- * Element-wise over n elements of device memory, enqueued on `stream`.
- * Floating dtypes: f32, f16, bf16 (computed in fp32, each f32 operation
- * rounded once, no fused multiply-add, then rounded to the dtype to nearest
- * even), so the CPU and CUDA devices give the same bits. A dtype that is not
- * a zero_dtype is ZERO_INVALID_ARGUMENT, a non-floating one ZERO_UNSUPPORTED.
- * n == 0 succeeds and touches nothing (pointers may then be NULL). */
-
-/* x[i] = value */
-ZERO_API zero_status zero_fill(zero_device *dev, void *x, zero_dtype dtype, size_t n, float value,
-                               zero_stream *stream);
-/* x[i] *= alpha */
-ZERO_API zero_status zero_scale(zero_device *dev, void *x, zero_dtype dtype, size_t n, float alpha,
-                                zero_stream *stream);
-/* y[i] += alpha * x[i]  (x and y of the same dtype) */
-ZERO_API zero_status zero_axpy(zero_device *dev, float alpha, const void *x, void *y, zero_dtype dtype,
-                               size_t n, zero_stream *stream);
+/* ------------------------------------------------------------ casts
+ * Element-wise over n elements of device memory, enqueued on `stream`: the
+ * one kernel a trainer needs (its compute-dtype tensors to and from fp32).
+ * f32, f16, bf16 (each value rounded once to nearest even), so the CPU and
+ * CUDA devices give the same bits. A dtype that is not a zero_dtype is
+ * ZERO_INVALID_ARGUMENT, a non-floating one ZERO_UNSUPPORTED. n == 0
+ * succeeds and touches nothing (pointers may then be NULL). The other
+ * element-wise kernels are experimental (zero/experimental.h). */
 /* dst[i] = (dst_dtype) src[i]; narrowing float casts round to nearest even,
  * NaN stays NaN (quiet), overflow goes to infinity, f16 subnormals are exact.
  * src and dst must not overlap, except src == dst with equal dtypes (a no-op). */
 ZERO_API zero_status zero_cast(zero_device *dev, const void *src, zero_dtype src_dtype, void *dst,
                                zero_dtype dst_dtype, size_t n, zero_stream *stream);
-/* *out = sum of x[i]^2 accumulated in double; synchronizes `stream`.
- * Also reports whether any element is inf or NaN (may be NULL). The result
- * is deterministic for a given device kind and n (fixed summation order, not
- * dependent on the thread count); CPU and CUDA agree to within n * 2^-52
- * relative, not bitwise. */
-ZERO_API zero_status zero_sumsq(zero_device *dev, const void *x, zero_dtype dtype, size_t n, double *out,
-                                int *nonfinite, zero_stream *stream);
-
 /* ------------------------------------------------------------ scalar conversions
  * The host reference of the device casts, usable anywhere. */
 ZERO_API uint16_t zero_f32_to_bf16(float x);

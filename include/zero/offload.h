@@ -22,6 +22,10 @@
 #ifndef ZERO_OFFLOAD_H
 #define ZERO_OFFLOAD_H
 
+#ifndef ZERO_EXPERIMENTAL
+#error "zero/offload.h is part of libzero's experimental surface: include zero/experimental.h with ZERO_EXPERIMENTAL defined (docs/abi.md)"
+#endif
+
 #include <stddef.h>
 #include <stdint.h>
 #include <zero/device.h>

@@ -15,6 +15,10 @@
 #ifndef ZERO_TOPO_H
 #define ZERO_TOPO_H
 
+#ifndef ZERO_EXPERIMENTAL
+#error "zero/topo.h is part of libzero's experimental surface: include zero/experimental.h with ZERO_EXPERIMENTAL defined (docs/abi.md)"
+#endif
+
 #include <stddef.h>
 #include <zero/export.h>
 #include <zero/status.h>

@@ -8,7 +8,10 @@
 #     pkgconfig.relocatable) or, in a build directory configured before that,
 #     through PKG_CONFIG_SYSROOT_DIR; and it names no library by absolute file
 #     path (libnccl.so used to be), only -L/-l flags;
-#   - the exported symbols are exactly the functions the headers mark ZERO_API.
+#   - the exported symbols are exactly the functions the headers mark ZERO_API;
+#   - zero.h is the stable surface alone: the consumer above builds without
+#     ZERO_EXPERIMENTAL, and zero/experimental.h (with offload.h, topo.h)
+#     refuses to compile unless it is defined (docs/abi.md).
 # Usage: test_install.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1 src=$2
@@ -79,5 +82,18 @@ extra=$(comm -13 "$tmp/declared" "$tmp/exported")
 missing=$(comm -23 "$tmp/declared" "$tmp/exported")
 [ -z "$extra" ] || bad "exported but not declared ZERO_API: $(echo $extra)"
 [ -z "$missing" ] || bad "declared ZERO_API but not exported: $(echo $missing)"
-echo "install: SONAME $soname; pc $mode; $(wc -l < "$tmp/exported") functions exported, $(wc -l < "$tmp/declared") declared ZERO_API"
+# The experimental surface is opt-in.
+exp_headers="experimental.h offload.h topo.h"
+for h in $exp_headers; do
+  printf '#include <zero/%s>\nint main(void) { return 0; }\n' "$h" > "$tmp/exp.c"
+  if cc -std=c11 -fsyntax-only $(pkg-config --cflags zero) "$tmp/exp.c" 2>/dev/null; then
+    bad "zero/$h compiles without ZERO_EXPERIMENTAL"
+  fi
+  cc -std=c11 -fsyntax-only -DZERO_EXPERIMENTAL $(pkg-config --cflags zero) "$tmp/exp.c" \
+    || bad "zero/$h does not compile with ZERO_EXPERIMENTAL"
+done
+grep -hoE '^ZERO_API[^;(]*\b[a-z_][a-z0-9_]*\(' $(for h in $exp_headers; do echo "$root/include/zero/$h"; done) \
+  | sed -E 's/.*\b([a-z_][a-z0-9_]*)\($/\1/' | sort -u > "$tmp/experimental"
+echo "install: SONAME $soname; $(comm -23 "$tmp/exported" "$tmp/experimental" | wc -l) stable +" \
+     "$(wc -l < "$tmp/experimental") experimental functions; pc $mode; $(wc -l < "$tmp/exported") functions exported, $(wc -l < "$tmp/declared") declared ZERO_API"
 exit $fail

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <zero/device.h>
 #include <zero/log.h>
+#include <zero/experimental.h>
 
 #include "check.h"
 

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <zero/device.h>
+#include <zero/experimental.h>
 
 #include "check.h"
 

@@ -5,6 +5,7 @@
  * save publishes one, and every reader runs on the result.
  * ZERO_FUZZ_WRITE_SEED=FILE writes a valid shard (the seed corpus's). */
 #include "fuzz_ckpt_common.h"
+#include <zero/experimental.h>
 
 static char dir[600], shard[700];
 

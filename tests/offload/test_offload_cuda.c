@@ -3,6 +3,7 @@
  * device memory and the NVMe store. Device -> pool (async copy on a stream)
  * -> store -> pool -> device, bitwise. Exits 77 without a GPU. */
 #include <zero/zero.h>
+#include <zero/experimental.h>
 
 #include "check.h"
 #include "tmpdir.h"

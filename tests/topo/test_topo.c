@@ -20,6 +20,7 @@
 #include <string.h>
 #include <zero/log.h>
 #include <zero/topo.h>
+#include <zero/experimental.h>
 
 #include "check.h"
 

@@ -35,6 +35,7 @@
 #include <jansson.h>
 #include <zero/checkpoint.h>
 #include <zero/zero.h>
+#include <zero/experimental.h>
 
 #include "check.h"
 

@@ -15,6 +15,7 @@
 #include <zero/log.h>
 #include <zero/topo.h>
 #include <zero/version.h>
+#include <zero/experimental.h>
 
 static int usage(const char *argv0)
 {
