@@ -11,10 +11,10 @@
  * shapes in the same order. The message names the first difference. */
 static zero_status check_model(zero_engine *e, const ckpt_meta *m)
 {
-    int np = zero_engine_num_params(e);
+    int np = zero_engine_get_num_params(e);
     for (int p = 0; p < np && p < m->n_params; p++) {
         zero_param_info pi;
-        ZERO_TRY(zero_engine_param_info(e, p, &pi));
+        ZERO_TRY(zero_engine_get_param_info(e, p, &pi));
         const ckpt_param *c = &m->params[p];
         int same = strcmp(pi.name, c->name) == 0 && pi.ndim == c->ndim;
         for (int d = 0; same && d < pi.ndim; d++) same = pi.shape[d] == c->shape[d];
@@ -53,7 +53,7 @@ static zero_status load_local(zero_engine *e, const ckpt_meta *m, unsigned kinds
     zero_status s = ZERO_OK;
     for (int p = 0; p < m->n_params && s == ZERO_OK; p++) {
         zero_param_info pi;
-        if ((s = zero_engine_param_info(e, p, &pi)) != ZERO_OK) break;
+        if ((s = zero_engine_get_param_info(e, p, &pi)) != ZERO_OK) break;
         uint64_t n = pi.owned_numel; /* all owned ranges, one after another */
         if (n == 0) continue;
         if ((s = ckpt_grow_buffer(&buf, &cap, n, "checkpoint load", pi.name)) != ZERO_OK) break;
@@ -62,7 +62,7 @@ static zero_status load_local(zero_engine *e, const ckpt_meta *m, unsigned kinds
             uint64_t done = 0;
             for (int i = 0; i < pi.num_owned_ranges && s == ZERO_OK; i++) {
                 uint64_t b, end;
-                if ((s = zero_engine_param_owned_range(e, p, i, &b, &end)) != ZERO_OK)
+                if ((s = zero_engine_get_param_owned_range(e, p, i, &b, &end)) != ZERO_OK)
                     s = zero_fail(NULL, s, "checkpoint load: %s", zero_engine_last_error(e));
                 else s = ckpt_read_range(m, fds, k, p, b, end, buf + done);
                 done += end - b;
@@ -83,7 +83,7 @@ zero_status zero_checkpoint_load(zero_engine *e, zero_comm *dp, const char *path
     if (out) memset(out, 0, sizeof *out);
     if (!e || !dp || !path)
         return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "checkpoint load: NULL engine, comm or path");
-    int rank = zero_comm_rank(dp);
+    int rank = zero_comm_get_rank(dp);
     unsigned kinds = 0;
     ckpt_meta m;
     zero_status s = engine_between_steps(e, "checkpoint load");

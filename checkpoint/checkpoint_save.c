@@ -19,7 +19,7 @@
  * status. Always the same collectives on every rank. */
 zero_status ckpt_agree(zero_comm *dp, zero_status local, const char *op)
 {
-    int32_t v[2] = {(int32_t)local, local != ZERO_OK ? zero_comm_rank(dp) : -1};
+    int32_t v[2] = {(int32_t)local, local != ZERO_OK ? zero_comm_get_rank(dp) : -1};
     char msg[ZERO_ERRMSG_MAX];
     snprintf(msg, sizeof msg, "%s", local != ZERO_OK ? zero_last_error() : "");
     int32_t r[2];
@@ -32,7 +32,7 @@ zero_status ckpt_agree(zero_comm *dp, zero_status local, const char *op)
     msg[sizeof msg - 1] = 0;
     if (s != ZERO_OK) snprintf(msg, sizeof msg, "(its message was lost: %s)", zero_comm_last_error(dp));
     if (local != ZERO_OK) return zero_fail(NULL, local, "%s", msg); /* keep this rank's own message */
-    if (zero_comm_size(dp) == 1) return zero_fail(NULL, (zero_status)r[0], "%s", msg);
+    if (zero_comm_get_size(dp) == 1) return zero_fail(NULL, (zero_status)r[0], "%s", msg);
     return zero_fail(NULL, (zero_status)r[0], "%s: rank %d: %s", op, r[1], msg);
 }
 
@@ -44,10 +44,10 @@ zero_status ckpt_engine_kinds(zero_engine *e, zero_comm *dp, unsigned *kinds)
 {
     int32_t have[CKPT_NUM_KINDS + 1] = {1, 0, 0, 0}, all[CKPT_NUM_KINDS + 1];
     zero_status local = ZERO_OK;
-    int np = zero_engine_num_params(e);
+    int np = zero_engine_get_num_params(e);
     for (int p = 0; p < np && local == ZERO_OK; p++) {
         zero_param_info pi;
-        if ((local = zero_engine_param_info(e, p, &pi)) != ZERO_OK) break;
+        if ((local = zero_engine_get_param_info(e, p, &pi)) != ZERO_OK) break;
         uint64_t n = pi.owned_numel;
         if (n == 0) continue;
         float *buf = malloc(n * sizeof *buf);
@@ -81,13 +81,13 @@ static zero_status write_shard(zero_engine *e, const char *tmp_dir, int rank, in
     snprintf(path, sizeof path, "%s/rank-%05d.bin", tmp_dir, rank);
     ckpt_writer w;
     ZERO_TRY(ckpt_writer_open(&w, path, (uint32_t)rank, (uint32_t)world, durable));
-    int np = zero_engine_num_params(e);
+    int np = zero_engine_get_num_params(e);
     float *buf = NULL;
     uint64_t cap = 0;
     zero_status s = ZERO_OK;
     for (int p = 0; p < np && s == ZERO_OK; p++) {
         zero_param_info pi;
-        if ((s = zero_engine_param_info(e, p, &pi)) != ZERO_OK) break;
+        if ((s = zero_engine_get_param_info(e, p, &pi)) != ZERO_OK) break;
         uint64_t n = pi.owned_numel; /* all owned ranges, one after another */
         if (n == 0) continue;
         if ((s = ckpt_grow_buffer(&buf, &cap, n, "checkpoint save", pi.name)) != ZERO_OK) break;
@@ -103,7 +103,7 @@ static zero_status write_shard(zero_engine *e, const char *tmp_dir, int rank, in
             uint64_t done = 0;
             for (int i = 0; i < pi.num_owned_ranges && s == ZERO_OK; i++) {
                 uint64_t b, end;
-                if ((s = zero_engine_param_owned_range(e, p, i, &b, &end)) != ZERO_OK) {
+                if ((s = zero_engine_get_param_owned_range(e, p, i, &b, &end)) != ZERO_OK) {
                     s = zero_fail(NULL, s, "checkpoint save: %s", zero_engine_last_error(e));
                     break;
                 }
@@ -148,7 +148,7 @@ static zero_status build_meta(zero_engine *e, const zero_plan_info *plan, int64_
     json_t *params = json_array();
     for (int p = 0; p < plan->num_params; p++) {
         zero_param_info pi;
-        zero_status s = zero_engine_param_info(e, p, &pi);
+        zero_status s = zero_engine_get_param_info(e, p, &pi);
         if (s != ZERO_OK) {
             json_decref(params);
             json_decref(m);
@@ -156,7 +156,7 @@ static zero_status build_meta(zero_engine *e, const zero_plan_info *plan, int64_
         }
         json_t *shape = json_array();
         for (int d = 0; d < pi.ndim; d++) json_array_append_new(shape, json_integer(pi.shape[d]));
-        const char *mod = zero_engine_module_name(e, pi.module);
+        const char *mod = zero_engine_get_module_name(e, pi.module);
         json_array_append_new(params, json_pack("{s:s,s:o,s:s}", "name", pi.name, "shape", shape, "module",
                                                 mod ? mod : ""));
     }
@@ -236,8 +236,8 @@ zero_status zero_checkpoint_save(zero_engine *e, zero_comm *dp, const char *dir,
         ZERO_TRY(zero_versioned_read(NULL, ZERO_INVALID_ARGUMENT, "checkpoint save", &checkpoint_options_type,
                                      options, &o));
     zero_plan_info plan;
-    ZERO_TRY(zero_engine_plan_info(e, &plan));
-    int rank = zero_comm_rank(dp), world = zero_comm_size(dp);
+    ZERO_TRY(zero_engine_get_plan_info(e, &plan));
+    int rank = zero_comm_get_rank(dp), world = zero_comm_get_size(dp);
     if (rank != plan.dp_rank || world != plan.dp_size)
         return zero_fail(NULL, ZERO_INVALID_ARGUMENT,
                          "checkpoint save: comm is rank %d of %d but the engine's dp group is rank %d of %d", rank,

@@ -48,7 +48,7 @@ zero_status mpi_env_acquire(zero_errbuf *err)
     MPI_Finalized(&finalized);
     if (finalized) {
         st = zero_fail(err, ZERO_INVALID_STATE,
-                       "zero_comm_init_world: MPI was already finalized (a process can initialise MPI only once)");
+                       "zero_comm_create_world: MPI was already finalized (a process can initialise MPI only once)");
     } else {
         MPI_Initialized(&initialized);
         if (!initialized) {
@@ -57,7 +57,7 @@ zero_status mpi_env_acquire(zero_errbuf *err)
             int provided = MPI_THREAD_SINGLE;
             int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
             if (rc != MPI_SUCCESS)
-                st = zero_fail(err, ZERO_BACKEND, "zero_comm_init_world: MPI_Init_thread failed (code %d)", rc);
+                st = zero_fail(err, ZERO_BACKEND, "zero_comm_create_world: MPI_Init_thread failed (code %d)", rc);
             else {
                 env_we_initialized = 1;
                 /* Open MPI raises the errors of its non-blocking collectives
@@ -685,7 +685,7 @@ static zero_status be_init_world(zero_comm *c, const zero_comm_config *cfg)
 {
     (void)cfg;
     mpi_impl *m = calloc(1, sizeof *m);
-    if (!m) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "zero_comm_init_world: out of memory");
+    if (!m) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "zero_comm_create_world: out of memory");
     m->comm = MPI_COMM_NULL;
     zero_status st = mpi_world_common(c, &m->comm);
     if (st != ZERO_OK) {

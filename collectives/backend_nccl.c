@@ -141,7 +141,7 @@ static zero_status bootstrap(zero_comm *c, zero_comm *msg_comm, nccl_impl *m)
 static zero_status be_init_world(zero_comm *c, const zero_comm_config *cfg)
 {
     nccl_impl *m = calloc(1, sizeof *m);
-    if (!m) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "zero_comm_init_world: out of memory");
+    if (!m) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "zero_comm_create_world: out of memory");
     m->comm = MPI_COMM_NULL;
     zero_status st = mpi_world_common(c, &m->comm);
     if (st == ZERO_OK) st = coll_cuda_pick_device(c, m->comm, cfg->device);

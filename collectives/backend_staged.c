@@ -85,7 +85,7 @@ zero_status coll_cuda_check_buffers(zero_comm *c, const coll_args *a)
 static zero_status be_init_world(zero_comm *c, const zero_comm_config *cfg)
 {
     staged_impl *m = calloc(1, sizeof *m);
-    if (!m) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "zero_comm_init_world: out of memory");
+    if (!m) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "zero_comm_create_world: out of memory");
     m->comm = MPI_COMM_NULL;
     zero_status st = mpi_world_common(c, &m->comm);
     if (st == ZERO_OK) st = pick_device(c, m->comm, cfg->device);

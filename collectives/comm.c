@@ -191,26 +191,26 @@ static const zero_versioned_type comm_config_type = {"zero_comm_config", "ZERO_C
                                                      comm_config_versions, ZERO_COMM_CONFIG_VERSION,
                                                      sizeof(zero_comm_config)};
 
-zero_status zero_comm_init_world(zero_comm **out, const zero_comm_config *config)
+zero_status zero_comm_create_world(zero_comm **out, const zero_comm_config *config)
 {
     zero_comm_config cfg;
     const zero_comm_config defaults = ZERO_COMM_CONFIG_INIT;
     memcpy(&cfg, &defaults, sizeof cfg);
-    if (!out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_init_world: out is NULL");
+    if (!out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_create_world: out is NULL");
     *out = NULL;
     /* A config of an older version: the fields it lacks keep their defaults. */
     if (config)
-        ZERO_TRY(zero_versioned_read(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_init_world", &comm_config_type, config,
+        ZERO_TRY(zero_versioned_read(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_create_world", &comm_config_type, config,
                                      &cfg));
     if (!(cfg.timeout_s > 0))
-        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_init_world: timeout_s must be > 0, got %g",
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_create_world: timeout_s must be > 0, got %g",
                          cfg.timeout_s);
     if ((unsigned)cfg.backend > ZERO_BACKEND_LOCAL)
-        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_init_world: unknown backend %d",
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_create_world: unknown backend %d",
                          (int)cfg.backend);
 
     zero_comm *c = comm_new("world", cfg.timeout_s, -1);
-    if (!c) return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "zero_comm_init_world: out of memory");
+    if (!c) return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "zero_comm_create_world: out of memory");
 
     zero_backend b = cfg.backend;
 #if ZERO_HAVE_MPI
@@ -238,7 +238,7 @@ zero_status zero_comm_init_world(zero_comm **out, const zero_comm_config *config
     zero_status st = ZERO_OK;
     if (!c->be) {
         st = zero_fail(&c->err, ZERO_UNSUPPORTED,
-                       "zero_comm_init_world: backend %s is not in this build (mpi %d, cuda %d, nccl %d)",
+                       "zero_comm_create_world: backend %s is not in this build (mpi %d, cuda %d, nccl %d)",
                        backend_name(b), ZERO_HAVE_MPI, ZERO_HAVE_CUDA, ZERO_HAVE_NCCL);
     } else {
         if (b == ZERO_BACKEND_NCCL || b == ZERO_BACKEND_STAGED) c->device = cfg.device;
@@ -361,16 +361,16 @@ void zero_comm_destroy(zero_comm *comm)
 /* ---------------------------------------------------------------- accessors */
 
 /* Accessors answer "no comm" for NULL and for a destroyed comm alike. */
-int zero_comm_rank(const zero_comm *comm) { return coll_comm_live(comm) ? comm->rank : -1; }
-int zero_comm_size(const zero_comm *comm) { return coll_comm_live(comm) ? comm->size : 0; }
-zero_backend zero_comm_backend(const zero_comm *comm)
+int zero_comm_get_rank(const zero_comm *comm) { return coll_comm_live(comm) ? comm->rank : -1; }
+int zero_comm_get_size(const zero_comm *comm) { return coll_comm_live(comm) ? comm->size : 0; }
+zero_backend zero_comm_get_backend(const zero_comm *comm)
 {
     return coll_comm_live(comm) ? comm->backend : ZERO_BACKEND_AUTO;
 }
-int zero_comm_world_rank(const zero_comm *comm) { return coll_comm_live(comm) ? comm->world_ranks[comm->rank] : -1; }
-const char *zero_comm_name(const zero_comm *comm) { return coll_comm_live(comm) ? comm->name : "(null)"; }
+int zero_comm_get_world_rank(const zero_comm *comm) { return coll_comm_live(comm) ? comm->world_ranks[comm->rank] : -1; }
+const char *zero_comm_get_name(const zero_comm *comm) { return coll_comm_live(comm) ? comm->name : "(null)"; }
 
-int zero_comm_world_rank_of(const zero_comm *comm, int rank)
+int zero_comm_get_world_rank_of(const zero_comm *comm, int rank)
 {
     if (!coll_comm_live(comm) || rank < 0 || rank >= comm->size) return -1;
     return comm->world_ranks[rank];
@@ -404,7 +404,7 @@ zero_status zero_comm_set_timeout(zero_comm *comm, double timeout_s)
     return ZERO_OK;
 }
 
-double zero_comm_timeout(const zero_comm *comm) { return coll_comm_live(comm) ? comm->timeout_s : 0.0; }
+double zero_comm_get_timeout(const zero_comm *comm) { return coll_comm_live(comm) ? comm->timeout_s : 0.0; }
 
 const char *zero_comm_last_error(const zero_comm *comm)
 {

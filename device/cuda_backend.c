@@ -63,7 +63,7 @@ static zero_status cuda_open(zero_device *dev, int ordinal)
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count <= 0) {
         (void)cudaGetLastError();
-        return zero_fail(NULL, ZERO_UNSUPPORTED, "zero_device_open: no usable CUDA device (cudaGetDeviceCount: %s)",
+        return zero_fail(NULL, ZERO_UNSUPPORTED, "zero_device_create: no usable CUDA device (cudaGetDeviceCount: %s)",
                          e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     }
     if (ordinal == -1) {
@@ -72,11 +72,11 @@ static zero_status cuda_open(zero_device *dev, int ordinal)
         ordinal = local_rank % count;
     }
     if (ordinal < 0 || ordinal >= count)
-        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_device_open: CUDA ordinal %d, but %d device%s present",
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_device_create: CUDA ordinal %d, but %d device%s present",
                          ordinal, count, count == 1 ? " is" : "s are");
     dev->ordinal = ordinal;
     cuda_impl *impl = calloc(1, sizeof *impl);
-    if (!impl) return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "zero_device_open: out of host memory");
+    if (!impl) return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "zero_device_create: out of host memory");
     pthread_mutex_init(&impl->sumsq_mu, NULL);
     zero_status st = ZERO_OK;
     if ((e = cudaSetDevice(ordinal)) != cudaSuccess ||
@@ -84,7 +84,7 @@ static zero_status cuda_open(zero_device *dev, int ordinal)
         (e = cudaMalloc(&impl->result, 2 * sizeof(double))) != cudaSuccess ||
         (e = cudaMallocHost(&impl->result_host, 2 * sizeof(double))) != cudaSuccess) {
         (void)cudaGetLastError();
-        st = zero_fail(NULL, ZERO_BACKEND, "zero_device_open(cuda %d): %s", ordinal, cudaGetErrorString(e));
+        st = zero_fail(NULL, ZERO_BACKEND, "zero_device_create(cuda %d): %s", ordinal, cudaGetErrorString(e));
         cudaFree(impl->partials);
         cudaFree(impl->result);
         pthread_mutex_destroy(&impl->sumsq_mu);
@@ -282,7 +282,7 @@ static zero_status cuda_memcpy_async(zero_device *dev, void *dst, const void *sr
 
 static zero_status cuda_fill(zero_device *dev, void *x, zero_dtype dt, size_t n, float value, zero_stream *s)
 {
-    LAUNCH("zero_fill", zero_cuda_fill(x, (int)dt, n, value, stream_of(s)));
+    LAUNCH("zero_fill_value", zero_cuda_fill(x, (int)dt, n, value, stream_of(s)));
 }
 
 static zero_status cuda_scale(zero_device *dev, void *x, zero_dtype dt, size_t n, float alpha, zero_stream *s)

@@ -8,16 +8,16 @@
 
 /* ---------------------------------------------------------------- open/close */
 
-zero_status zero_device_open(zero_device **out, zero_device_kind kind, int ordinal)
+zero_status zero_device_create(zero_device **out, zero_device_kind kind, int ordinal)
 {
-    if (!out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_device_open: out is NULL");
+    if (!out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_device_create: out is NULL");
     *out = NULL;
     const zero_device_ops *ops = NULL;
     switch (kind) {
     case ZERO_DEVICE_CPU:
         if (ordinal != 0 && ordinal != -1)
             return zero_fail(NULL, ZERO_INVALID_ARGUMENT,
-                             "zero_device_open: the CPU device has ordinal 0 (or -1), got %d", ordinal);
+                             "zero_device_create: the CPU device has ordinal 0 (or -1), got %d", ordinal);
         ops = &zero_cpu_device_ops;
         break;
     case ZERO_DEVICE_CUDA:
@@ -26,15 +26,15 @@ zero_status zero_device_open(zero_device **out, zero_device_kind kind, int ordin
         break;
 #else
         return zero_fail(NULL, ZERO_UNSUPPORTED,
-                         "zero_device_open: libzero was built without CUDA (meson -Dcuda=enabled "
+                         "zero_device_create: libzero was built without CUDA (meson -Dcuda=enabled "
                          "needs nvcc); use ZERO_DEVICE_CPU");
 #endif
     default:
-        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_device_open: unknown device kind %d",
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_device_create: unknown device kind %d",
                          (int)kind);
     }
     zero_device *dev = calloc(1, sizeof *dev);
-    if (!dev) return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "zero_device_open: out of host memory");
+    if (!dev) return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "zero_device_create: out of host memory");
     dev->ops = ops;
     dev->kind = kind;
     dev->ordinal = kind == ZERO_DEVICE_CPU ? 0 : ordinal;
@@ -48,7 +48,7 @@ zero_status zero_device_open(zero_device **out, zero_device_kind kind, int ordin
     return ZERO_OK;
 }
 
-void zero_device_close(zero_device *dev)
+void zero_device_destroy(zero_device *dev)
 {
     if (!dev) return;
     dev->ops->close(dev);
@@ -64,7 +64,7 @@ zero_device_kind zero_device_get_kind(const zero_device *dev)
     return dev ? dev->kind : ZERO_DEVICE_CPU;
 }
 
-int zero_device_ordinal(const zero_device *dev)
+int zero_device_get_ordinal(const zero_device *dev)
 {
     return dev ? dev->ordinal : -1;
 }
@@ -294,15 +294,15 @@ zero_status zero_memcpy_async(zero_device *dev, void *dst, const void *src, size
 
 /* ---------------------------------------------------------------- kernels */
 
-zero_status zero_fill(zero_device *dev, void *x, zero_dtype dtype, size_t n, float value,
+zero_status zero_fill_value(zero_device *dev, void *x, zero_dtype dtype, size_t n, float value,
                       zero_stream *stream)
 {
-    CHECK_DEV("zero_fill");
-    ZERO_TRY(check_stream(dev, stream, "zero_fill"));
-    ZERO_TRY(check_float_dtype(dev, dtype, "zero_fill", "dtype"));
+    CHECK_DEV("zero_fill_value");
+    ZERO_TRY(check_stream(dev, stream, "zero_fill_value"));
+    ZERO_TRY(check_float_dtype(dev, dtype, "zero_fill_value", "dtype"));
     if (n == 0) return ZERO_OK;
-    ZERO_TRY(check_count(dev, dtype, n, "zero_fill"));
-    CHECK_PTR(x, "zero_fill", "x");
+    ZERO_TRY(check_count(dev, dtype, n, "zero_fill_value"));
+    CHECK_PTR(x, "zero_fill_value", "x");
     return dev->ops->fill(dev, x, dtype, n, value, stream);
 }
 

@@ -95,44 +95,44 @@ int zero_topo_cuda_cpuset_(hwloc_topology_t t, int ordinal, hwloc_bitmap_t out)
 
 /* ---------------------------------------------------------------- handles */
 
-zero_status zero_topo_load(zero_topo **out)
+zero_status zero_topo_create(zero_topo **out)
 {
-    if (!out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_topo_load: out is NULL");
+    if (!out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_topo_create: out is NULL");
     *out = NULL;
     zero_topo *topo = calloc(1, sizeof *topo);
-    if (!topo) return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "zero_topo_load: out of host memory");
+    if (!topo) return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "zero_topo_create: out of host memory");
     topo->t = zero_topo_shared_acquire();
     if (!topo->t) {
         free(topo);
-        return zero_fail_forward(NULL, ZERO_BACKEND, "zero_topo_load: ");
+        return zero_fail_forward(NULL, ZERO_BACKEND, "zero_topo_create: ");
     }
     topo->shared = 1;
     *out = topo;
     return ZERO_OK;
 }
 
-zero_status zero_topo_load_synthetic(zero_topo **out, const char *description)
+zero_status zero_topo_create_synthetic(zero_topo **out, const char *description)
 {
-    if (!out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_topo_load_synthetic: out is NULL");
+    if (!out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_topo_create_synthetic: out is NULL");
     *out = NULL;
     if (!description)
-        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_topo_load_synthetic: description is NULL");
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_topo_create_synthetic: description is NULL");
     zero_topo *topo = calloc(1, sizeof *topo);
-    if (!topo) return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "zero_topo_load_synthetic: out of host memory");
+    if (!topo) return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "zero_topo_create_synthetic: out of host memory");
     if (hwloc_topology_init(&topo->t) != 0) {
         free(topo);
-        return zero_fail(NULL, ZERO_BACKEND, "zero_topo_load_synthetic: hwloc_topology_init failed");
+        return zero_fail(NULL, ZERO_BACKEND, "zero_topo_create_synthetic: hwloc_topology_init failed");
     }
     if (hwloc_topology_set_synthetic(topo->t, description) != 0) {
         hwloc_topology_destroy(topo->t);
         free(topo);
         return zero_fail(NULL, ZERO_INVALID_ARGUMENT,
-                         "zero_topo_load_synthetic: hwloc rejects the description \"%s\"", description);
+                         "zero_topo_create_synthetic: hwloc rejects the description \"%s\"", description);
     }
     if (hwloc_topology_load(topo->t) != 0) {
         hwloc_topology_destroy(topo->t);
         free(topo);
-        return zero_fail(NULL, ZERO_BACKEND, "zero_topo_load_synthetic: hwloc_topology_load(\"%s\") failed",
+        return zero_fail(NULL, ZERO_BACKEND, "zero_topo_create_synthetic: hwloc_topology_load(\"%s\") failed",
                          description);
     }
     *out = topo;
@@ -279,17 +279,17 @@ const char *zero_topo_last_error(const zero_topo *topo)
 
 #define NO_HWLOC(op) zero_fail(NULL, ZERO_UNSUPPORTED, op ": libzero was built without hwloc")
 
-zero_status zero_topo_load(zero_topo **out)
+zero_status zero_topo_create(zero_topo **out)
 {
     if (out) *out = NULL;
-    return NO_HWLOC("zero_topo_load");
+    return NO_HWLOC("zero_topo_create");
 }
 
-zero_status zero_topo_load_synthetic(zero_topo **out, const char *description)
+zero_status zero_topo_create_synthetic(zero_topo **out, const char *description)
 {
     (void)description;
     if (out) *out = NULL;
-    return NO_HWLOC("zero_topo_load_synthetic");
+    return NO_HWLOC("zero_topo_create_synthetic");
 }
 
 void zero_topo_destroy(zero_topo *topo) { free(topo); }

@@ -35,14 +35,14 @@ zero_status pp_embed_group_create(zero_comm *pp, zero_comm **out)
 {
     if (!out) return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_embed_group_create: out is NULL");
     *out = NULL;
-    if (!pp || zero_comm_size(pp) == 1) return ZERO_OK;
-    int r = zero_comm_rank(pp), n = zero_comm_size(pp);
+    if (!pp || zero_comm_get_size(pp) == 1) return ZERO_OK;
+    int r = zero_comm_get_rank(pp), n = zero_comm_get_size(pp);
     /* split needs a color on every rank: middle stages get groups of their own, dropped */
     int member = r == 0 || r == n - 1;
     zero_comm *g = NULL;
     zero_status st = zero_comm_split(pp, member ? 0 : 1 + r, r, &g);
     if (st != ZERO_OK)
-        return gpt_fail(st, "pp_embed_group_create: split of %s at stage %d: %s", zero_comm_name(pp), r,
+        return gpt_fail(st, "pp_embed_group_create: split of %s at stage %d: %s", zero_comm_get_name(pp), r,
                         zero_comm_last_error(pp));
     if (!member) {
         zero_comm_destroy(g);
@@ -62,7 +62,7 @@ zero_status pp_tied_grad_allreduce(zero_comm *group, const gpt_config *cfg, gpt_
     zero_status st = zero_allreduce(group, embed_grads->t[GPT_WTE], embed_grads->t[GPT_WTE], n, ZERO_F32, ZERO_SUM);
     if (st != ZERO_OK)
         return gpt_fail(st, "pp_tied_grad_allreduce: wte.weight gradient (%zu floats) over %s, rank %d: %s", n,
-                        zero_comm_name(group), zero_comm_rank(group), zero_comm_last_error(group));
+                        zero_comm_get_name(group), zero_comm_get_rank(group), zero_comm_last_error(group));
     return ZERO_OK;
 }
 
@@ -90,7 +90,7 @@ typedef struct pp_run {
 static zero_status comm_fail(pp_run *r, zero_status st, const char *what, int micro)
 {
     return gpt_fail(st, "pipeline %s of micro-batch %d at stage %d of %d (group %s): %s", what, micro, r->stage,
-                    r->nstages, zero_comm_name(r->pp), zero_comm_last_error(r->pp));
+                    r->nstages, zero_comm_get_name(r->pp), zero_comm_last_error(r->pp));
 }
 
 static zero_status forward_one(pp_run *r, int m)
@@ -179,9 +179,9 @@ zero_status pp_train_step(tp_workspace *ws, zero_comm *pp, pp_schedule kind, con
     pp_run r;
     memset(&r, 0, sizeof r);
     r.ws = ws;
-    r.pp = pp && zero_comm_size(pp) > 1 ? pp : NULL;
-    r.stage = r.pp ? zero_comm_rank(pp) : 0;
-    r.nstages = r.pp ? zero_comm_size(pp) : 1;
+    r.pp = pp && zero_comm_get_size(pp) > 1 ? pp : NULL;
+    r.stage = r.pp ? zero_comm_get_rank(pp) : 0;
+    r.nstages = r.pp ? zero_comm_get_size(pp) : 1;
     r.a = a;
     int has_embed = tp_workspace_has_embed(ws), has_head = tp_workspace_has_head(ws);
     if (has_embed != (r.stage == 0) || has_head != (r.stage == r.nstages - 1))

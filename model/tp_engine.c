@@ -146,9 +146,9 @@ zero_status tp_engine_mp_create(zero_comm *world, const zero_grid *grid, zero_co
     if (!world || !grid || !out)
         return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_engine_mp_create: world, grid or out is NULL");
     *out = NULL;
-    zero_status st = zero_comm_split(world, grid->dp_rank, zero_comm_rank(world), out);
+    zero_status st = zero_comm_split(world, grid->dp_rank, zero_comm_get_rank(world), out);
     if (st != ZERO_OK)
-        return gpt_fail(st, "tp_engine_mp_create: split of %s by dp rank %d: %s", zero_comm_name(world),
+        return gpt_fail(st, "tp_engine_mp_create: split of %s by dp rank %d: %s", zero_comm_get_name(world),
                         grid->dp_rank, zero_comm_last_error(world));
     char name[32];
     snprintf(name, sizeof name, "mp(dp%d)", grid->dp_rank);

@@ -48,7 +48,7 @@ static zero_status tp_sum(void *ctx, float *buf, size_t n, const char *what, int
     zero_status st = zero_allreduce(ws->tp, buf, buf, n, ZERO_F32, ZERO_SUM);
     if (st != ZERO_OK)
         return gpt_fail(st, "tp all-reduce of %s in block %d (tp rank %d of %d, group %s): %s", what, layer,
-                        ws->tp_rank, ws->tp_size, zero_comm_name(ws->tp), zero_comm_last_error(ws->tp));
+                        ws->tp_rank, ws->tp_size, zero_comm_get_name(ws->tp), zero_comm_last_error(ws->tp));
     return ZERO_OK;
 }
 
@@ -122,7 +122,7 @@ zero_status tp_workspace_create_ckpt(tp_workspace **out, const gpt_config *cfg, 
 {
     if (!out) return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_workspace_create: out is NULL");
     *out = NULL;
-    int tp_size = tp ? zero_comm_size(tp) : 1;
+    int tp_size = tp ? zero_comm_get_size(tp) : 1;
     GPT_TRY(check_shape(cfg, tp_size, batch, seq, layer_begin, layer_end, slots, ck, "tp_workspace_create"));
     GPT_TRY(gpt_gemm_init()); /* also makes OpenBLAS single-threaded */
     tp_workspace *ws = calloc(1, sizeof *ws);
@@ -130,7 +130,7 @@ zero_status tp_workspace_create_ckpt(tp_workspace **out, const gpt_config *cfg, 
     ws->cfg = *cfg;
     ws->tp = tp;
     ws->tp_size = tp_size;
-    ws->tp_rank = tp ? zero_comm_rank(tp) : 0;
+    ws->tp_rank = tp ? zero_comm_get_rank(tp) : 0;
     ws->B = batch;
     ws->T = seq;
     ws->nthreads = max_threads();
@@ -257,7 +257,7 @@ static zero_status gather_slices(tp_workspace *ws, const gpt_acts_slot *io, int 
     zero_status st = zero_allgather(ws->tp, io->kept[i], io->resid[i], ws->acts.kept_count, ZERO_F32);
     if (st != ZERO_OK)
         return gpt_fail(st, "tp all-gather of the partitioned input of block %d (tp rank %d of %d, group %s): %s",
-                        layer, ws->tp_rank, ws->tp_size, zero_comm_name(ws->tp), zero_comm_last_error(ws->tp));
+                        layer, ws->tp_rank, ws->tp_size, zero_comm_get_name(ws->tp), zero_comm_last_error(ws->tp));
     return ZERO_OK;
 }
 

@@ -114,7 +114,7 @@ void tp_param_unslice(const tp_param_info *info, int tp_size, int tp_rank, const
 zero_status tp_param_gather(zero_comm *tp, const tp_param_info *info, const float *shard, float *full)
 {
     if (!info || !shard || !full) return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_param_gather: NULL argument");
-    int size = tp ? zero_comm_size(tp) : 1;
+    int size = tp ? zero_comm_get_size(tp) : 1;
     if (info->split == TP_REPLICATED || size == 1) {
         if (size == 1 && info->numel != info->full.numel)
             return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_param_gather: %s: a shard of %zu elements on a tp group of 1",

@@ -329,9 +329,9 @@ zero_status zero_nvme_io_start_(zero_nvme_store *s)
 #endif
     if (r < 0) {
         if (s->opt.io == ZERO_NVME_IO_URING)
-            return zero_fail(NULL, ZERO_UNSUPPORTED, "zero_nvme_store_open: io_uring_queue_init: %s",
+            return zero_fail(NULL, ZERO_UNSUPPORTED, "zero_nvme_store_create: io_uring_queue_init: %s",
                              strerror(-r));
-        zero_log(ZERO_LOG_WARN, "zero_nvme_store_open: io_uring unavailable (%s); %s/%s uses pread/pwrite",
+        zero_log(ZERO_LOG_WARN, "zero_nvme_store_create: io_uring unavailable (%s); %s/%s uses pread/pwrite",
                  strerror(-r), s->dir, s->name);
         return ZERO_OK;
     }
@@ -339,13 +339,13 @@ zero_status zero_nvme_io_start_(zero_nvme_store *s)
     if (s->wake_fd < 0) {
         int e = errno;
         io_uring_queue_exit(&s->ring);
-        return zero_fail(NULL, ZERO_BACKEND, "zero_nvme_store_open: eventfd: %s", strerror(e));
+        return zero_fail(NULL, ZERO_BACKEND, "zero_nvme_store_create: eventfd: %s", strerror(e));
     }
     r = pthread_create(&s->thread, NULL, completion_main, s);
     if (r != 0) {
         close(s->wake_fd);
         io_uring_queue_exit(&s->ring);
-        return zero_fail(NULL, ZERO_BACKEND, "zero_nvme_store_open: cannot start the completion thread: %s",
+        return zero_fail(NULL, ZERO_BACKEND, "zero_nvme_store_create: cannot start the completion thread: %s",
                          strerror(r));
     }
     s->uring = 1;
@@ -353,7 +353,7 @@ zero_status zero_nvme_io_start_(zero_nvme_store *s)
 #else
     if (s->opt.io == ZERO_NVME_IO_URING)
         return zero_fail(NULL, ZERO_UNSUPPORTED,
-                         "zero_nvme_store_open: io_uring requested, but this libzero was built without liburing");
+                         "zero_nvme_store_create: io_uring requested, but this libzero was built without liburing");
     return ZERO_OK;
 #endif
 }
@@ -377,7 +377,7 @@ zero_status zero_nvme_io_drain_(zero_nvme_store *s, double timeout_s)
          * its thread and its requests alive rather than free them. */
         pthread_detach(s->thread);
         return zero_fail(&s->err, ZERO_TIMEOUT,
-                         "zero_nvme_store_close(%s/%s): %llu segments still in flight after %g s; the store's "
+                         "zero_nvme_store_destroy(%s/%s): %llu segments still in flight after %g s; the store's "
                          "memory is leaked so the kernel cannot write into freed buffers",
                          s->dir, s->name, (unsigned long long)left, timeout_s);
     }

@@ -86,7 +86,7 @@ static zero_status check_options(const zero_nvme_options *o)
     else if ((unsigned)o->direct > ZERO_NVME_DIRECT_OFF) what = "options.direct is not a zero_nvme_direct_mode";
     else if (o->name && (!*o->name || strchr(o->name, '/'))) what = "options.name is empty or contains '/'";
     if (!what) return ZERO_OK;
-    return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_nvme_store_open: %s", what);
+    return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_nvme_store_create: %s", what);
 }
 
 /* Create one file, O_DIRECT unless refused, sized to its capacity. */
@@ -97,19 +97,19 @@ static zero_status open_one_file(zero_nvme_store *s, nvme_file *f)
         f->fd = open_file(f->path, base | O_DIRECT);
         if (f->fd < 0 && errno == EINVAL && s->opt.direct == ZERO_NVME_DIRECT_AUTO) {
             zero_log(ZERO_LOG_WARN,
-                     "zero_nvme_store_open: the file system of %s refuses O_DIRECT; using buffered I/O "
+                     "zero_nvme_store_create: the file system of %s refuses O_DIRECT; using buffered I/O "
                      "(through the page cache) for this store",
                      s->dir);
             s->direct = 0;
         } else if (f->fd < 0 && errno == EINVAL) {
             return zero_fail(NULL, ZERO_UNSUPPORTED,
-                             "zero_nvme_store_open: the file system of %s refuses O_DIRECT (creating %s) "
+                             "zero_nvme_store_create: the file system of %s refuses O_DIRECT (creating %s) "
                              "and options.direct is ZERO_NVME_DIRECT_REQUIRED", s->dir, f->path);
         }
     }
     if (!s->direct) f->fd = open_file(f->path, base);
     if (f->fd < 0)
-        return zero_fail(NULL, ZERO_IO, "zero_nvme_store_open: cannot create %s: %s", f->path, strerror(errno));
+        return zero_fail(NULL, ZERO_IO, "zero_nvme_store_create: cannot create %s: %s", f->path, strerror(errno));
     int r;
     if (s->opt.preallocate) {
         /* fallocate(2), not posix_fallocate: where the file system cannot
@@ -120,30 +120,30 @@ static zero_status open_one_file(zero_nvme_store *s, nvme_file *f)
         r = ftruncate(f->fd, (off_t)f->capacity) ? errno : 0;
     }
     if (r != 0)
-        return zero_fail(NULL, ZERO_IO, "zero_nvme_store_open: cannot size %s to %llu bytes: %s%s", f->path,
+        return zero_fail(NULL, ZERO_IO, "zero_nvme_store_create: cannot size %s to %llu bytes: %s%s", f->path,
                          (unsigned long long)f->capacity, strerror(r), r == ENOSPC ? " (ENOSPC)" : "");
     return ZERO_OK;
 }
 
-zero_status zero_nvme_store_open(zero_nvme_store **out, const zero_nvme_options *o)
+zero_status zero_nvme_store_create(zero_nvme_store **out, const zero_nvme_options *o)
 {
-    if (!out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_nvme_store_open: out is NULL");
+    if (!out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_nvme_store_create: out is NULL");
     *out = NULL;
     zero_nvme_options whole; /* an older version's missing fields at their defaults */
     const zero_nvme_options defaults = ZERO_NVME_OPTIONS_INIT;
     memcpy(&whole, &defaults, sizeof whole);
-    if (!o) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_nvme_store_open: options is NULL");
-    ZERO_TRY(zero_versioned_read(NULL, ZERO_INVALID_ARGUMENT, "zero_nvme_store_open", &nvme_options_type, o, &whole));
+    if (!o) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_nvme_store_create: options is NULL");
+    ZERO_TRY(zero_versioned_read(NULL, ZERO_INVALID_ARGUMENT, "zero_nvme_store_create", &nvme_options_type, o, &whole));
     o = &whole;
     ZERO_TRY(check_options(o));
     struct stat sb;
     if (stat(o->dir, &sb) != 0)
-        return zero_fail(NULL, ZERO_IO, "zero_nvme_store_open: directory %s: %s", o->dir, strerror(errno));
+        return zero_fail(NULL, ZERO_IO, "zero_nvme_store_create: directory %s: %s", o->dir, strerror(errno));
     if (!S_ISDIR(sb.st_mode))
-        return zero_fail(NULL, ZERO_IO, "zero_nvme_store_open: %s is not a directory", o->dir);
+        return zero_fail(NULL, ZERO_IO, "zero_nvme_store_create: %s is not a directory", o->dir);
 
     zero_nvme_store *s = calloc(1, sizeof *s);
-    if (!s) return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "zero_nvme_store_open: no memory");
+    if (!s) return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "zero_nvme_store_create: no memory");
     pthread_mutex_init(&s->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -166,7 +166,7 @@ zero_status zero_nvme_store_open(zero_nvme_store **out, const zero_nvme_options 
     s->files = calloc((size_t)o->num_files, sizeof *s->files);
     if (!s->dir || !s->name || !s->files) {
         store_free(s);
-        return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "zero_nvme_store_open: no memory");
+        return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "zero_nvme_store_create: no memory");
     }
     uint64_t per_file = round_up((o->capacity + (uint64_t)o->num_files - 1) / (uint64_t)o->num_files);
     zero_status st = ZERO_OK;
@@ -177,7 +177,7 @@ zero_status zero_nvme_store_open(zero_nvme_store **out, const zero_nvme_options 
         size_t n = strlen(s->dir) + strlen(s->name) + 32;
         f->path = malloc(n);
         if (!f->path) {
-            st = zero_fail(NULL, ZERO_OUT_OF_MEMORY, "zero_nvme_store_open: no memory");
+            st = zero_fail(NULL, ZERO_OUT_OF_MEMORY, "zero_nvme_store_create: no memory");
             break;
         }
         snprintf(f->path, n, "%s/%s.%d.swap", s->dir, s->name, i);
@@ -194,7 +194,7 @@ zero_status zero_nvme_store_open(zero_nvme_store **out, const zero_nvme_options 
     return ZERO_OK;
 }
 
-zero_status zero_nvme_store_close(zero_nvme_store *s)
+zero_status zero_nvme_store_destroy(zero_nvme_store *s)
 {
     if (!s) return ZERO_OK;
     zero_status st = zero_nvme_io_drain_(s, s->opt.timeout_s);

@@ -15,6 +15,7 @@ packages=(
   python3-torch                         # the correctness reference (CPU)
   python3-matplotlib                    # benchmark charts
   iproute2                              # tests/multihost: network namespaces joined by veth
+  abigail-tools                         # abidw/abidiff: the ABI check of the stable surface (docs/abi.md)
 )
 missing=()
 for p in "${packages[@]}"; do

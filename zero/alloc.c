@@ -24,7 +24,7 @@ static void books_sub(zero_books *b, zero_mem_category cat, size_t bytes)
 
 zero_status zero_memset_zero(zero_engine *e, void *ptr, size_t bytes)
 {
-    zero_status st = zero_fill(e->dev, ptr, ZERO_F32, bytes / 4, 0.0f, NULL);
+    zero_status st = zero_fill_value(e->dev, ptr, ZERO_F32, bytes / 4, 0.0f, NULL);
     if (st == ZERO_OK && bytes % 4) st = zero_memcpy(e->dev, (char *)ptr + bytes - bytes % 4, "\0\0\0", bytes % 4);
     return st;
 }

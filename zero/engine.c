@@ -31,7 +31,7 @@ zero_status engine_check_usable(zero_engine *e, const char *what, int need_final
         return zero_fail(NULL, ZERO_INVALID_STATE, "%s: engine %p %s", what, (void *)e,
                          e->magic == ZERO_HANDLE_DEAD ? "was destroyed by zero_engine_destroy; the handle is stale"
                                                       : "is not a zero_engine");
-    if (zero_comm_size(e->dp) < 1) /* the comm answers 0 once destroyed */
+    if (zero_comm_get_size(e->dp) < 1) /* the comm answers 0 once destroyed */
         return zero_fail(&e->err, ZERO_INVALID_STATE,
                          "%s: the engine's dp comm was destroyed while the engine still uses it (destroy the "
                          "engine first)", what);
@@ -116,7 +116,7 @@ zero_status zero_engine_create(zero_engine **out, const zero_config *config, zer
                                 "written into contiguous buffers (flat at stages 0-1, one per module at 2-3)");
 
     int is_cuda = zero_device_get_kind(dev) == ZERO_DEVICE_CUDA;
-    zero_backend be = zero_comm_backend(dp);
+    zero_backend be = zero_comm_get_backend(dp);
     int comm_on_device = be == ZERO_BACKEND_NCCL || be == ZERO_BACKEND_STAGED;
     int comm_on_host = be == ZERO_BACKEND_MPI || be == ZERO_BACKEND_LOCAL;
     if (is_cuda && !comm_on_device)
@@ -134,8 +134,8 @@ zero_status zero_engine_create(zero_engine **out, const zero_config *config, zer
     e->dp = dp;
     e->dev = dev;
     e->is_cuda = is_cuda;
-    e->rank = zero_comm_rank(dp);
-    e->world = zero_comm_size(dp);
+    e->rank = zero_comm_get_rank(dp);
+    e->world = zero_comm_get_size(dp);
     e->dsize = zero_dtype_size(config->compute_dtype);
     e->own_master = config->compute_dtype == ZERO_F32;
     if (config->compute_dtype == ZERO_F16)
@@ -155,7 +155,7 @@ void zero_engine_destroy(zero_engine *e)
                  e->magic == ZERO_HANDLE_DEAD ? "was already destroyed" : "is not a zero_engine");
         return;
     }
-    if (!e->broken && zero_comm_size(e->dp) >= 1) { /* a destroyed comm answers 0: nothing to flush on it */
+    if (!e->broken && zero_comm_get_size(e->dp) >= 1) { /* a destroyed comm answers 0: nothing to flush on it */
         (void)grads_flush(e, "engine destroy");
         (void)gather_drop_prefetches(e, "engine destroy");
     }
@@ -447,9 +447,9 @@ zero_status zero_engine_set_lr(zero_engine *e, double lr)
 
 double zero_engine_get_lr(const zero_engine *e) { return e ? e->cfg.lr : 0.0; }
 
-double zero_engine_loss_scale(const zero_engine *e) { return e ? e->loss_scale : 1.0; }
+double zero_engine_get_loss_scale(const zero_engine *e) { return e ? e->loss_scale : 1.0; }
 
-zero_status zero_engine_plan_info(const zero_engine *e, zero_plan_info *out)
+zero_status zero_engine_get_plan_info(const zero_engine *e, zero_plan_info *out)
 {
     if (!e || !out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine plan_info: NULL argument");
     if (!e->finalized)
@@ -472,16 +472,16 @@ zero_status zero_engine_plan_info(const zero_engine *e, zero_plan_info *out)
     return ZERO_OK;
 }
 
-int zero_engine_num_params(const zero_engine *e) { return e ? e->num_params : 0; }
-int zero_engine_num_modules(const zero_engine *e) { return e ? e->num_modules : 0; }
+int zero_engine_get_num_params(const zero_engine *e) { return e ? e->num_params : 0; }
+int zero_engine_get_num_modules(const zero_engine *e) { return e ? e->num_modules : 0; }
 
-const char *zero_engine_module_name(const zero_engine *e, int module)
+const char *zero_engine_get_module_name(const zero_engine *e, int module)
 {
     if (!e || module < 0 || module >= e->num_modules) return NULL;
     return e->modules[module].name;
 }
 
-zero_status zero_engine_param_info(const zero_engine *e, int param, zero_param_info *out)
+zero_status zero_engine_get_param_info(const zero_engine *e, int param, zero_param_info *out)
 {
     if (!e || !out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine param_info: NULL argument");
     if (param < 0 || param >= e->num_params)
@@ -511,7 +511,7 @@ zero_status zero_engine_param_info(const zero_engine *e, int param, zero_param_i
     return ZERO_OK;
 }
 
-zero_status zero_engine_bucket_info(const zero_engine *e, int bucket, zero_bucket_info *out)
+zero_status zero_engine_get_bucket_info(const zero_engine *e, int bucket, zero_bucket_info *out)
 {
     if (!e || !out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine bucket_info: NULL argument");
     memset(out, 0, sizeof *out);
@@ -529,7 +529,7 @@ zero_status zero_engine_bucket_info(const zero_engine *e, int bucket, zero_bucke
     return ZERO_OK;
 }
 
-zero_status zero_engine_param_owned_range(const zero_engine *e, int param, int index, uint64_t *begin,
+zero_status zero_engine_get_param_owned_range(const zero_engine *e, int param, int index, uint64_t *begin,
                                          uint64_t *end)
 {
     if (!e || !begin || !end) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine param_owned_range: NULL argument");

@@ -101,7 +101,7 @@ zero_status zero_engine_grads_ready(zero_engine *e, int module)
         ZERO_TRY(reduce_bucket(e, b, src, what));
         if (e->cfg.stage < 2) {
             /* Staged in fp32 already: ready for the next micro-step. */
-            zero_status st = zero_fill(e->dev, src, e->cfg.compute_dtype, b->numel, 0.0f, NULL);
+            zero_status st = zero_fill_value(e->dev, src, e->cfg.compute_dtype, b->numel, 0.0f, NULL);
             if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine grads_ready: zeroing gradients: ");
         }
     }
@@ -115,9 +115,9 @@ zero_status zero_engine_grads_ready(zero_engine *e, int module)
 
 zero_status grads_zero_all(zero_engine *e)
 {
-    zero_status st = zero_fill(e->dev, e->gacc, ZERO_F32, e->shard, 0.0f, NULL);
+    zero_status st = zero_fill_value(e->dev, e->gacc, ZERO_F32, e->shard, 0.0f, NULL);
     if (st == ZERO_OK && e->grads_full)
-        st = zero_fill(e->dev, e->grads_full, e->cfg.compute_dtype, e->padded, 0.0f, NULL);
+        st = zero_fill_value(e->dev, e->grads_full, e->cfg.compute_dtype, e->padded, 0.0f, NULL);
     if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine: zeroing gradients: ");
     for (int i = 0; i < e->num_modules; i++) {
         zero_module *m = &e->modules[i];

@@ -6,7 +6,7 @@
 
 #include "engine_internal.h"
 
-zero_status zero_engine_memory_report(const zero_engine *e, zero_memory_report *out)
+zero_status zero_engine_get_memory_report(const zero_engine *e, zero_memory_report *out)
 {
     if (!e || !out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine memory_report: NULL argument");
     memset(out, 0, sizeof *out);
@@ -56,7 +56,7 @@ zero_status zero_engine_get_stats(const zero_engine *e, zero_engine_stats *out)
     return ZERO_OK;
 }
 
-zero_status zero_engine_offload_report(const zero_engine *e, zero_offload_report *out)
+zero_status zero_engine_get_offload_report(const zero_engine *e, zero_offload_report *out)
 {
     if (!e || !out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine offload_report: NULL argument");
     memset(out, 0, sizeof *out);

@@ -21,15 +21,15 @@ zero_status zero_engine_set_model_parallel(zero_engine *e, zero_comm *mp)
     const char *what = "engine set_model_parallel";
     ZERO_TRY(check_engine(e, what));
     if (mp) {
-        zero_backend be = zero_comm_backend(mp);
+        zero_backend be = zero_comm_get_backend(mp);
         int on_device = be == ZERO_BACKEND_NCCL || be == ZERO_BACKEND_STAGED;
         int on_host = be == ZERO_BACKEND_MPI || be == ZERO_BACKEND_LOCAL;
         if (e->is_cuda ? !on_device : !on_host)
             return zero_fail(&e->err, ZERO_INVALID_ARGUMENT,
                              "%s: mp comm '%s' (backend %d) does not carry the memory of the engine's %s device "
                              "(rank %d of dp)",
-                             what, zero_comm_name(mp), (int)be, e->is_cuda ? "CUDA" : "CPU", e->rank);
-        int n = zero_comm_size(mp);
+                             what, zero_comm_get_name(mp), (int)be, e->is_cuda ? "CUDA" : "CPU", e->rank);
+        int n = zero_comm_get_size(mp);
         double *buf = calloc((size_t)n + 1, sizeof *buf);
         if (!buf) return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "%s: out of memory for %d ranks", what, n);
         free(e->mp_buf);
@@ -61,7 +61,7 @@ zero_status zero_engine_set_param_duplicate(zero_engine *e, int param, int dupli
 zero_status mp_norm_reduce(zero_engine *e, double *total, const char *what)
 {
     if (!e->mp) return ZERO_OK;
-    const int n = zero_comm_size(e->mp);
+    const int n = zero_comm_get_size(e->mp);
     if (n == 1) return ZERO_OK;
     double *buf = e->mp_buf;
     buf[n] = *total;

@@ -95,7 +95,7 @@ static zero_status setup_nvme_store(zero_engine *e, const char *what)
     o.capacity = capacity;
     o.queue_depth = c->aio_queue_depth;
     o.block_bytes = c->aio_block_size;
-    zero_status st = zero_nvme_store_open(&e->off_store, &o);
+    zero_status st = zero_nvme_store_create(&e->off_store, &o);
     if (st != ZERO_OK) {
         e->off_store = NULL;
         return fail_obj(e, st, what, "nvme store", zero_last_error());
@@ -155,7 +155,7 @@ void offload_teardown(zero_engine *e)
     zero_nvme_swapper_destroy(e->off_swapper);
     e->off_swapper = NULL;
     if (e->off_store) {
-        zero_status st = zero_nvme_store_close(e->off_store);
+        zero_status st = zero_nvme_store_destroy(e->off_store);
         if (st != ZERO_OK)
             zero_log(ZERO_LOG_WARN, "engine destroy: closing the optimizer offload store on rank %d: %s", e->rank,
                      zero_last_error());

@@ -103,7 +103,7 @@ static zero_status setup_store(zero_engine *e, const char *what)
     o.capacity = capacity;
     o.queue_depth = c->aio_queue_depth;
     o.block_bytes = c->aio_block_size;
-    zero_status st = zero_nvme_store_open(&p->store, &o);
+    zero_status st = zero_nvme_store_create(&p->store, &o);
     if (st != ZERO_OK) {
         p->store = NULL;
         return fail_obj(e, st, what, "offload_param.nvme_path", zero_last_error());
@@ -194,7 +194,7 @@ void poff_teardown(zero_engine *e)
     if (p->slots) (void)drop_reads(e, "engine destroy");
     for (int k = 0; k < 2; k++) (void)wait_write(e, k, "engine destroy");
     if (p->store) {
-        zero_status st = zero_nvme_store_close(p->store); /* removes the swap files */
+        zero_status st = zero_nvme_store_destroy(p->store); /* removes the swap files */
         if (st != ZERO_OK)
             zero_log(ZERO_LOG_WARN, "engine destroy: closing the parameter offload store on rank %d: %s", e->rank,
                      zero_last_error());
@@ -466,7 +466,7 @@ zero_status poff_read_ahead(zero_engine *e, const char *what) { return read_ahea
 
 /* ---------------------------------------------------------------- report */
 
-zero_status zero_engine_param_offload_report(const zero_engine *e, zero_param_offload_report *out)
+zero_status zero_engine_get_param_offload_report(const zero_engine *e, zero_param_offload_report *out)
 {
     if (!e || !out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine param_offload_report: NULL argument");
     memset(out, 0, sizeof *out);

@@ -433,7 +433,7 @@ int main(int argc, char **argv)
     cfg.backend = nranks > 1 ? ZERO_BACKEND_MPI : ZERO_BACKEND_LOCAL;
     cfg.timeout_s = 120;
     bufs b = {0};
-    if (zero_comm_init_world(&b.zc, &cfg) != ZERO_OK) {
+    if (zero_comm_create_world(&b.zc, &cfg) != ZERO_OK) {
         fprintf(stderr, "rank %d: %s\n", rank, zero_last_error());
         MPI_Abort(MPI_COMM_WORLD, 1);
     }

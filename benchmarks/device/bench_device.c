@@ -61,7 +61,7 @@ static void run_once(bench *B, const spec *s, double *sink)
 {
     switch (s->op) {
     case OP_COPY: TRY(zero_memcpy_async(B->dev, B->b, B->a, B->n * 4, B->stream)); break;
-    case OP_FILL: TRY(zero_fill(B->dev, B->b, s->dt, B->n, 0.5f, B->stream)); break;
+    case OP_FILL: TRY(zero_fill_value(B->dev, B->b, s->dt, B->n, 0.5f, B->stream)); break;
     case OP_SCALE: TRY(zero_scale(B->dev, B->b, s->dt, B->n, 1.0f, B->stream)); break;
     case OP_AXPY: TRY(zero_axpy(B->dev, 0.0f, B->a, B->b, s->dt, B->n, B->stream)); break;
     case OP_CAST: TRY(zero_cast(B->dev, B->a, s->dt, B->b, s->dt2, B->n, B->stream)); break;
@@ -130,7 +130,7 @@ int main(int argc, char **argv)
     }
     if (n == 0 || iters < 1) return 2;
     bench B = {.n = n, .iters = iters};
-    zero_status st = zero_device_open(&B.dev, strcmp(device, "cuda") ? ZERO_DEVICE_CPU : ZERO_DEVICE_CUDA, -1);
+    zero_status st = zero_device_create(&B.dev, strcmp(device, "cuda") ? ZERO_DEVICE_CPU : ZERO_DEVICE_CUDA, -1);
     if (st != ZERO_OK) {
         fprintf(stderr, "zero-bench-device: %s\n", zero_last_error());
         return st == ZERO_UNSUPPORTED ? 77 : 1;
@@ -208,7 +208,7 @@ int main(int argc, char **argv)
     zero_device_free(B.dev, B.a);
     zero_device_free(B.dev, B.b);
     zero_stream_destroy(B.stream);
-    zero_device_close(B.dev);
+    zero_device_destroy(B.dev);
     free(B.host_f32), free(B.host_16), free(res);
     return wrong ? 1 : 0;
 }

@@ -58,7 +58,7 @@ static int run_stage(const bench_run_opts *o, bench_model *m, zero_comm *world, 
                      mem_record *rec)
 {
     memset(rec, 0, sizeof *rec);
-    const int rank = zero_comm_rank(world);
+    const int rank = zero_comm_get_rank(world);
     zero_config cfg = bench_run_config(o, stage);
     zero_engine *e = NULL;
     int rc = 1;
@@ -80,9 +80,9 @@ static int run_stage(const bench_run_opts *o, bench_model *m, zero_comm *world, 
 
     zero_memory_report got, formula, expected;
     zero_plan_info plan;
-    if (bench_failed(zero_engine_memory_report(e, &got), what)) goto out;
+    if (bench_failed(zero_engine_get_memory_report(e, &got), what)) goto out;
     if (bench_failed(bench_expected_memory(e, &cfg, &formula, &expected), what)) goto out;
-    if (bench_failed(zero_engine_plan_info(e, &plan), what)) goto out;
+    if (bench_failed(zero_engine_get_plan_info(e, &plan), what)) goto out;
     const uint64_t peak = bench_rss_peak();
     for (int c = 0; c < C; c++) {
         rec->measured[c] = got.bytes[c];
@@ -241,7 +241,7 @@ static void print_table(const bench_run_opts *o, const bench_model *m, const mem
 static int run_dp(const bench_run_opts *o, bench_model *m, zero_comm *world, zero_device *dev, int dp,
                   const int *stages, int nstages, mem_run *out)
 {
-    const int rank = zero_comm_rank(world), size = zero_comm_size(world);
+    const int rank = zero_comm_get_rank(world), size = zero_comm_get_size(world);
     out->dp = dp;
     out->rec = calloc((size_t)nstages * (size_t)dp, sizeof *out->rec);
     mem_record *all = calloc((size_t)size, sizeof *all);
@@ -280,7 +280,7 @@ int bench_cmd_memory(int argc, char **argv)
     zero_comm *world = NULL;
     zero_device *dev = NULL;
     if (bench_run_setup(&o, &world, &dev, "memory")) return 1;
-    const int rank = zero_comm_rank(world), size = zero_comm_size(world);
+    const int rank = zero_comm_get_rank(world), size = zero_comm_get_size(world);
 
     int stages[4], nstages = 0;
     for (int s = 0; s < 4; s++)
@@ -293,7 +293,7 @@ int bench_cmd_memory(int argc, char **argv)
             if (rank == 0)
                 fprintf(stderr, "zero-bench memory: --dp-sizes %d does not divide the %d running ranks\n", dps[k],
                         size);
-            zero_device_close(dev);
+            zero_device_destroy(dev);
             zero_comm_destroy(world);
             return 2;
         }
@@ -314,7 +314,7 @@ int bench_cmd_memory(int argc, char **argv)
     }
     for (int k = 0; k < ndps; k++) free(runs[k].rec);
     bench_model_free(&m);
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     zero_comm_destroy(world);
     if (rc) return 1;
     return mismatch ? 3 : 0;

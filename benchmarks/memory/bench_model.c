@@ -144,7 +144,7 @@ zero_status bench_model_step(bench_model *m, zero_engine *e, zero_device *dev, i
                              zero_step_result *result)
 {
     zero_plan_info plan;
-    zero_status pst = zero_engine_plan_info(e, &plan);
+    zero_status pst = zero_engine_get_plan_info(e, &plan);
     if (pst != ZERO_OK) return pst;
     zero_dtype dtype = plan.compute_dtype;
     /* forward */
@@ -174,7 +174,7 @@ zero_status bench_model_step(bench_model *m, zero_engine *e, zero_device *dev, i
             /* The buffer is zero at the start of a micro-step, so a fill is
              * the "+=" the engine asks for. Values differ per rank and param. */
             float g = 1e-3f * (float)(1 + (i % 7)) * (float)(1 + rank);
-            st = zero_fill(dev, grad, dtype, m->params[i].numel, g, NULL);
+            st = zero_fill_value(dev, grad, dtype, m->params[i].numel, g, NULL);
             if (st != ZERO_OK) return st;
         }
         st = zero_engine_grads_ready(e, mod);
@@ -191,7 +191,7 @@ zero_status bench_expected_memory(zero_engine *e, const zero_config *cfg, zero_m
                                   zero_memory_report *expected)
 {
     zero_plan_info plan;
-    zero_status st = zero_engine_plan_info(e, &plan);
+    zero_status st = zero_engine_get_plan_info(e, &plan);
     if (st != ZERO_OK) return st;
     st = zero_memory_estimate(plan.padded_numel, plan.dp_size, plan.stage, plan.compute_dtype,
                               cfg->optimizer, cfg->momentum != 0.0, formula);

@@ -88,7 +88,7 @@ int bench_cmd_offload(int argc, char **argv)
     zero_comm *world = NULL;
     zero_device *dev = NULL;
     if (bench_run_setup(&o, &world, &dev, "offload")) return 1;
-    const int rank = zero_comm_rank(world), size = zero_comm_size(world);
+    const int rank = zero_comm_get_rank(world), size = zero_comm_get_size(world);
 
     zero_comm *comm[NMODES] = {NULL};
     zero_engine *eng[NMODES] = {NULL};
@@ -109,7 +109,7 @@ int bench_cmd_offload(int argc, char **argv)
     }
     zero_offload_report before = {0}, after = {0};
     for (int rep = -o.warmup; rep < o.steps && !rc; rep++) {
-        if (rep == 0) rc = bench_failed(zero_engine_offload_report(eng[2], &before), "offload: report");
+        if (rep == 0) rc = bench_failed(zero_engine_get_offload_report(eng[2], &before), "offload: report");
         for (int j = 0; j < NMODES && !rc; j++) {
             int k = (j + (rep < 0 ? 0 : rep)) % NMODES;
             rc = bench_failed(zero_barrier(world), "offload: barrier");
@@ -124,7 +124,7 @@ int bench_cmd_offload(int argc, char **argv)
             if (rep >= 0) times[(size_t)k * o.steps + rep] = dt;
         }
     }
-    if (!rc) rc = bench_failed(zero_engine_offload_report(eng[2], &after), "offload: report");
+    if (!rc) rc = bench_failed(zero_engine_get_offload_report(eng[2], &after), "offload: report");
     if (!rc)
         rc = bench_failed(zero_allreduce(world, times, times, (size_t)NMODES * o.steps, ZERO_F64, ZERO_MAX),
                           "offload: allreduce of times");
@@ -201,7 +201,7 @@ int bench_cmd_offload(int argc, char **argv)
     }
     free(times);
     bench_model_free(&m);
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     zero_comm_destroy(world);
     return rc;
 }

@@ -135,17 +135,17 @@ int bench_run_setup(const bench_run_opts *o, zero_comm **world, zero_device **de
     set_threads(o);
     *world = NULL;
     *dev = NULL;
-    if (bench_failed(zero_comm_init_world(world, NULL), cmd)) return 1;
-    int size = zero_comm_size(*world);
+    if (bench_failed(zero_comm_create_world(world, NULL), cmd)) return 1;
+    int size = zero_comm_get_size(*world);
     if (o->world && o->world != size) {
-        if (zero_comm_rank(*world) == 0)
+        if (zero_comm_get_rank(*world) == 0)
             fprintf(stderr, "zero-bench %s: --world %d but %d ranks are running (use tests/mpirun.sh %d)\n",
                     cmd, o->world, size, o->world);
         zero_comm_destroy(*world);
         *world = NULL;
         return 1;
     }
-    if (bench_failed(zero_device_open(dev, ZERO_DEVICE_CPU, 0), cmd)) {
+    if (bench_failed(zero_device_create(dev, ZERO_DEVICE_CPU, 0), cmd)) {
         zero_comm_destroy(*world);
         *world = NULL;
         return 1;

@@ -58,7 +58,7 @@ int bench_cmd_steptime(int argc, char **argv)
     zero_comm *world = NULL;
     zero_device *dev = NULL;
     if (bench_run_setup(&o, &world, &dev, "steptime")) return 1;
-    const int rank = zero_comm_rank(world), size = zero_comm_size(world);
+    const int rank = zero_comm_get_rank(world), size = zero_comm_get_size(world);
 
     zero_comm *comm[4] = {NULL};
     zero_engine *eng[4] = {NULL};
@@ -192,7 +192,7 @@ int bench_cmd_steptime(int argc, char **argv)
     }
     free(times);
     bench_model_free(&m);
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     zero_comm_destroy(world);
     return rc;
 }

@@ -138,7 +138,7 @@ static store_result store_run(const char *dir, zero_nvme_io_engine io, size_t to
     o.io = io;
     o.timeout_s = 600;
     zero_nvme_store *s;
-    TRY(zero_nvme_store_open(&s, &o));
+    TRY(zero_nvme_store_create(&s, &o));
     int n = (int)(total / tensor);
     zero_nvme_tensor *t = malloc((size_t)n * sizeof *t);
     zero_nvme_request **r = malloc((size_t)n * sizeof *r);
@@ -161,7 +161,7 @@ static store_result store_run(const char *dir, zero_nvme_io_engine io, size_t to
     res.read_gbs = (double)total / (now() - t0) / 1e9;
     res.wrong = memcmp(src, dst, total) != 0;
     memset(dst, 0, total);
-    TRY(zero_nvme_store_close(s));
+    TRY(zero_nvme_store_destroy(s));
     free(t);
     free(r);
     return res;
@@ -196,9 +196,9 @@ static swap_result swap_run(const char *dir, zero_nvme_io_engine io, int chunks,
     o.io = io;
     o.timeout_s = 600;
     zero_nvme_store *s;
-    TRY(zero_nvme_store_open(&s, &o));
+    TRY(zero_nvme_store_create(&s, &o));
     zero_device *dev;
-    TRY(zero_device_open(&dev, ZERO_DEVICE_CPU, 0));
+    TRY(zero_device_create(&dev, ZERO_DEVICE_CPU, 0));
     zero_host_pool *pool;
     TRY(zero_host_pool_create(&pool, dev, (size_t)(depth + 3) * chunk));
     zero_nvme_tensor *t = malloc((size_t)chunks * sizeof *t);
@@ -293,8 +293,8 @@ static swap_result swap_run(const char *dir, zero_nvme_io_engine io, int chunks,
     free(got);
     free(t);
     zero_host_pool_destroy(pool);
-    zero_device_close(dev);
-    TRY(zero_nvme_store_close(s));
+    zero_device_destroy(dev);
+    TRY(zero_nvme_store_destroy(s));
     return r;
 }
 

@@ -131,7 +131,7 @@ typedef struct zero_comm_config {
  * initialised, so mpirun sees a proper MPI process). Creating the world is
  * collective and has the config's deadline. `config` may be NULL for the
  * defaults. */
-ZERO_API zero_status zero_comm_init_world(zero_comm **out, const zero_comm_config *config);
+ZERO_API zero_status zero_comm_create_world(zero_comm **out, const zero_comm_config *config);
 
 /* Like MPI_Comm_split: ranks with the same color (>= 0) form a group, ordered
  * by key (ties by parent rank). Collective over `parent`, with its deadline
@@ -154,22 +154,22 @@ ZERO_API zero_status zero_comm_split(zero_comm *parent, int color, int key, zero
  * Destroy engines before their comms. */
 ZERO_API void zero_comm_destroy(zero_comm *comm);
 
-ZERO_API int zero_comm_rank(const zero_comm *comm);
-ZERO_API int zero_comm_size(const zero_comm *comm);
-ZERO_API zero_backend zero_comm_backend(const zero_comm *comm);
+ZERO_API int zero_comm_get_rank(const zero_comm *comm);
+ZERO_API int zero_comm_get_size(const zero_comm *comm);
+ZERO_API zero_backend zero_comm_get_backend(const zero_comm *comm);
 /* The rank of this process in the world group the comm descends from. */
-ZERO_API int zero_comm_world_rank(const zero_comm *comm);
+ZERO_API int zero_comm_get_world_rank(const zero_comm *comm);
 /* Change the deadline (seconds, > 0) for later ops on this comm. */
 ZERO_API zero_status zero_comm_set_timeout(zero_comm *comm, double timeout_s);
 /* The message of the last failed call on this comm; never NULL. */
 ZERO_API const char *zero_comm_last_error(const zero_comm *comm);
 /* The deadline in seconds currently applied to this comm's ops. */
-ZERO_API double zero_comm_timeout(const zero_comm *comm);
+ZERO_API double zero_comm_get_timeout(const zero_comm *comm);
 /* The world rank of group member `rank`; -1 when out of range. */
-ZERO_API int zero_comm_world_rank_of(const zero_comm *comm, int rank);
+ZERO_API int zero_comm_get_world_rank_of(const zero_comm *comm, int rank);
 /* The group's name as error messages show it: "world", "world/split(1)",
  * "tp", "dp", "pp", or what zero_comm_set_name gave it (1..63 characters). */
-ZERO_API const char *zero_comm_name(const zero_comm *comm);
+ZERO_API const char *zero_comm_get_name(const zero_comm *comm);
 ZERO_API zero_status zero_comm_set_name(zero_comm *comm, const char *name);
 /* Label the collectives issued on this comm from now on (until changed;
  * NULL or "" clears it; up to 31 characters are kept). With fingerprints on,

@@ -33,10 +33,10 @@ typedef enum zero_device_kind {
 /* Open a device. For CUDA, `ordinal` selects the GPU (-1: local rank modulo
  * the device count). ZERO_UNSUPPORTED when built without CUDA or no GPU is
  * present, with a message saying which. */
-ZERO_API zero_status zero_device_open(zero_device **out, zero_device_kind kind, int ordinal);
-ZERO_API void zero_device_close(zero_device *dev); /* NULL accepted */
+ZERO_API zero_status zero_device_create(zero_device **out, zero_device_kind kind, int ordinal);
+ZERO_API void zero_device_destroy(zero_device *dev); /* NULL accepted */
 ZERO_API zero_device_kind zero_device_get_kind(const zero_device *dev);
-ZERO_API int zero_device_ordinal(const zero_device *dev);
+ZERO_API int zero_device_get_ordinal(const zero_device *dev);
 /* 1 when this build can open CUDA devices and at least one is present. */
 ZERO_API int zero_cuda_available(void);
 ZERO_API const char *zero_device_last_error(const zero_device *dev);

@@ -35,7 +35,7 @@
  * parameter's owned part is one contiguous range [owned_begin, owned_end) of
  * its flattened elements (possibly empty) unless it is split: then it is
  * one range per bucket (zero_param_info.num_owned_ranges,
- * zero_engine_param_owned_range), and those ranges lie one after another in
+ * zero_engine_get_param_owned_range), and those ranges lie one after another in
  * the shard. finalize checks the plan is identical on every rank.
  *
  * ------------------------------------------------------------------ one step
@@ -44,7 +44,7 @@
  *               param_data(p), compute, release(m)
  *     backward: per module, in any order: gather(m), param_grad(p) for each
  *               of its params, ACCUMULATE (+=) the micro-batch gradient into
- *               it (fp16: of the loss multiplied by zero_engine_loss_scale()),
+ *               it (fp16: of the loss multiplied by zero_engine_get_loss_scale()),
  *               grads_ready(m), release(m)
  *   step(&result)
  *
@@ -488,7 +488,7 @@ ZERO_API double zero_engine_get_lr(const zero_engine *e);
 
 /* The factor to multiply the loss by before backward (fp16 dynamic or static
  * loss scaling); 1.0 for f32 and bf16. */
-ZERO_API double zero_engine_loss_scale(const zero_engine *e);
+ZERO_API double zero_engine_get_loss_scale(const zero_engine *e);
 
 /* ================================================================= memory */
 
@@ -539,7 +539,7 @@ typedef struct zero_memory_report {
     uint64_t peak_total; /* the most the engine held at once */
 } zero_memory_report;
 
-ZERO_API zero_status zero_engine_memory_report(const zero_engine *e, zero_memory_report *out);
+ZERO_API zero_status zero_engine_get_memory_report(const zero_engine *e, zero_memory_report *out);
 
 /* The ZeRO formula above for `numel` elements (pass the padded count to
  * compare with an engine), `dp` ranks, `stage`, compute dtype f32/bf16/f16
@@ -586,7 +586,7 @@ typedef struct zero_offload_report {
 } zero_offload_report;
 
 /* After finalize. device NONE: everything 0. */
-ZERO_API zero_status zero_engine_offload_report(const zero_engine *e, zero_offload_report *out);
+ZERO_API zero_status zero_engine_get_offload_report(const zero_engine *e, zero_offload_report *out);
 
 /* ----------------------------------------------------- parameter offload
  * With offload_param_device != NONE (stage 3 only) this rank's compute-dtype
@@ -632,7 +632,7 @@ typedef struct zero_param_offload_report {
 } zero_param_offload_report;
 
 /* After finalize. device NONE: everything 0. */
-ZERO_API zero_status zero_engine_param_offload_report(const zero_engine *e, zero_param_offload_report *out);
+ZERO_API zero_status zero_engine_get_param_offload_report(const zero_engine *e, zero_param_offload_report *out);
 
 /* ================================================================= introspection */
 
@@ -653,7 +653,7 @@ typedef struct zero_plan_info {
 } zero_plan_info;
 
 /* After finalize. */
-ZERO_API zero_status zero_engine_plan_info(const zero_engine *e, zero_plan_info *out);
+ZERO_API zero_status zero_engine_get_plan_info(const zero_engine *e, zero_plan_info *out);
 
 typedef struct zero_param_info {
     const char *name; /* owned by the engine, valid until destroy */
@@ -667,7 +667,7 @@ typedef struct zero_param_info {
     /* This rank's part, the same at every stage. Unless the parameter is
      * split (num_owned_ranges > 1) it is the flattened elements
      * [owned_begin, owned_end) (begin == end: nothing owned). A split
-     * parameter's part is num_owned_ranges ranges (zero_engine_param_owned_range);
+     * parameter's part is num_owned_ranges ranges (zero_engine_get_param_owned_range);
      * owned_begin / owned_end are then the first owned element and one past
      * the last, with gaps between (owned_numel < owned_end - owned_begin). */
     uint64_t owned_begin;
@@ -684,16 +684,16 @@ typedef struct zero_param_info {
 
 /* Registration data works before finalize; the owned range and shard offset
  * need finalize (zeros before; bucket and first_bucket -1). */
-ZERO_API int zero_engine_num_params(const zero_engine *e);
-ZERO_API int zero_engine_num_modules(const zero_engine *e);
-ZERO_API zero_status zero_engine_param_info(const zero_engine *e, int param, zero_param_info *out);
+ZERO_API int zero_engine_get_num_params(const zero_engine *e);
+ZERO_API int zero_engine_get_num_modules(const zero_engine *e);
+ZERO_API zero_status zero_engine_get_param_info(const zero_engine *e, int param, zero_param_info *out);
 /* Owned range `index` (0 .. num_owned_ranges - 1, ascending) of `param` on
  * this rank: flattened elements [*begin, *end). After finalize; ZERO_NOT_FOUND
  * for an index out of range. Not collective. */
-ZERO_API zero_status zero_engine_param_owned_range(const zero_engine *e, int param, int index, uint64_t *begin,
+ZERO_API zero_status zero_engine_get_param_owned_range(const zero_engine *e, int param, int index, uint64_t *begin,
                                                    uint64_t *end);
 /* Owned by the engine, valid until destroy; NULL for an unknown module. */
-ZERO_API const char *zero_engine_module_name(const zero_engine *e, int module);
+ZERO_API const char *zero_engine_get_module_name(const zero_engine *e, int module);
 /* -1 (and ZERO_NOT_FOUND from the status form) for an unknown name. */
 ZERO_API zero_status zero_engine_find_param(const zero_engine *e, const char *name, int *param);
 
@@ -708,7 +708,7 @@ typedef struct zero_bucket_info {
     uint64_t chunk_numel;  /* numel / dp size: each rank's part */
     uint64_t shard_offset; /* where this rank's chunk starts in its shard */
 } zero_bucket_info;
-ZERO_API zero_status zero_engine_bucket_info(const zero_engine *e, int bucket, zero_bucket_info *out);
+ZERO_API zero_status zero_engine_get_bucket_info(const zero_engine *e, int bucket, zero_bucket_info *out);
 
 /* Counters of what the engine did since finalize (for tests and tuning). */
 typedef struct zero_engine_stats {

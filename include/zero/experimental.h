@@ -44,7 +44,7 @@ ZERO_API void zero_host_free_numa(zero_device *dev, void *ptr, size_t bytes);
  * n == 0 succeeds and touches nothing (pointers may then be NULL). */
 
 /* x[i] = value */
-ZERO_API zero_status zero_fill(zero_device *dev, void *x, zero_dtype dtype, size_t n, float value,
+ZERO_API zero_status zero_fill_value(zero_device *dev, void *x, zero_dtype dtype, size_t n, float value,
                                zero_stream *stream);
 /* x[i] *= alpha */
 ZERO_API zero_status zero_scale(zero_device *dev, void *x, zero_dtype dtype, size_t n, float alpha,

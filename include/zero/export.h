@@ -17,4 +17,7 @@
 #define ZERO_EXTERN_C_END
 #endif
 
+/* The old names of functions renamed at 1.0, for one minor version. */
+#include <zero/deprecated.h>
+
 #endif

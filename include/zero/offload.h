@@ -139,13 +139,13 @@ typedef struct zero_nvme_options {
 /* Create (truncate) the files. Errors: a missing or unwritable directory
  * (ZERO_IO naming the path and errno), no space for the preallocation
  * (ZERO_IO, "ENOSPC"), bad options (ZERO_INVALID_ARGUMENT). */
-ZERO_API zero_status zero_nvme_store_open(zero_nvme_store **out, const zero_nvme_options *options);
+ZERO_API zero_status zero_nvme_store_create(zero_nvme_store **out, const zero_nvme_options *options);
 /* Waits (up to timeout_s) for requests still in flight, frees requests never
  * waited for, closes and (unless keep_files) removes the files. NULL accepted.
  * Destroy the store's swappers first (they hold requests of this store).
  * A request still in flight after the deadline leaks its memory rather than
  * letting the kernel write into freed buffers; the status says so. */
-ZERO_API zero_status zero_nvme_store_close(zero_nvme_store *store);
+ZERO_API zero_status zero_nvme_store_destroy(zero_nvme_store *store);
 ZERO_API const char *zero_nvme_store_last_error(const zero_nvme_store *store);
 
 /* Change the number of segments in flight (1..ZERO_NVME_MAX_QUEUE_DEPTH);

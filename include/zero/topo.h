@@ -53,11 +53,11 @@ typedef enum zero_topo_bind_scope {
 } zero_topo_bind_scope;
 
 /* Open a handle on this machine's topology (loaded on first use, then shared). */
-ZERO_API zero_status zero_topo_load(zero_topo **out);
+ZERO_API zero_status zero_topo_create(zero_topo **out);
 /* A handle on an invented topology in hwloc's synthetic syntax, e.g.
  * "pack:2 numa:2 core:8 pu:2", for tests and for planning other machines.
  * It owns its own hwloc topology; binding with it is refused (warned). */
-ZERO_API zero_status zero_topo_load_synthetic(zero_topo **out, const char *description);
+ZERO_API zero_status zero_topo_create_synthetic(zero_topo **out, const char *description);
 ZERO_API void zero_topo_destroy(zero_topo *topo); /* NULL accepted */
 ZERO_API const char *zero_topo_last_error(const zero_topo *topo);
 
@@ -77,7 +77,7 @@ ZERO_API zero_status zero_topo_set_gpu_cpusets(zero_topo *topo, int count, const
  * the same plan for all of them without talking to each other.
  *
  * gpu >= 0: the rank drives that GPU; the other ranks are assumed to drive
- * GPU (r % gpus), as zero_device_open(ZERO_DEVICE_CUDA, -1) picks. Ranks near
+ * GPU (r % gpus), as zero_device_create(ZERO_DEVICE_CUDA, -1) picks. Ranks near
  * the same GPU/NUMA domain split its cores evenly. gpu = -1: rank r is placed
  * on NUMA node r * numa_nodes / local_size. When some domain has fewer cores
  * than ranks (or domains partly overlap), every rank instead gets an even

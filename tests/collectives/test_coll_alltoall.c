@@ -295,12 +295,12 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "mpi")) cfg.backend = ZERO_BACKEND_MPI;
     if (!strcmp(mode, "counts") || !strcmp(mode, "missing")) cfg.fingerprint = 1;
     if (!strcmp(mode, "counts_nofp") || !strcmp(mode, "missing_nofp")) cfg.fingerprint = 0;
-    if (zero_comm_init_world(&comm, &cfg) != ZERO_OK) {
+    if (zero_comm_create_world(&comm, &cfg) != ZERO_OK) {
         fprintf(stderr, "init_world: %s\n", zero_last_error());
         return 1;
     }
-    rank = zero_comm_rank(comm);
-    size = zero_comm_size(comm);
+    rank = zero_comm_get_rank(comm);
+    size = zero_comm_get_size(comm);
     check_set_rank(rank);
     int want = !strncmp(mode, "missing", 7) ? 3 : !strncmp(mode, "counts", 6) ? 2 : 0;
     if (want && size != want) {

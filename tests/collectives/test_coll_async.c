@@ -15,11 +15,11 @@ int main(void)
     zero_comm *world = NULL, *other = NULL;
     zero_comm_config cfg = ZERO_COMM_CONFIG_INIT;
     cfg.timeout_s = 30;
-    if (zero_comm_init_world(&world, &cfg) != ZERO_OK) {
+    if (zero_comm_create_world(&world, &cfg) != ZERO_OK) {
         fprintf(stderr, "init_world: %s\n", zero_last_error());
         return 1;
     }
-    int r = zero_comm_rank(world), n = zero_comm_size(world);
+    int r = zero_comm_get_rank(world), n = zero_comm_get_size(world);
     check_set_rank(r);
     CHECK_OK(zero_comm_split(world, 0, r, &other));
     int ranks[64];

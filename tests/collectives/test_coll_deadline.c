@@ -32,9 +32,9 @@ static void expect_timeout(zero_status st, double t0, zero_comm *c, const char *
     CHECK_MSG(strstr(zero_comm_last_error(c), op) != NULL, "message does not name %s: %s", op,
               zero_comm_last_error(c));
     CHECK_MSG(strstr(zero_last_error(), op) != NULL, "thread message does not name %s: %s", op, zero_last_error());
-    CHECK_MSG(strstr(zero_comm_last_error(c), zero_comm_name(c)) != NULL, "message does not name the group: %s",
+    CHECK_MSG(strstr(zero_comm_last_error(c), zero_comm_get_name(c)) != NULL, "message does not name the group: %s",
               zero_comm_last_error(c));
-    fprintf(stderr, "[rank %d] expected failure: %s\n", zero_comm_world_rank(c), zero_comm_last_error(c));
+    fprintf(stderr, "[rank %d] expected failure: %s\n", zero_comm_get_world_rank(c), zero_comm_last_error(c));
 }
 
 static void expect_failed_state(zero_comm *c)
@@ -55,11 +55,11 @@ int main(int argc, char **argv)
     zero_comm *world = NULL, *p2p = NULL, *third = NULL, *fourth = NULL;
     zero_comm_config cfg = ZERO_COMM_CONFIG_INIT;
     cfg.timeout_s = 30;
-    if (zero_comm_init_world(&world, &cfg) != ZERO_OK) {
+    if (zero_comm_create_world(&world, &cfg) != ZERO_OK) {
         fprintf(stderr, "init_world: %s\n", zero_last_error());
         return 1;
     }
-    int r = zero_comm_rank(world), n = zero_comm_size(world);
+    int r = zero_comm_get_rank(world), n = zero_comm_get_size(world);
     check_set_rank(r);
     if (n < 2) {
         zero_comm_destroy(world);
@@ -74,7 +74,7 @@ int main(int argc, char **argv)
     CHECK_OK(zero_comm_set_name(third, "third"));
     CHECK_OK(zero_comm_set_timeout(world, TIMEOUT_S));
     CHECK_OK(zero_comm_set_timeout(p2p, TIMEOUT_S));
-    CHECK(zero_comm_timeout(world) == TIMEOUT_S);
+    CHECK(zero_comm_get_timeout(world) == TIMEOUT_S);
 
     /* Large enough for the rendezvous protocol: the abandoned op holds
      * buffers MPI may still touch. */

@@ -131,16 +131,16 @@ int main(int argc, char **argv)
     cfg.backend = !strcmp(which, "nccl") ? ZERO_BACKEND_NCCL : ZERO_BACKEND_STAGED;
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) CHECK_SKIP("no CUDA device");
-    zero_status st = zero_comm_init_world(&comm, &cfg);
+    zero_status st = zero_comm_create_world(&comm, &cfg);
     if (st == ZERO_UNSUPPORTED) CHECK_SKIP("%s backend: %s", which, zero_last_error());
     if (st != ZERO_OK) {
         fprintf(stderr, "init_world(%s): %s\n", which, zero_last_error());
         return 1;
     }
-    rank = zero_comm_rank(comm);
-    size = zero_comm_size(comm);
+    rank = zero_comm_get_rank(comm);
+    size = zero_comm_get_size(comm);
     check_set_rank(rank);
-    CHECK(zero_comm_backend(comm) == cfg.backend);
+    CHECK(zero_comm_get_backend(comm) == cfg.backend);
     const zero_dtype dts[] = {ZERO_F32, ZERO_BF16, ZERO_F16, ZERO_I32};
     const size_t counts[] = {1, 1009, (1u << 20) + 3};
     for (int i = 0; i < 4; i++)
@@ -157,7 +157,7 @@ int main(int argc, char **argv)
     CHECK_OK(zero_allreduce(half, d1, d1, 1, ZERO_F32, ZERO_SUM));
     float got = 0;
     cudaMemcpy(&got, d1, 4, cudaMemcpyDeviceToHost);
-    CHECK(got == (float)zero_comm_size(half));
+    CHECK(got == (float)zero_comm_get_size(half));
     cudaFree(d1);
     zero_comm_destroy(half);
     zero_comm_destroy(comm);

@@ -31,13 +31,13 @@ static double coll_now_s(void)
 static zero_comm *split_of(zero_comm *world)
 {
     zero_comm *c = NULL;
-    CHECK_OK(zero_comm_split(world, 0, zero_comm_rank(world), &c));
+    CHECK_OK(zero_comm_split(world, 0, zero_comm_get_rank(world), &c));
     return c;
 }
 
 static void ring(zero_comm *world)
 {
-    int r = zero_comm_rank(world), n = zero_comm_size(world);
+    int r = zero_comm_get_rank(world), n = zero_comm_get_size(world);
     if (n < 2) return;
     int right = (r + 1) % n, left = (r + n - 1) % n;
     float *out = malloc(RING_COUNT * 4), *in = malloc(RING_COUNT * 4), *want = malloc(RING_COUNT * 4);
@@ -109,7 +109,7 @@ static void ring(zero_comm *world)
 
 static void timeout(zero_comm *world)
 {
-    int r = zero_comm_rank(world);
+    int r = zero_comm_get_rank(world);
     zero_comm *c = split_of(world);
     zero_comm_set_timeout(c, 1.0);
     float *buf = calloc(RING_COUNT, 4), *in = calloc(RING_COUNT, 4);
@@ -136,7 +136,7 @@ static void timeout(zero_comm *world)
 
 static void misuse(zero_comm *world)
 {
-    int r = zero_comm_rank(world), n = zero_comm_size(world);
+    int r = zero_comm_get_rank(world), n = zero_comm_get_size(world);
     zero_comm *c = split_of(world);
     CHECK(zero_comm_group_end(c) == ZERO_INVALID_STATE);
     CHECK(strstr(zero_comm_last_error(c), "no group is open") != NULL);
@@ -184,11 +184,11 @@ int main(int argc, char **argv)
     zero_comm_config cfg = ZERO_COMM_CONFIG_INIT;
     cfg.timeout_s = 30;
     if (argc > 2 && strcmp(argv[2], "local") == 0) cfg.backend = ZERO_BACKEND_LOCAL;
-    if (zero_comm_init_world(&world, &cfg) != ZERO_OK) {
+    if (zero_comm_create_world(&world, &cfg) != ZERO_OK) {
         fprintf(stderr, "init_world: %s\n", zero_last_error());
         return 1;
     }
-    check_set_rank(zero_comm_rank(world));
+    check_set_rank(zero_comm_get_rank(world));
     if (strcmp(mode, "ring") == 0) ring(world);
     else if (strcmp(mode, "timeout") == 0) timeout(world);
     else misuse(world);

@@ -18,7 +18,7 @@ static void expect_sum(zero_comm *c)
 {
     int one = 1, n = 0;
     CHECK_OK(zero_allreduce(c, &one, &n, 1, ZERO_I32, ZERO_SUM));
-    CHECK(n == zero_comm_size(c));
+    CHECK(n == zero_comm_get_size(c));
 }
 
 int main(int argc, char **argv)
@@ -32,10 +32,10 @@ int main(int argc, char **argv)
     cfg.backend = ZERO_BACKEND_MPI;
     cfg.timeout_s = 30;
     zero_comm *a = NULL, *b = NULL, *c = NULL;
-    CHECK_OK(zero_comm_init_world(&a, &cfg));
-    CHECK_OK(zero_comm_init_world(&b, &cfg));
+    CHECK_OK(zero_comm_create_world(&a, &cfg));
+    CHECK_OK(zero_comm_create_world(&b, &cfg));
     if (!a || !b) return check_exit();
-    check_set_rank(zero_comm_rank(a));
+    check_set_rank(zero_comm_get_rank(a));
     CHECK_OK(zero_comm_split(b, 0, 0, &c));
     zero_comm_destroy(a);
     CHECK(!finalized());
@@ -50,7 +50,7 @@ int main(int argc, char **argv)
     } else {
         CHECK(finalized());
         zero_comm *d = NULL;
-        CHECK(zero_comm_init_world(&d, &cfg) == ZERO_INVALID_STATE && d == NULL);
+        CHECK(zero_comm_create_world(&d, &cfg) == ZERO_INVALID_STATE && d == NULL);
         CHECK(strstr(zero_last_error(), "already finalized") != NULL);
     }
     return check_exit();

@@ -24,21 +24,21 @@ int main(int argc, char **argv)
     /* bad configs */
     zero_comm_config bad = cfg;
     bad.timeout_s = 0;
-    EXPECT(zero_comm_init_world(&c, &bad), ZERO_INVALID_ARGUMENT, "timeout_s");
+    EXPECT(zero_comm_create_world(&c, &bad), ZERO_INVALID_ARGUMENT, "timeout_s");
     bad = cfg;
     bad.version = 99;
-    EXPECT(zero_comm_init_world(&c, &bad), ZERO_INVALID_ARGUMENT, "ZERO_COMM_CONFIG_INIT");
+    EXPECT(zero_comm_create_world(&c, &bad), ZERO_INVALID_ARGUMENT, "ZERO_COMM_CONFIG_INIT");
     bad = cfg;
     bad.backend = (zero_backend)42;
-    EXPECT(zero_comm_init_world(&c, &bad), ZERO_INVALID_ARGUMENT, "backend");
-    EXPECT(zero_comm_init_world(NULL, &cfg), ZERO_INVALID_ARGUMENT, "out is NULL");
+    EXPECT(zero_comm_create_world(&c, &bad), ZERO_INVALID_ARGUMENT, "backend");
+    EXPECT(zero_comm_create_world(NULL, &cfg), ZERO_INVALID_ARGUMENT, "out is NULL");
     CHECK(c == NULL);
 
-    if (zero_comm_init_world(&c, &cfg) != ZERO_OK) {
+    if (zero_comm_create_world(&c, &cfg) != ZERO_OK) {
         fprintf(stderr, "init_world: %s\n", zero_last_error());
         return 1;
     }
-    int r = zero_comm_rank(c), n = zero_comm_size(c);
+    int r = zero_comm_get_rank(c), n = zero_comm_get_size(c);
     check_set_rank(r);
     float buf[64] = {0}, big[256] = {0};
     zero_request *req = NULL;
@@ -57,7 +57,7 @@ int main(int argc, char **argv)
     EXPECT(zero_comm_split(NULL, 0, 0, &(zero_comm *){NULL}), ZERO_INVALID_ARGUMENT, "parent comm is NULL");
     EXPECT(zero_test(NULL, &(int){0}), ZERO_INVALID_ARGUMENT, "req is NULL");
     EXPECT(zero_comm_get_counters(NULL, &(zero_comm_counters){0}), ZERO_INVALID_ARGUMENT, "comm is NULL");
-    CHECK(zero_comm_rank(NULL) == -1 && zero_comm_size(NULL) == 0);
+    CHECK(zero_comm_get_rank(NULL) == -1 && zero_comm_get_size(NULL) == 0);
     zero_comm_destroy(NULL);
 
     zero_comm_reset_counters(c);
@@ -100,7 +100,7 @@ int main(int argc, char **argv)
     CHECK_OK(zero_allreduce(c, &one, &sum, 1, ZERO_F32, ZERO_SUM));
     CHECK(sum == (float)n);
     CHECK_OK(zero_comm_set_name(c, "trainer-world"));
-    CHECK(!strcmp(zero_comm_name(c), "trainer-world"));
+    CHECK(!strcmp(zero_comm_get_name(c), "trainer-world"));
     CHECK(strlen(zero_comm_last_error(c)) > 0);
     zero_comm_destroy(c);
     return check_exit();

@@ -183,19 +183,19 @@ int main(int argc, char **argv)
         if (!strncmp(argv[i], "algo=", 5)) setenv("ZERO_COLL_MPI_ALGO", argv[i] + 5, 1);
         if (!strncmp(argv[i], "seg=", 4)) setenv("ZERO_COLL_SEG_BYTES", argv[i] + 4, 1);
     }
-    zero_status st = zero_comm_init_world(&comm, &cfg);
+    zero_status st = zero_comm_create_world(&comm, &cfg);
     if (st != ZERO_OK) {
         fprintf(stderr, "init_world: %s\n", zero_last_error());
         return 1;
     }
-    rank = zero_comm_rank(comm);
-    size = zero_comm_size(comm);
-    check_set_rank(zero_comm_world_rank(comm));
+    rank = zero_comm_get_rank(comm);
+    size = zero_comm_get_size(comm);
+    check_set_rank(zero_comm_get_world_rank(comm));
     for (int r = 0; r < size; r++) all_ranks[r] = r;
-    if (cfg.backend == ZERO_BACKEND_LOCAL) CHECK(zero_comm_backend(comm) == ZERO_BACKEND_LOCAL && size == 1);
-    if (cfg.backend == ZERO_BACKEND_MPI) CHECK(zero_comm_backend(comm) == ZERO_BACKEND_MPI);
+    if (cfg.backend == ZERO_BACKEND_LOCAL) CHECK(zero_comm_get_backend(comm) == ZERO_BACKEND_LOCAL && size == 1);
+    if (cfg.backend == ZERO_BACKEND_MPI) CHECK(zero_comm_get_backend(comm) == ZERO_BACKEND_MPI);
     if (cfg.backend == ZERO_BACKEND_AUTO)
-        CHECK(zero_comm_backend(comm) == (size > 1 ? ZERO_BACKEND_MPI : ZERO_BACKEND_LOCAL));
+        CHECK(zero_comm_get_backend(comm) == (size > 1 ? ZERO_BACKEND_MPI : ZERO_BACKEND_LOCAL));
 
     const size_t counts[] = {1, 7, 1009, 16411}; /* 16411: several segments at seg=256K */
     for (int di = 0; di < COLL_NDTYPES; di++) {

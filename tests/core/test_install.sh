@@ -82,6 +82,16 @@ extra=$(comm -13 "$tmp/declared" "$tmp/exported")
 missing=$(comm -23 "$tmp/declared" "$tmp/exported")
 [ -z "$extra" ] || bad "exported but not declared ZERO_API: $(echo $extra)"
 [ -z "$missing" ] || bad "declared ZERO_API but not exported: $(echo $missing)"
+# The names renamed at 1.0 still compile (deprecated macros, docs/abi.md) unless ZERO_NO_DEPRECATED.
+printf '#include <zero/zero.h>\nint main(void) { zero_device *d = 0; zero_device_open(&d, ZERO_DEVICE_CPU, 0);\n'\
+'  zero_device_close(d); return 0; }\n' > "$tmp/old_names.c"
+cc -std=c11 -fsyntax-only -Wall -Werror $(pkg-config --cflags zero) "$tmp/old_names.c" \
+  || bad "a deprecated name (zero_device_open) does not compile"
+if cc -std=c11 -fsyntax-only -Werror -DZERO_NO_DEPRECATED $(pkg-config --cflags zero) "$tmp/old_names.c" 2>/dev/null; then
+  bad "ZERO_NO_DEPRECATED still accepts the deprecated zero_device_open"
+fi
+nm -D --defined-only "$lib" | grep -qw zero_device_open && bad "the deprecated name zero_device_open is exported"
+
 # The experimental surface is opt-in.
 exp_headers="experimental.h offload.h topo.h"
 for h in $exp_headers; do

@@ -109,13 +109,13 @@ int main(void)
     comm_room.c = cc;
     zero_comm *comm = NULL;
     zero_device *dev = NULL;
-    CHECK_OK(zero_comm_init_world(&comm, &comm_room.c));
-    CHECK_OK(zero_device_open(&dev, 0, 0));
+    CHECK_OK(zero_comm_create_world(&comm, &comm_room.c));
+    CHECK_OK(zero_device_create(&dev, 0, 0));
     if (comm && dev) {
         from_json();
         engine(comm, dev);
     }
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     zero_comm_destroy(comm);
     return check_exit();
 }

@@ -10,7 +10,7 @@
  *     that are not zero_dtypes (INVALID_ARGUMENT) or not floating
  *     (UNSUPPORTED), a stream of another device, in-place narrowing casts;
  *   - n == 0 is a no-op that succeeds, even with NULL pointers;
- *   - zero_device_open(CUDA) without a GPU is ZERO_UNSUPPORTED, never a crash;
+ *   - zero_device_create(CUDA) without a GPU is ZERO_UNSUPPORTED, never a crash;
  *   - NUMA-local allocation warns once (per problem) when placement or
  *     pinning is impossible, not on every allocation.
  *
@@ -129,7 +129,7 @@ static void test_copies_and_streams(zero_device *dev)
 
     if (zero_device_get_kind(dev) == ZERO_DEVICE_CPU) {
         /* on the CPU, work is complete when the call returns */
-        CHECK_OK(zero_fill(dev, d1, ZERO_F32, 4, 2.0f, s1));
+        CHECK_OK(zero_fill_value(dev, d1, ZERO_F32, 4, 2.0f, s1));
         CHECK(((float *)d1)[3] == 2.0f);
         /* overlapping host copies are allowed (memmove) */
         memcpy(back, host, n);
@@ -160,38 +160,38 @@ static void test_misuse(zero_device *dev)
     CHECK_STATUS(zero_host_alloc_numa(dev, 0, &p), ZERO_INVALID_ARGUMENT, "zero_host_alloc_numa");
     CHECK(strstr(zero_device_last_error(dev), "zero_host_alloc_numa") != NULL); /* per-handle copy */
 
-    CHECK_STATUS(zero_fill(dev, buf, (zero_dtype)42, 4, 0.0f, NULL), ZERO_INVALID_ARGUMENT, "dtype 42 is not a zero_dtype");
-    CHECK_STATUS(zero_fill(dev, buf, ZERO_I32, 4, 0.0f, NULL), ZERO_UNSUPPORTED, "i32");
+    CHECK_STATUS(zero_fill_value(dev, buf, (zero_dtype)42, 4, 0.0f, NULL), ZERO_INVALID_ARGUMENT, "dtype 42 is not a zero_dtype");
+    CHECK_STATUS(zero_fill_value(dev, buf, ZERO_I32, 4, 0.0f, NULL), ZERO_UNSUPPORTED, "i32");
     CHECK_STATUS(zero_cast(dev, buf, ZERO_F32, buf, (zero_dtype)-1, 4, NULL), ZERO_INVALID_ARGUMENT, "dst_dtype");
-    CHECK_STATUS(zero_fill(dev, NULL, ZERO_F32, 4, 0.0f, NULL), ZERO_INVALID_ARGUMENT, "zero_fill: x is NULL");
+    CHECK_STATUS(zero_fill_value(dev, NULL, ZERO_F32, 4, 0.0f, NULL), ZERO_INVALID_ARGUMENT, "zero_fill_value: x is NULL");
     CHECK_STATUS(zero_axpy(dev, 1.0f, NULL, buf, ZERO_F32, 4, NULL), ZERO_INVALID_ARGUMENT, "zero_axpy: x is NULL");
     CHECK_STATUS(zero_sumsq(dev, buf, ZERO_F32, 4, NULL, NULL, NULL), ZERO_INVALID_ARGUMENT, "out is NULL");
     CHECK_STATUS(zero_memcpy(dev, NULL, buf, 4), ZERO_INVALID_ARGUMENT, "dst is NULL");
     CHECK_STATUS(zero_cast(dev, buf, ZERO_F32, buf, ZERO_BF16, 4, NULL), ZERO_INVALID_ARGUMENT, "in place");
     CHECK_STATUS(zero_stream_sync(NULL), ZERO_INVALID_ARGUMENT, "stream is NULL");
     CHECK_STATUS(zero_event_record(NULL, NULL), ZERO_INVALID_ARGUMENT, "event is NULL");
-    CHECK_STATUS(zero_device_open(NULL, ZERO_DEVICE_CPU, 0), ZERO_INVALID_ARGUMENT, "out is NULL");
+    CHECK_STATUS(zero_device_create(NULL, ZERO_DEVICE_CPU, 0), ZERO_INVALID_ARGUMENT, "out is NULL");
     zero_device *other = NULL;
-    CHECK_STATUS(zero_device_open(&other, ZERO_DEVICE_CPU, 3), ZERO_INVALID_ARGUMENT, "ordinal");
-    CHECK_STATUS(zero_device_open(&other, (zero_device_kind)9, 0), ZERO_INVALID_ARGUMENT, "unknown device kind 9");
+    CHECK_STATUS(zero_device_create(&other, ZERO_DEVICE_CPU, 3), ZERO_INVALID_ARGUMENT, "ordinal");
+    CHECK_STATUS(zero_device_create(&other, (zero_device_kind)9, 0), ZERO_INVALID_ARGUMENT, "unknown device kind 9");
     CHECK(other == NULL);
 
     /* a stream of another device */
-    CHECK_OK(zero_device_open(&other, ZERO_DEVICE_CPU, -1));
+    CHECK_OK(zero_device_create(&other, ZERO_DEVICE_CPU, -1));
     zero_stream *foreign = NULL;
     if (other) CHECK_OK(zero_stream_create(other, &foreign));
     if (foreign) {
-        CHECK_STATUS(zero_fill(dev, buf, ZERO_F32, 4, 0.0f, foreign), ZERO_INVALID_ARGUMENT, "another device");
+        CHECK_STATUS(zero_fill_value(dev, buf, ZERO_F32, 4, 0.0f, foreign), ZERO_INVALID_ARGUMENT, "another device");
         zero_event *ev = NULL;
         CHECK_OK(zero_event_create(dev, &ev));
         CHECK_STATUS(zero_event_record(ev, foreign), ZERO_INVALID_ARGUMENT, "another device");
         zero_event_destroy(ev);
     }
     zero_stream_destroy(foreign);
-    zero_device_close(other);
+    zero_device_destroy(other);
 
     /* n == 0: nothing to do, nothing dereferenced */
-    CHECK_OK(zero_fill(dev, NULL, ZERO_F16, 0, 1.0f, NULL));
+    CHECK_OK(zero_fill_value(dev, NULL, ZERO_F16, 0, 1.0f, NULL));
     CHECK_OK(zero_scale(dev, NULL, ZERO_BF16, 0, 1.0f, NULL));
     CHECK_OK(zero_axpy(dev, 1.0f, NULL, NULL, ZERO_F32, 0, NULL));
     CHECK_OK(zero_cast(dev, NULL, ZERO_F32, NULL, ZERO_F16, 0, NULL));
@@ -201,7 +201,7 @@ static void test_misuse(zero_device *dev)
     CHECK_OK(zero_sumsq(dev, NULL, ZERO_F32, 0, &out, &nf, NULL));
     CHECK(out == 0.0 && nf == 0);
     /* n too large for size_t bytes */
-    CHECK_STATUS(zero_fill(dev, buf, ZERO_F32, SIZE_MAX / 2, 0.0f, NULL), ZERO_INVALID_ARGUMENT, "overflows");
+    CHECK_STATUS(zero_fill_value(dev, buf, ZERO_F32, SIZE_MAX / 2, 0.0f, NULL), ZERO_INVALID_ARGUMENT, "overflows");
 }
 
 int main(int argc, char **argv)
@@ -210,7 +210,7 @@ int main(int argc, char **argv)
     int cuda = argc > 1 && strcmp(argv[1], "cuda") == 0;
     zero_device *dev = NULL;
     if (cuda) {
-        zero_status st = zero_device_open(&dev, ZERO_DEVICE_CUDA, -1);
+        zero_status st = zero_device_create(&dev, ZERO_DEVICE_CUDA, -1);
         if (st == ZERO_UNSUPPORTED) {
             /* the no-GPU path itself is part of the contract */
             if (zero_cuda_available()) return 1;
@@ -221,21 +221,21 @@ int main(int argc, char **argv)
         CHECK_OK(st);
         CHECK(zero_device_get_kind(dev) == ZERO_DEVICE_CUDA);
     } else {
-        CHECK_OK(zero_device_open(&dev, ZERO_DEVICE_CPU, -1));
-        CHECK(zero_device_get_kind(dev) == ZERO_DEVICE_CPU && zero_device_ordinal(dev) == 0);
+        CHECK_OK(zero_device_create(&dev, ZERO_DEVICE_CPU, -1));
+        CHECK(zero_device_get_kind(dev) == ZERO_DEVICE_CPU && zero_device_get_ordinal(dev) == 0);
         /* CUDA absent here or present: either it opens or it says why */
         zero_device *g = NULL;
-        zero_status st = zero_device_open(&g, ZERO_DEVICE_CUDA, 0);
+        zero_status st = zero_device_create(&g, ZERO_DEVICE_CUDA, 0);
         CHECK(st == ZERO_OK || (st == ZERO_UNSUPPORTED && g == NULL && contains(zero_last_error(), "CUDA")));
         CHECK((st == ZERO_OK) == (zero_cuda_available() != 0));
-        zero_device_close(g);
+        zero_device_destroy(g);
     }
     if (!dev) return check_exit();
     test_alloc(dev);
     test_copies_and_streams(dev);
     test_misuse(dev);
     CHECK_MSG(warnings <= 2, "%d warnings; NUMA placement and pinning may each warn once", warnings);
-    zero_device_close(dev);
-    zero_device_close(NULL);
+    zero_device_destroy(dev);
+    zero_device_destroy(NULL);
     return check_exit();
 }

@@ -105,7 +105,7 @@ static void test_elementwise(ctx *c, zero_dtype dt, size_t n)
     /* fill: the value rounded once */
     const float value = 0.1f;
     for (size_t i = 0; i < n; i++) ref_store(ref, dt, i, value);
-    CHECK_OK(zero_fill(c->dev, dy, dt, n, value, c->stream));
+    CHECK_OK(zero_fill_value(c->dev, dy, dt, n, value, c->stream));
     from_dev(c, got, dy, bytes);
     CHECK_MSG(count_diff(got, ref, dt, n, "fill") == 0, "fill %s n=%zu", zero_dtype_name(dt), n);
 
@@ -259,11 +259,11 @@ int main(int argc, char **argv)
     ctx c = {0};
     c.is_cuda = argc > 1 && strcmp(argv[1], "cuda") == 0;
     if (c.is_cuda) {
-        zero_status st = zero_device_open(&c.dev, ZERO_DEVICE_CUDA, 0);
+        zero_status st = zero_device_create(&c.dev, ZERO_DEVICE_CUDA, 0);
         if (st == ZERO_UNSUPPORTED) CHECK_SKIP("no CUDA device: %s", zero_last_error());
         CHECK_OK(st);
     } else {
-        CHECK_OK(zero_device_open(&c.dev, ZERO_DEVICE_CPU, 0));
+        CHECK_OK(zero_device_create(&c.dev, ZERO_DEVICE_CPU, 0));
     }
     if (!c.dev) return check_exit();
     CHECK_OK(zero_stream_create(c.dev, &c.stream));
@@ -280,11 +280,11 @@ int main(int argc, char **argv)
         }
     if (c.is_cuda) {
         zero_device *cpu = NULL;
-        CHECK_OK(zero_device_open(&cpu, ZERO_DEVICE_CPU, 0));
+        CHECK_OK(zero_device_create(&cpu, ZERO_DEVICE_CPU, 0));
         if (cpu) test_cuda_matches_cpu(&c, cpu);
-        zero_device_close(cpu);
+        zero_device_destroy(cpu);
     }
     zero_stream_destroy(c.stream);
-    zero_device_close(c.dev);
+    zero_device_destroy(c.dev);
     return check_exit();
 }

@@ -120,8 +120,8 @@ static inline zero_status eng_train_step(zero_engine *e, zero_device *dev, const
     const zero_dtype dt = cfg->compute_dtype;
     const size_t es = zero_dtype_size(dt);
     const int micro_total = cfg->gradient_accumulation_steps;
-    const int nparams = zero_engine_num_params(e);
-    float scale = (float)zero_engine_loss_scale(e);
+    const int nparams = zero_engine_get_num_params(e);
+    float scale = (float)zero_engine_get_loss_scale(e);
     for (int u = 0; u < micro_total; u++) {
         int r = run->ranks[u % run->nranks];
         int micro = u / run->nranks;
@@ -132,7 +132,7 @@ static inline zero_status eng_train_step(zero_engine *e, zero_device *dev, const
             if ((st = zero_engine_gather(e, m)) != ZERO_OK) return st;
             for (int p = 0; p < nparams; p++) {
                 zero_param_info pi;
-                zero_engine_param_info(e, p, &pi);
+                zero_engine_get_param_info(e, p, &pi);
                 if (pi.module != m) continue;
                 void *x;
                 if ((st = zero_engine_param_data(e, p, &x)) != ZERO_OK) return st;
@@ -150,7 +150,7 @@ static inline zero_status eng_train_step(zero_engine *e, zero_device *dev, const
             if ((st = zero_engine_gather(e, m)) != ZERO_OK) return st;
             for (int p = 0; p < nparams; p++) {
                 zero_param_info pi;
-                zero_engine_param_info(e, p, &pi);
+                zero_engine_get_param_info(e, p, &pi);
                 if (pi.module != m) continue;
                 void *x, *g;
                 if ((st = zero_engine_param_data(e, p, &x)) != ZERO_OK) return st;
@@ -181,17 +181,17 @@ static inline zero_status eng_train_step(zero_engine *e, zero_device *dev, const
 static inline float *eng_collect_master(zero_engine *e, uint64_t *total)
 {
     uint64_t n = 0;
-    int np = zero_engine_num_params(e);
+    int np = zero_engine_get_num_params(e);
     for (int p = 0; p < np; p++) {
         zero_param_info pi;
-        zero_engine_param_info(e, p, &pi);
+        zero_engine_get_param_info(e, p, &pi);
         n += pi.numel;
     }
     float *all = calloc(n ? n : 1, sizeof *all);
     uint64_t off = 0;
     for (int p = 0; p < np; p++) {
         zero_param_info pi;
-        zero_engine_param_info(e, p, &pi);
+        zero_engine_get_param_info(e, p, &pi);
         CHECK_OK(zero_engine_read_param(e, p, all + off));
         off += pi.numel;
     }
@@ -204,20 +204,20 @@ static inline float *eng_collect_master(zero_engine *e, uint64_t *total)
 static inline float *eng_collect_params(zero_engine *e, zero_device *dev, zero_dtype dt)
 {
     uint64_t n = 0;
-    int np = zero_engine_num_params(e);
+    int np = zero_engine_get_num_params(e);
     for (int p = 0; p < np; p++) {
         zero_param_info pi;
-        zero_engine_param_info(e, p, &pi);
+        zero_engine_get_param_info(e, p, &pi);
         n += pi.numel;
     }
     float *all = calloc(n ? n : 1, sizeof *all);
     uint64_t off = 0;
-    for (int m = 0; m < zero_engine_num_modules(e); m++) {
+    for (int m = 0; m < zero_engine_get_num_modules(e); m++) {
         CHECK_OK(zero_engine_gather(e, m));
         off = 0;
         for (int p = 0; p < np; p++) {
             zero_param_info pi;
-            zero_engine_param_info(e, p, &pi);
+            zero_engine_get_param_info(e, p, &pi);
             if (pi.module == m) {
                 void *x = NULL;
                 CHECK_OK(zero_engine_param_data(e, p, &x));

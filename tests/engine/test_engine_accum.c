@@ -44,7 +44,7 @@ static outcome train(const zero_config *c, zero_comm *comm, zero_device *dev)
     if (!e) return o;
     CHECK_OK(eng_register(e, 1));
     CHECK_OK(zero_engine_finalize(e));
-    eng_run run = {{zero_comm_rank(comm)}, 1, 0, 0, 0};
+    eng_run run = {{zero_comm_get_rank(comm)}, 1, 0, 0, 0};
     for (int s = 1; s <= STEPS; s++) {
         zero_step_result res;
         CHECK_OK(eng_train_step(e, dev, c, &run, s, &res));
@@ -75,7 +75,7 @@ static void check_same(const outcome *a, const outcome *b, const char *what)
 /* One step with 3 micro-steps: reduce-scatters per bucket, from the counters. */
 static void check_traffic(zero_comm *comm, zero_device *dev)
 {
-    const int n = zero_comm_size(comm), rank = zero_comm_rank(comm);
+    const int n = zero_comm_get_size(comm), rank = zero_comm_get_rank(comm);
     for (int local = 0; local < 2; local++) {
         zero_config c = make(1, ZERO_F32, 3, local);
         zero_engine *e = NULL;
@@ -84,7 +84,7 @@ static void check_traffic(zero_comm *comm, zero_device *dev)
         CHECK_OK(eng_register(e, 1));
         CHECK_OK(zero_engine_finalize(e));
         zero_plan_info plan;
-        CHECK_OK(zero_engine_plan_info(e, &plan));
+        CHECK_OK(zero_engine_get_plan_info(e, &plan));
         eng_run run = {{rank}, 1, 0, 0, 0};
         zero_step_result res;
         zero_comm_reset_counters(comm);
@@ -125,11 +125,11 @@ int main(void)
 {
     zero_comm *world = NULL;
     zero_device *dev = NULL;
-    if (zero_comm_init_world(&world, NULL) != ZERO_OK || zero_device_open(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
+    if (zero_comm_create_world(&world, NULL) != ZERO_OK || zero_device_create(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
         fprintf(stderr, "setup: %s\n", zero_last_error());
         return 1;
     }
-    check_set_rank(zero_comm_rank(world));
+    check_set_rank(zero_comm_get_rank(world));
     check_traffic(world, dev);
     check_config(world, dev);
 
@@ -153,9 +153,9 @@ int main(void)
             }
             double rel = sqrt(diff2 / ref2);
             CHECK_MSG(rel <= 1e-6, "f32 gas 3: local accumulation differs from per-micro-step reduction by %.3g", rel);
-            if (zero_comm_rank(world) == 0)
+            if (zero_comm_get_rank(world) == 0)
                 fprintf(stderr, "f32 gas 3, world %d: local vs per-micro-step reduction: relative difference %.3g\n",
-                        zero_comm_size(world), rel);
+                        zero_comm_get_size(world), rel);
             for (int s = 0; s < STEPS; s++) CHECK_CLOSE(o0.norms[s], r.norms[s], 1e-6);
         }
         outcome_free(&r);
@@ -171,7 +171,7 @@ int main(void)
             outcome_free(&b);
         }
     }
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     zero_comm_destroy(world);
     return check_exit();
 }

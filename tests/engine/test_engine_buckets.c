@@ -88,7 +88,7 @@ static zero_engine *bk_engine(const zero_config *c, zero_comm *comm, zero_device
 
 static void check_plan(zero_comm *comm, zero_device *dev)
 {
-    const int n = zero_comm_size(comm);
+    const int n = zero_comm_get_size(comm);
     const uint64_t N = (uint64_t)n;
     for (int ov = 0; ov < 2; ov++) {
         zero_config c = bk_config(2, ZERO_F32, BK_BUCKET);
@@ -96,14 +96,14 @@ static void check_plan(zero_comm *comm, zero_device *dev)
         zero_engine *e = bk_engine(&c, comm, dev, 1);
         if (!e) return;
         zero_plan_info plan;
-        CHECK_OK(zero_engine_plan_info(e, &plan));
+        CHECK_OK(zero_engine_get_plan_info(e, &plan));
         const uint64_t C = BK_BUCKET / N * N;
         CHECK_MSG(plan.bucket_capacity == C && plan.max_bucket_numel == C, "capacity %llu, largest bucket %llu, want %llu",
                   (unsigned long long)plan.bucket_capacity, (unsigned long long)plan.max_bucket_numel,
                   (unsigned long long)C);
         zero_param_info wte, big;
-        CHECK_OK(zero_engine_param_info(e, 0, &wte));
-        CHECK_OK(zero_engine_param_info(e, 4, &big));
+        CHECK_OK(zero_engine_get_param_info(e, 0, &wte));
+        CHECK_OK(zero_engine_get_param_info(e, 4, &big));
         CHECK(wte.numel >= 10 * BK_BUCKET);
         /* wte starts a bucket; the big matrix first fills the 50-element one */
         CHECK_MSG(wte.num_buckets == (int)((wte.numel + C - 1) / C), "wte in %d buckets", wte.num_buckets);
@@ -114,7 +114,7 @@ static void check_plan(zero_comm *comm, zero_device *dev)
         else CHECK(wte.num_owned_ranges == 1 && wte.owned_numel == wte.numel);
         /* staging: exactly slots * (C*4 + C/N*4) bytes, whatever the params */
         zero_memory_report r;
-        CHECK_OK(zero_engine_memory_report(e, &r));
+        CHECK_OK(zero_engine_get_memory_report(e, &r));
         const uint64_t want = (uint64_t)(ov ? 2 : 1) * (C * 4 + C / N * 4);
         CHECK_MSG(r.bytes[ZERO_MEM_BUFFERS] == want && r.peak[ZERO_MEM_BUFFERS] == want,
                   "overlap %d: buffers %llu (peak %llu) bytes, want %llu", ov,
@@ -128,7 +128,7 @@ static void check_plan(zero_comm *comm, zero_device *dev)
     zero_engine *e = bk_engine(&c, comm, dev, 1);
     if (!e) return;
     zero_plan_info plan;
-    CHECK_OK(zero_engine_plan_info(e, &plan));
+    CHECK_OK(zero_engine_get_plan_info(e, &plan));
     CHECK(plan.bucket_capacity == (64 >= N ? 64 / N * N : N) && plan.max_bucket_numel <= 64);
     zero_engine_destroy(e);
 }
@@ -137,13 +137,13 @@ static void check_plan(zero_comm *comm, zero_device *dev)
  * bucket; bytes are the padded total's, at the ring volume. */
 static void check_traffic(zero_comm *comm, zero_device *dev)
 {
-    const int rank = zero_comm_rank(comm), n = zero_comm_size(comm);
+    const int rank = zero_comm_get_rank(comm), n = zero_comm_get_size(comm);
     zero_config c = bk_config(2, ZERO_F32, BK_BUCKET);
     c.gradient_accumulation_steps = 1;
     zero_engine *e = bk_engine(&c, comm, dev, 1);
     if (!e) return;
     zero_plan_info plan;
-    CHECK_OK(zero_engine_plan_info(e, &plan));
+    CHECK_OK(zero_engine_get_plan_info(e, &plan));
     eng_run run = {{rank}, 1, 0, 0, 0};
     zero_step_result res;
     zero_comm_reset_counters(comm);
@@ -169,7 +169,7 @@ typedef struct outcome {
 static outcome train(const zero_config *c, zero_comm *comm, zero_device *dev, int steps)
 {
     outcome o = {0};
-    const int rank = zero_comm_rank(comm);
+    const int rank = zero_comm_get_rank(comm);
     zero_engine *e = bk_engine(c, comm, dev, 1);
     if (!e) return o;
     eng_run run = {{rank}, 1, 0, 0, 0};
@@ -223,14 +223,14 @@ static int32_t *all_states(zero_engine *e, zero_comm *comm, uint64_t *total)
     uint64_t off = 0;
     for (int p = 0; p < BK_NPARAMS; p++) {
         zero_param_info pi;
-        CHECK_OK(zero_engine_param_info(e, p, &pi));
+        CHECK_OK(zero_engine_get_param_info(e, p, &pi));
         float *buf = malloc((pi.owned_numel + 1) * sizeof *buf);
         for (int k = 0; k < 3; k++, off += pi.numel) {
             CHECK_OK(zero_engine_state_get(e, (zero_state_kind)k, p, buf));
             uint64_t done = 0;
             for (int r = 0; r < pi.num_owned_ranges; r++) {
                 uint64_t b = 0, z = 0;
-                CHECK_OK(zero_engine_param_owned_range(e, p, r, &b, &z));
+                CHECK_OK(zero_engine_get_param_owned_range(e, p, r, &b, &z));
                 memcpy(mine + off + b, buf + done, (z - b) * sizeof *buf);
                 done += z - b;
             }
@@ -251,7 +251,7 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 
 static void check_checkpoint(zero_comm *comm, zero_device *dev)
 {
-    const int rank = zero_comm_rank(comm);
+    const int rank = zero_comm_get_rank(comm);
     char dir[256] = "";
     if (rank == 0) {
         const char *tmp = getenv("TMPDIR");
@@ -332,8 +332,8 @@ static void check_duplicates(zero_comm *comm, zero_device *dev)
         CHECK_OK(zero_engine_add_param(e, mod, "b", 1, shape, NULL, &pb));
         CHECK_OK(zero_engine_finalize(e));
         zero_param_info ia, ib;
-        CHECK_OK(zero_engine_param_info(e, pa, &ia));
-        CHECK_OK(zero_engine_param_info(e, pb, &ib));
+        CHECK_OK(zero_engine_get_param_info(e, pa, &ia));
+        CHECK_OK(zero_engine_get_param_info(e, pb, &ib));
         CHECK(ia.num_buckets > 1 && ib.num_buckets > 1 && ib.first_bucket == ia.first_bucket + ia.num_buckets - 1);
         for (int dup = 1; dup >= 0; dup--) {
             CHECK_OK(zero_engine_set_param_duplicate(e, pb, dup));
@@ -379,18 +379,18 @@ int main(void)
 {
     zero_comm *world = NULL;
     zero_device *dev = NULL;
-    if (zero_comm_init_world(&world, NULL) != ZERO_OK || zero_device_open(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
+    if (zero_comm_create_world(&world, NULL) != ZERO_OK || zero_device_create(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
         fprintf(stderr, "setup: %s\n", zero_last_error());
         return 1;
     }
-    check_set_rank(zero_comm_rank(world));
+    check_set_rank(zero_comm_get_rank(world));
     check_plan(world, dev);
     check_traffic(world, dev);
     check_stages(world, dev);
     check_checkpoint(world, dev);
     check_contiguous_warning(world, dev);
     check_duplicates(world, dev);
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     zero_comm_destroy(world);
     return check_exit();
 }

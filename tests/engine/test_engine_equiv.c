@@ -102,7 +102,7 @@ static void outcome_free(outcome *o)
  * same bits either way. */
 static void check_thread_split(zero_comm *comm, zero_device *dev)
 {
-    const int rank = zero_comm_rank(comm);
+    const int rank = zero_comm_get_rank(comm);
     float *master[2] = {NULL, NULL};
     uint64_t n = 0;
     for (int stage = 0; stage < 2; stage++) {
@@ -139,13 +139,13 @@ int main(int argc, char **argv)
     if (want_cuda) /* one rank: NCCL itself; several ranks on one GPU: STAGED */
         ccfg.backend = argc > 2 && !strcmp(argv[2], "nccl") ? ZERO_BACKEND_NCCL : ZERO_BACKEND_STAGED;
     zero_comm *world = NULL;
-    if (zero_comm_init_world(&world, &ccfg) != ZERO_OK) {
+    if (zero_comm_create_world(&world, &ccfg) != ZERO_OK) {
         fprintf(stderr, "init_world: %s\n", zero_last_error());
         return want_cuda ? 77 : 1;
     }
-    const int rank = zero_comm_rank(world), n = zero_comm_size(world);
+    const int rank = zero_comm_get_rank(world), n = zero_comm_get_size(world);
     check_set_rank(rank);
-    if (zero_device_open(&dev, want_cuda ? ZERO_DEVICE_CUDA : ZERO_DEVICE_CPU, -1) != ZERO_OK) {
+    if (zero_device_create(&dev, want_cuda ? ZERO_DEVICE_CUDA : ZERO_DEVICE_CPU, -1) != ZERO_OK) {
         fprintf(stderr, "device_open: %s\n", zero_last_error());
         zero_comm_destroy(world);
         return want_cuda ? 77 : 1;
@@ -213,7 +213,7 @@ int main(int argc, char **argv)
     }
     if (!want_cuda) check_thread_split(world, dev);
     zero_comm_destroy(self);
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     zero_comm_destroy(world);
     return check_exit();
 }

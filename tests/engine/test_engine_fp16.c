@@ -15,7 +15,7 @@ static void take(zero_engine *e, zero_device *dev, snapshot *s)
     uint64_t own = 0;
     for (int p = 0; p < ENG_NPARAMS; p++) {
         zero_param_info pi;
-        zero_engine_param_info(e, p, &pi);
+        zero_engine_get_param_info(e, p, &pi);
         own += pi.owned_numel;
     }
     for (int k = 0; k < 3; k++) {
@@ -23,7 +23,7 @@ static void take(zero_engine *e, zero_device *dev, snapshot *s)
         uint64_t off = 0;
         for (int p = 0; p < ENG_NPARAMS; p++) {
             zero_param_info pi;
-            zero_engine_param_info(e, p, &pi);
+            zero_engine_get_param_info(e, p, &pi);
             CHECK_OK(zero_engine_state_get(e, (zero_state_kind)k, p, s->state[k] + off));
             off += pi.owned_numel;
         }
@@ -46,7 +46,7 @@ static void drop(snapshot *s)
 
 static void check_stage(zero_comm *comm, zero_device *dev, int stage)
 {
-    const int n = zero_comm_size(comm), rank = zero_comm_rank(comm);
+    const int n = zero_comm_get_size(comm), rank = zero_comm_get_rank(comm);
     for (int hyst = 1; hyst <= 2; hyst++) {
         zero_config c = ZERO_CONFIG_INIT;
         c.stage = stage;
@@ -62,11 +62,11 @@ static void check_stage(zero_comm *comm, zero_device *dev, int stage)
         if (!e) return;
         CHECK_OK(eng_register(e, 1));
         CHECK_OK(zero_engine_finalize(e));
-        CHECK(zero_engine_loss_scale(e) == 256.0);
+        CHECK(zero_engine_get_loss_scale(e) == 256.0);
         uint64_t own = 0, total = 0;
         for (int p = 0; p < ENG_NPARAMS; p++) {
             zero_param_info pi;
-            zero_engine_param_info(e, p, &pi);
+            zero_engine_get_param_info(e, p, &pi);
             own += pi.owned_numel;
             total += pi.numel;
         }
@@ -89,9 +89,9 @@ static void check_stage(zero_comm *comm, zero_device *dev, int stage)
             drop(&before);
             drop(&after);
             double want = k == hyst - 1 ? scale / 2 : scale;
-            CHECK_MSG(res.next_loss_scale == want && zero_engine_loss_scale(e) == want,
+            CHECK_MSG(res.next_loss_scale == want && zero_engine_get_loss_scale(e) == want,
                       "stage %d hysteresis %d overflow %d: scale %g, expected %g", stage, hyst, k + 1,
-                      zero_engine_loss_scale(e), want);
+                      zero_engine_get_loss_scale(e), want);
             scale = want;
         }
         zero_engine_scalars sc;
@@ -104,8 +104,8 @@ static void check_stage(zero_comm *comm, zero_device *dev, int stage)
             CHECK_OK(eng_train_step(e, dev, &c, &run, 10 + k, &res));
             CHECK(!res.skipped && res.step == 2 + k && isfinite(res.grad_norm));
         }
-        CHECK_MSG(zero_engine_loss_scale(e) == scale * 2, "stage %d: scale %g after a window of good steps, want %g",
-                  stage, zero_engine_loss_scale(e), scale * 2);
+        CHECK_MSG(zero_engine_get_loss_scale(e) == scale * 2, "stage %d: scale %g after a window of good steps, want %g",
+                  stage, zero_engine_get_loss_scale(e), scale * 2);
         zero_engine_destroy(e);
     }
 }
@@ -114,13 +114,13 @@ int main(void)
 {
     zero_comm *world = NULL;
     zero_device *dev = NULL;
-    if (zero_comm_init_world(&world, NULL) != ZERO_OK || zero_device_open(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
+    if (zero_comm_create_world(&world, NULL) != ZERO_OK || zero_device_create(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
         fprintf(stderr, "setup: %s\n", zero_last_error());
         return 1;
     }
-    check_set_rank(zero_comm_rank(world));
+    check_set_rank(zero_comm_get_rank(world));
     for (int stage = 0; stage < 4; stage++) check_stage(world, dev, stage);
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     zero_comm_destroy(world);
     return check_exit();
 }

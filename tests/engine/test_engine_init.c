@@ -263,10 +263,10 @@ static zero_config base_config(int stage, zero_dtype dt)
 static int is_owned(zero_engine *e, int p, uint64_t i)
 {
     zero_param_info pi;
-    CHECK_OK(zero_engine_param_info(e, p, &pi));
+    CHECK_OK(zero_engine_get_param_info(e, p, &pi));
     for (int r = 0; r < pi.num_owned_ranges; r++) {
         uint64_t b = 0, z = 0;
-        CHECK_OK(zero_engine_param_owned_range(e, p, r, &b, &z));
+        CHECK_OK(zero_engine_get_param_owned_range(e, p, r, &b, &z));
         if (i >= b && i < z) return 1;
     }
     return 0;
@@ -284,7 +284,7 @@ static void test_values(zero_comm *comm, zero_device *dev, int stage, zero_dtype
     CHECK_OK(register_model(e, seed, &log, NULL));
     /* the spec path holds nothing before finalize; only the add_param copies */
     zero_memory_report r0;
-    CHECK_OK(zero_engine_memory_report(e, &r0));
+    CHECK_OK(zero_engine_get_memory_report(e, &r0));
     uint64_t values_bytes = 0;
     for (int p = 0; p < ENG_NPARAMS; p++)
         if (kind_of(p) == K_VALUES) values_bytes += eng_numel(&eng_model[p]) * 4;
@@ -297,7 +297,7 @@ static void test_values(zero_comm *comm, zero_device *dev, int stage, zero_dtype
     for (int p = 0; p < ENG_NPARAMS; p++) {
         if (kind_of(p) != K_CALLBACK) continue;
         zero_param_info pi;
-        CHECK_OK(zero_engine_param_info(e, p, &pi));
+        CHECK_OK(zero_engine_get_param_info(e, p, &pi));
         uint64_t n = pi.numel;
         long bad = -1;
         for (uint64_t i = 0; i < n && bad < 0; i++) {
@@ -318,7 +318,7 @@ static void test_values(zero_comm *comm, zero_device *dev, int stage, zero_dtype
     uint64_t off = 0;
     for (int p = 0; p < ENG_NPARAMS; p++) {
         zero_param_info pi;
-        CHECK_OK(zero_engine_param_info(e, p, &pi));
+        CHECK_OK(zero_engine_get_param_info(e, p, &pi));
         float *want = malloc(pi.numel * sizeof *want), *own = malloc(pi.numel * sizeof *own);
         reference(p, seed, want);
         CHECK_MSG(memcmp(master + off, want, pi.numel * 4) == 0, "stage %d %s: read_param of param %d (kind %d) "
@@ -329,7 +329,7 @@ static void test_values(zero_comm *comm, zero_device *dev, int stage, zero_dtype
         uint64_t done = 0;
         for (int r = 0; r < pi.num_owned_ranges; r++) {
             uint64_t b = 0, z = 0;
-            CHECK_OK(zero_engine_param_owned_range(e, p, r, &b, &z));
+            CHECK_OK(zero_engine_get_param_owned_range(e, p, r, &b, &z));
             CHECK(memcmp(own + done, want + b, (z - b) * 4) == 0);
             done += z - b;
         }
@@ -429,7 +429,7 @@ static void test_bad_specs(zero_comm *comm, zero_device *dev)
     s = (zero_init_spec)ZERO_INIT_SPEC_INIT;
     s.size = 8;
     EXPECT(zero_engine_add_param_init(e, m, "w", 1, shape, &s, NULL), ZERO_INVALID_ARGUMENT, "ZERO_INIT_SPEC_INIT");
-    CHECK(zero_engine_num_params(e) == 0);
+    CHECK(zero_engine_get_num_params(e) == 0);
     /* NULL spec = zeros */
     CHECK_OK(zero_engine_add_param_init(e, m, "w", 1, shape, NULL, NULL));
     CHECK_OK(zero_engine_finalize(e));
@@ -455,7 +455,7 @@ static void test_memory_peak(zero_comm *comm, zero_device *dev, int stage, zero_
         CHECK_OK(values ? eng_register(e, 1) : register_model(e, 5, &log, NULL));
         g_all_specs = 0;
         CHECK_OK(zero_engine_finalize(e));
-        CHECK_OK(zero_engine_memory_report(e, values ? &values_rep : &spec_rep));
+        CHECK_OK(zero_engine_get_memory_report(e, values ? &values_rep : &spec_rep));
         zero_engine_destroy(e);
     }
     uint64_t values_bytes = 0;
@@ -553,7 +553,7 @@ static long build_rss(zero_comm *comm, zero_device *dev, int values, uint64_t *s
     CHECK_OK(zero_engine_finalize(e));
     long hwm = hwm_bytes();
     zero_memory_report r;
-    CHECK_OK(zero_engine_memory_report(e, &r));
+    CHECK_OK(zero_engine_get_memory_report(e, &r));
     *steady = r.total;
     *eng_peak = r.peak_total;
     zero_engine_destroy(e);
@@ -588,16 +588,16 @@ int main(int argc, char **argv)
     mallopt(M_MMAP_THRESHOLD, 64 * 1024);
     zero_comm *world = NULL;
     zero_device *dev = NULL;
-    if (zero_comm_init_world(&world, NULL) != ZERO_OK || zero_device_open(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
+    if (zero_comm_create_world(&world, NULL) != ZERO_OK || zero_device_create(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
         fprintf(stderr, "setup: %s\n", zero_last_error());
         return 1;
     }
-    g_rank = zero_comm_rank(world);
-    g_world = zero_comm_size(world);
+    g_rank = zero_comm_get_rank(world);
+    g_world = zero_comm_get_size(world);
     check_set_rank(g_rank);
     if (argc > 1 && !strcmp(argv[1], "rss")) {
         test_rss(world, dev);
-        zero_device_close(dev);
+        zero_device_destroy(dev);
         zero_comm_destroy(world);
         return check_exit();
     }
@@ -613,7 +613,7 @@ int main(int argc, char **argv)
     }
     test_mismatch(world, dev);
     test_bad_specs(world, dev);
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     zero_comm_destroy(world);
     return check_exit();
 }

@@ -106,7 +106,7 @@ static void check_report(zero_engine *e, const zero_memory_report *want, const c
 {
     static const char *names[] = {"params", "grads", "master", "moments", "buffers", "other"};
     zero_memory_report got;
-    CHECK_OK(zero_engine_memory_report(e, &got));
+    CHECK_OK(zero_engine_get_memory_report(e, &got));
     for (int k = 0; k < ZERO_MEM_CATEGORY_COUNT; k++)
         CHECK_MSG(got.bytes[k] == want->bytes[k], "stage %d %s opt %d overlap %d %s: %s = %llu, expected %llu",
                   c->stage, zero_dtype_name(c->compute_dtype), (int)c->optimizer, c->overlap_comm, when, names[k],
@@ -117,7 +117,7 @@ static void check_report(zero_engine *e, const zero_memory_report *want, const c
 
 static void check_config(const zero_config *c, zero_comm *comm, zero_device *dev)
 {
-    const int n = zero_comm_size(comm), rank = zero_comm_rank(comm);
+    const int n = zero_comm_get_size(comm), rank = zero_comm_get_rank(comm);
     plan_ref pr;
     plan_compute(n, rank, c->reduce_bucket_size, c->stage3_param_persistence_threshold, &pr);
     zero_engine *e = NULL;
@@ -126,20 +126,20 @@ static void check_config(const zero_config *c, zero_comm *comm, zero_device *dev
     CHECK_OK(eng_register(e, 1));
     /* before finalize: the init values are held (category other) */
     zero_memory_report r0;
-    CHECK_OK(zero_engine_memory_report(e, &r0));
+    CHECK_OK(zero_engine_get_memory_report(e, &r0));
     uint64_t init_bytes = 0;
     for (int p = 0; p < ENG_NPARAMS; p++) init_bytes += eng_numel(&eng_model[p]) * 4;
     CHECK(r0.bytes[ZERO_MEM_OTHER] == init_bytes && r0.total == init_bytes);
     CHECK_OK(zero_engine_finalize(e));
 
     zero_plan_info pi;
-    CHECK_OK(zero_engine_plan_info(e, &pi));
+    CHECK_OK(zero_engine_get_plan_info(e, &pi));
     CHECK(pi.padded_numel == pr.padded && pi.shard_numel == pr.shard && pi.max_bucket_numel == pr.max_bucket);
     CHECK(pi.max_bucket_numel <= pi.bucket_capacity && pi.persistent_numel == pr.persist);
     CHECK(pi.padded_numel % (uint64_t)n == 0 && pi.shard_numel * (uint64_t)n == pi.padded_numel);
     for (int p = 0; p < ENG_NPARAMS; p++) {
         zero_param_info info;
-        CHECK_OK(zero_engine_param_info(e, p, &info));
+        CHECK_OK(zero_engine_get_param_info(e, p, &info));
         CHECK_MSG(info.owned_begin == pr.own_begin[p] && info.owned_end == pr.own_end[p] &&
                       info.owned_numel == pr.own_numel[p],
                   "param %d owned [%llu, %llu) (%llu), expected [%llu, %llu) (%llu)", p,
@@ -226,9 +226,9 @@ static void check_rss(zero_comm *comm, zero_device *dev, int stage)
     CHECK_OK(zero_engine_finalize(e));
     long after = rss_bytes();
     zero_memory_report r;
-    CHECK_OK(zero_engine_memory_report(e, &r));
+    CHECK_OK(zero_engine_get_memory_report(e, &r));
     double grew = (double)(after - before), rep = (double)r.total;
-    fprintf(stderr, "[rank %d] stage %d: resident +%.1f MB, reported %.1f MB (ratio %.4f)\n", zero_comm_rank(comm),
+    fprintf(stderr, "[rank %d] stage %d: resident +%.1f MB, reported %.1f MB (ratio %.4f)\n", zero_comm_get_rank(comm),
             stage, grew / 1e6, rep / 1e6, grew / rep);
     CHECK_MSG(rep > 20e6, "model too small for an RSS comparison: %.1f MB", rep / 1e6);
     CHECK_MSG(fabs(grew - rep) <= 0.03 * rep, "stage %d: resident memory grew by %.1f MB, report says %.1f MB",
@@ -238,7 +238,7 @@ static void check_rss(zero_comm *comm, zero_device *dev, int stage)
     if (have_peak && hwm > 0) {
         double pgrew = (double)(hwm - before), prep = (double)r.peak_total;
         fprintf(stderr, "[rank %d] stage %d: peak resident +%.1f MB, reported peak %.1f MB (ratio %.4f)\n",
-                zero_comm_rank(comm), stage, pgrew / 1e6, prep / 1e6, pgrew / prep);
+                zero_comm_get_rank(comm), stage, pgrew / 1e6, prep / 1e6, pgrew / prep);
         CHECK_MSG(fabs(pgrew - prep) <= 0.03 * prep, "stage %d: peak resident grew by %.1f MB, reported peak %.1f MB",
                   stage, pgrew / 1e6, prep / 1e6);
     }
@@ -252,11 +252,11 @@ int main(int argc, char **argv)
     mallopt(M_MMAP_THRESHOLD, 64 * 1024);
     zero_comm *world = NULL;
     zero_device *dev = NULL;
-    if (zero_comm_init_world(&world, NULL) != ZERO_OK || zero_device_open(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
+    if (zero_comm_create_world(&world, NULL) != ZERO_OK || zero_device_create(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
         fprintf(stderr, "setup: %s\n", zero_last_error());
         return 1;
     }
-    check_set_rank(zero_comm_rank(world));
+    check_set_rank(zero_comm_get_rank(world));
     if (argc > 1 && !strcmp(argv[1], "rss")) {
         for (int stage = 0; stage < 4; stage++) check_rss(world, dev, stage);
     } else {
@@ -285,7 +285,7 @@ int main(int argc, char **argv)
                       r.total / 1e9, want_gb[stage]);
         }
     }
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     zero_comm_destroy(world);
     return check_exit();
 }

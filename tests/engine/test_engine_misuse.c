@@ -98,7 +98,7 @@ static void api_misuse(zero_comm *comm, zero_device *dev)
     CHECK_OK(zero_engine_finalize(e));
     float buf[15];
     zero_param_info pi;
-    CHECK_OK(zero_engine_param_info(e, p, &pi));
+    CHECK_OK(zero_engine_get_param_info(e, p, &pi));
     if (pi.owned_numel > 0) {
         EXPECT(zero_engine_state_get(e, ZERO_STATE_MOMENT1, p, buf), ZERO_NOT_FOUND, "no moment1");
         CHECK_OK(zero_engine_state_get(e, ZERO_STATE_MASTER, p, buf));
@@ -110,7 +110,7 @@ static void api_misuse(zero_comm *comm, zero_device *dev)
  * ZERO_MISMATCH naming the first differing parameter. */
 static void registration_mismatch(zero_comm *comm, zero_device *dev, int extra)
 {
-    const int n = zero_comm_size(comm), rank = zero_comm_rank(comm);
+    const int n = zero_comm_get_size(comm), rank = zero_comm_get_rank(comm);
     zero_config c = base_config(2);
     zero_engine *e = NULL;
     CHECK_OK(zero_engine_create(&e, &c, comm, dev));
@@ -140,7 +140,7 @@ static void registration_mismatch(zero_comm *comm, zero_device *dev, int extra)
  * others' step fails within the deadline and names the step. */
 static int rank_dies(zero_comm *world, zero_device *dev)
 {
-    const int n = zero_comm_size(world), rank = zero_comm_rank(world);
+    const int n = zero_comm_get_size(world), rank = zero_comm_get_rank(world);
     const double deadline = 1.0;
     zero_config c = base_config(2);
     zero_engine *e = NULL;
@@ -151,7 +151,7 @@ static int rank_dies(zero_comm *world, zero_device *dev)
     for (int m = ENG_NMODULES - 1; m >= 0; m--) CHECK_OK(zero_engine_grads_ready(e, m));
     if (rank == n - 1) {
         zero_engine_destroy(e);
-        zero_device_close(dev);
+        zero_device_destroy(dev);
         zero_comm_destroy(world);
         return check_exit();
     }
@@ -176,7 +176,7 @@ static int rank_dies(zero_comm *world, zero_device *dev)
     CHECK(now() - t0 < 0.5);
     t0 = now();
     zero_engine_destroy(e);
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     zero_comm_destroy(world);
     CHECK_MSG(now() - t0 < 10.0, "teardown took %.2f s", now() - t0);
     return check_exit();
@@ -188,15 +188,15 @@ int main(int argc, char **argv)
     zero_device *dev = NULL;
     zero_comm_config cc = ZERO_COMM_CONFIG_INIT;
     cc.timeout_s = 30;
-    if (zero_comm_init_world(&world, &cc) != ZERO_OK || zero_device_open(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
+    if (zero_comm_create_world(&world, &cc) != ZERO_OK || zero_device_create(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
         fprintf(stderr, "setup: %s\n", zero_last_error());
         return 1;
     }
-    const int n = zero_comm_size(world);
-    check_set_rank(zero_comm_rank(world));
+    const int n = zero_comm_get_size(world);
+    check_set_rank(zero_comm_get_rank(world));
     if (argc > 1 && !strcmp(argv[1], "die")) {
         if (n < 2) {
-            zero_device_close(dev);
+            zero_device_destroy(dev);
             zero_comm_destroy(world);
             CHECK_SKIP("needs at least 2 ranks");
         }
@@ -207,7 +207,7 @@ int main(int argc, char **argv)
         registration_mismatch(world, dev, 0);
         registration_mismatch(world, dev, 1);
     }
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     zero_comm_destroy(world);
     return check_exit();
 }

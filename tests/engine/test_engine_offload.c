@@ -93,16 +93,16 @@ static float *collect_state(zero_engine *e, const zero_config *c, uint64_t *coun
 {
     uint64_t n = 0;
     const int kinds = 1 + num_moments(c);
-    for (int p = 0; p < zero_engine_num_params(e); p++) {
+    for (int p = 0; p < zero_engine_get_num_params(e); p++) {
         zero_param_info pi;
-        zero_engine_param_info(e, p, &pi);
+        zero_engine_get_param_info(e, p, &pi);
         n += (pi.owned_numel) * (uint64_t)kinds;
     }
     float *all = calloc(n ? n : 1, sizeof *all);
     uint64_t off = 0;
-    for (int p = 0; p < zero_engine_num_params(e); p++) {
+    for (int p = 0; p < zero_engine_get_num_params(e); p++) {
         zero_param_info pi;
-        zero_engine_param_info(e, p, &pi);
+        zero_engine_get_param_info(e, p, &pi);
         for (int k = 0; k < kinds; k++) {
             CHECK_OK(zero_engine_state_get(e, (zero_state_kind)k, p, all + off));
             off += pi.owned_numel;
@@ -137,9 +137,9 @@ static outcome run(const zero_config *cfg, zero_comm *comm, zero_device *dev, co
         zero_engine_destroy(e);
         return o;
     }
-    CHECK_OK(zero_engine_memory_report(e, &o.mem));
-    CHECK_OK(zero_engine_offload_report(e, &o.off));
-    CHECK_OK(zero_engine_plan_info(e, &o.plan));
+    CHECK_OK(zero_engine_get_memory_report(e, &o.mem));
+    CHECK_OK(zero_engine_get_offload_report(e, &o.off));
+    CHECK_OK(zero_engine_get_plan_info(e, &o.plan));
     o.master = eng_collect_master(e, &o.n);
     o.params = eng_collect_params(e, dev, cfg->compute_dtype);
     o.state = collect_state(e, cfg, &o.nstate);
@@ -222,7 +222,7 @@ static void compare(const char *name, const outcome *ref, const outcome *o)
 static void check_restore(zero_comm *comm, zero_device *dev, int stage)
 {
     const variant *v = &variants[1];
-    const int rank = zero_comm_rank(comm);
+    const int rank = zero_comm_get_rank(comm);
     eng_run r = {{rank}, 1, 0, 0, 0};
     zero_config ca = make_config(v, stage, ZERO_OFFLOAD_NONE, 4);
     zero_config cb = make_config(v, stage, ZERO_OFFLOAD_NVME, 4);
@@ -236,9 +236,9 @@ static void check_restore(zero_comm *comm, zero_device *dev, int stage)
     CHECK_OK(zero_engine_finalize(b));
     zero_step_result res;
     for (int s = 1; s <= 2; s++) CHECK_OK(eng_train_step(a, dev, &ca, &r, s, &res));
-    for (int p = 0; p < zero_engine_num_params(a); p++) {
+    for (int p = 0; p < zero_engine_get_num_params(a); p++) {
         zero_param_info pi;
-        zero_engine_param_info(a, p, &pi);
+        zero_engine_get_param_info(a, p, &pi);
         float *buf = malloc((pi.owned_numel + 1) * sizeof *buf);
         for (int k = 0; k < 3; k++) {
             CHECK_OK(zero_engine_state_get(a, (zero_state_kind)k, p, buf));
@@ -313,7 +313,7 @@ static void check_checkpoint(zero_comm *comm, zero_device *dev, int stage)
 {
     if (g_cuda) return; /* checkpoints want a host-memory dp comm; the CPU run covers the store path */
     const variant *v = &variants[1];
-    const int rank = zero_comm_rank(comm);
+    const int rank = zero_comm_get_rank(comm);
     eng_run r = {{rank}, 1, 0, 0, 0};
     zero_config cn = make_config(v, stage, ZERO_OFFLOAD_NVME, 3), c0 = make_config(v, stage, ZERO_OFFLOAD_NONE, 4);
     const zero_config *cfg[3] = {&cn, &c0, &cn};
@@ -398,14 +398,14 @@ int main(int argc, char **argv)
     ccfg.timeout_s = 60;
     if (g_cuda) ccfg.backend = argc > 2 && !strcmp(argv[2], "nccl") ? ZERO_BACKEND_NCCL : ZERO_BACKEND_STAGED;
     zero_comm *world = NULL;
-    if (zero_comm_init_world(&world, &ccfg) != ZERO_OK) {
+    if (zero_comm_create_world(&world, &ccfg) != ZERO_OK) {
         fprintf(stderr, "init_world: %s\n", zero_last_error());
         return g_cuda ? 77 : 1;
     }
-    const int rank = zero_comm_rank(world);
+    const int rank = zero_comm_get_rank(world);
     check_set_rank(rank);
     zero_device *dev = NULL;
-    if (zero_device_open(&dev, g_cuda ? ZERO_DEVICE_CUDA : ZERO_DEVICE_CPU, -1) != ZERO_OK) {
+    if (zero_device_create(&dev, g_cuda ? ZERO_DEVICE_CUDA : ZERO_DEVICE_CPU, -1) != ZERO_OK) {
         fprintf(stderr, "device_open: %s\n", zero_last_error());
         zero_comm_destroy(world);
         return g_cuda ? 77 : 1;
@@ -450,7 +450,7 @@ int main(int argc, char **argv)
 
     rmdir(g_dir); /* the stores removed their files */
     CHECK_MSG(access(g_dir, F_OK) != 0, "swap files left in %s", g_dir);
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     zero_comm_destroy(world);
     return check_exit();
 }

@@ -122,16 +122,16 @@ typedef struct outcome {
 static float *collect_state(zero_engine *e, uint64_t *count)
 {
     uint64_t n = 0;
-    for (int p = 0; p < zero_engine_num_params(e); p++) {
+    for (int p = 0; p < zero_engine_get_num_params(e); p++) {
         zero_param_info pi;
-        zero_engine_param_info(e, p, &pi);
+        zero_engine_get_param_info(e, p, &pi);
         n += (pi.owned_numel) * 3;
     }
     float *all = calloc(n ? n : 1, sizeof *all);
     uint64_t off = 0;
-    for (int p = 0; p < zero_engine_num_params(e); p++) {
+    for (int p = 0; p < zero_engine_get_num_params(e); p++) {
         zero_param_info pi;
-        zero_engine_param_info(e, p, &pi);
+        zero_engine_get_param_info(e, p, &pi);
         for (int k = 0; k < 3; k++) {
             CHECK_OK(zero_engine_state_get(e, (zero_state_kind)k, p, all + off));
             off += pi.owned_numel;
@@ -164,13 +164,13 @@ static outcome run(const zero_config *cfg, zero_comm *comm, zero_device *dev, co
         zero_engine_destroy(e);
         return o;
     }
-    CHECK_OK(zero_engine_memory_report(e, &o.mem));
-    CHECK_OK(zero_engine_param_offload_report(e, &o.poff));
-    CHECK_OK(zero_engine_plan_info(e, &o.plan));
+    CHECK_OK(zero_engine_get_memory_report(e, &o.mem));
+    CHECK_OK(zero_engine_get_param_offload_report(e, &o.poff));
+    CHECK_OK(zero_engine_get_plan_info(e, &o.plan));
     const size_t d = zero_dtype_size(cfg->compute_dtype);
     for (int b = 0; b < o.plan.num_buckets; b++) {
         zero_bucket_info bi;
-        CHECK_OK(zero_engine_bucket_info(e, b, &bi));
+        CHECK_OK(zero_engine_get_bucket_info(e, b, &bi));
         o.nvme_formula += round4k(bi.chunk_numel * d);
         if (bi.chunk_numel > o.max_chunk) o.max_chunk = bi.chunk_numel;
     }
@@ -246,7 +246,7 @@ static void check_accounting(const char *name, const zero_config *c, const outco
 static void check_checkpoint(zero_comm *comm, zero_device *dev, const variant *v, zero_offload_device save_poff,
                              const zero_offload_device *load_poff, int nload)
 {
-    const int rank = zero_comm_rank(comm);
+    const int rank = zero_comm_get_rank(comm);
     eng_run r = {{rank}, 1, 0, 0, 0};
     zero_config cfg[4];
     zero_engine *e[4] = {NULL, NULL, NULL, NULL};
@@ -336,7 +336,7 @@ static void check_config_errors(zero_comm *comm, zero_device *dev)
     snprintf(path, sizeof path, "%s/does-not-exist", g_dir);
     check_bad_path(comm, dev, path, "missing");
     /* read-only: root writes through a mode-0500 directory, so there /proc */
-    snprintf(path, sizeof path, "%s/read-only-%d", g_dir, zero_comm_rank(comm));
+    snprintf(path, sizeof path, "%s/read-only-%d", g_dir, zero_comm_get_rank(comm));
     CHECK(mkdir(path, 0500) == 0);
     check_bad_path(comm, dev, access(path, W_OK) == 0 ? "/proc" : path, "read-only");
     rmdir(path);
@@ -381,7 +381,7 @@ static void check_config_errors(zero_comm *comm, zero_device *dev)
 static void check_truncated(zero_comm *comm, zero_device *dev)
 {
     const variant *v = &variants[1];
-    const int rank = zero_comm_rank(comm);
+    const int rank = zero_comm_get_rank(comm);
     eng_run r = {{rank}, 1, 0, 0, 0};
     zero_config cn = make_config(v, ZERO_OFFLOAD_NVME, ZERO_OFFLOAD_NONE);
     zero_config c0 = make_config(v, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE);
@@ -518,7 +518,7 @@ static long rss_bytes(void)
 static void check_rss(zero_comm *comm, zero_device *dev)
 {
     const variant *v = &variants[1];
-    const int rank = zero_comm_rank(comm);
+    const int rank = zero_comm_get_rank(comm);
     eng_run r = {{rank}, 1, 0, 0, 0};
     /* run 0 (no offload) only warms up the process (MPI, allocator, first-touch
      * costs that are not the engine's); runs 1 (nvme) and 2 (none) compare */
@@ -543,9 +543,9 @@ static void check_rss(zero_comm *comm, zero_device *dev)
         zero_memory_report m;
         zero_param_offload_report po;
         zero_plan_info plan;
-        CHECK_OK(zero_engine_memory_report(e, &m));
-        CHECK_OK(zero_engine_param_offload_report(e, &po));
-        CHECK_OK(zero_engine_plan_info(e, &plan));
+        CHECK_OK(zero_engine_get_memory_report(e, &m));
+        CHECK_OK(zero_engine_get_param_offload_report(e, &po));
+        CHECK_OK(zero_engine_get_plan_info(e, &plan));
         shard_bytes = (double)plan.shard_numel * 2;
         report[k] = (double)m.total + (double)po.host_capacity;
         if (k == 1) staging = (double)po.host_capacity;
@@ -574,14 +574,14 @@ int main(int argc, char **argv)
     zero_comm_config ccfg = ZERO_COMM_CONFIG_INIT;
     ccfg.timeout_s = 60;
     zero_comm *world = NULL;
-    if (zero_comm_init_world(&world, &ccfg) != ZERO_OK) {
+    if (zero_comm_create_world(&world, &ccfg) != ZERO_OK) {
         fprintf(stderr, "init_world: %s\n", zero_last_error());
         return 1;
     }
-    const int rank = zero_comm_rank(world);
+    const int rank = zero_comm_get_rank(world);
     check_set_rank(rank);
     zero_device *dev = NULL;
-    if (zero_device_open(&dev, ZERO_DEVICE_CPU, -1) != ZERO_OK) {
+    if (zero_device_create(&dev, ZERO_DEVICE_CPU, -1) != ZERO_OK) {
         fprintf(stderr, "device_open: %s\n", zero_last_error());
         zero_comm_destroy(world);
         return 1;
@@ -650,7 +650,7 @@ done:
         rmdir(g_dir); /* the stores removed their files */
         CHECK_MSG(access(g_dir, F_OK) != 0, "files left in %s", g_dir);
     }
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     zero_comm_destroy(world);
     return check_exit();
 }

@@ -32,7 +32,7 @@ static void save(zero_engine *e, saved *s)
     for (int k = 0; k < 3; k++)
         for (int p = 0; p < ENG_NPARAMS; p++) {
             zero_param_info pi;
-            CHECK_OK(zero_engine_param_info(e, p, &pi));
+            CHECK_OK(zero_engine_get_param_info(e, p, &pi));
             s->state[k][p] = calloc(pi.owned_numel + 1, sizeof(float));
             CHECK_OK(zero_engine_state_get(e, (zero_state_kind)k, p, s->state[k][p]));
         }
@@ -49,7 +49,7 @@ static void load(zero_engine *e, const saved *s)
 
 static void run_dtype(zero_comm *comm, zero_device *dev, zero_dtype dt)
 {
-    const int rank = zero_comm_rank(comm), n = zero_comm_size(comm);
+    const int rank = zero_comm_get_rank(comm), n = zero_comm_get_size(comm);
     eng_run run = {{rank}, 1, 0, 0, 0};
     zero_step_result res;
 
@@ -69,7 +69,7 @@ static void run_dtype(zero_comm *comm, zero_device *dev, zero_dtype dt)
      * larger than a bucket, have several ranges per rank) */
     for (int p = 0; p < ENG_NPARAMS; p++) {
         zero_param_info pi;
-        CHECK_OK(zero_engine_param_info(a, p, &pi));
+        CHECK_OK(zero_engine_get_param_info(a, p, &pi));
         int32_t *cover = calloc(pi.numel, sizeof *cover), *all = calloc(pi.numel, sizeof *all);
         /* read_param assembles the owners' master parts */
         float *whole = malloc(pi.numel * sizeof *whole);
@@ -77,7 +77,7 @@ static void run_dtype(zero_comm *comm, zero_device *dev, zero_dtype dt)
         uint64_t done = 0, prev_end = 0;
         for (int i = 0; i < pi.num_owned_ranges; i++) {
             uint64_t b, z;
-            CHECK_OK(zero_engine_param_owned_range(a, p, i, &b, &z));
+            CHECK_OK(zero_engine_get_param_owned_range(a, p, i, &b, &z));
             CHECK_MSG(b < z && z <= pi.numel && (i == 0 || b > prev_end), "param %d range %d [%llu, %llu)", p, i,
                       (unsigned long long)b, (unsigned long long)z);
             if (!(b < z && z <= pi.numel)) break;
@@ -91,7 +91,7 @@ static void run_dtype(zero_comm *comm, zero_device *dev, zero_dtype dt)
         CHECK_MSG(done == pi.owned_numel, "param %d: ranges hold %llu elements, owned_numel %llu", p,
                   (unsigned long long)done, (unsigned long long)pi.owned_numel);
         uint64_t b, z;
-        CHECK(zero_engine_param_owned_range(a, p, pi.num_owned_ranges, &b, &z) == ZERO_NOT_FOUND);
+        CHECK(zero_engine_get_param_owned_range(a, p, pi.num_owned_ranges, &b, &z) == ZERO_NOT_FOUND);
         CHECK_OK(zero_allreduce(comm, cover, all, pi.numel, ZERO_I32, ZERO_SUM));
         uint64_t bad = 0;
         for (uint64_t j = 0; j < pi.numel; j++) bad += all[j] != 1;
@@ -140,14 +140,14 @@ int main(void)
 {
     zero_comm *world = NULL;
     zero_device *dev = NULL;
-    if (zero_comm_init_world(&world, NULL) != ZERO_OK || zero_device_open(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
+    if (zero_comm_create_world(&world, NULL) != ZERO_OK || zero_device_create(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
         fprintf(stderr, "setup: %s\n", zero_last_error());
         return 1;
     }
-    check_set_rank(zero_comm_rank(world));
+    check_set_rank(zero_comm_get_rank(world));
     run_dtype(world, dev, ZERO_F32);
     run_dtype(world, dev, ZERO_BF16);
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     zero_comm_destroy(world);
     return check_exit();
 }

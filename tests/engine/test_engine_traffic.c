@@ -27,7 +27,7 @@ static uint64_t largest_module(int n)
 
 static void check_stage(zero_comm *comm, zero_device *dev, int stage, zero_dtype dt, int gas, int overlap)
 {
-    const int n = zero_comm_size(comm), rank = zero_comm_rank(comm);
+    const int n = zero_comm_get_size(comm), rank = zero_comm_get_rank(comm);
     zero_config c = ZERO_CONFIG_INIT;
     c.stage = stage;
     c.compute_dtype = dt;
@@ -43,7 +43,7 @@ static void check_stage(zero_comm *comm, zero_device *dev, int stage, zero_dtype
     CHECK_OK(eng_register(e, 1));
     CHECK_OK(zero_engine_finalize(e));
     zero_plan_info pi;
-    CHECK_OK(zero_engine_plan_info(e, &pi));
+    CHECK_OK(zero_engine_get_plan_info(e, &pi));
     eng_run run = {{rank}, 1, 0, 0, 0};
     zero_step_result res;
     CHECK_OK(eng_train_step(e, dev, &c, &run, 1, &res)); /* records the stage-3 order */
@@ -122,7 +122,7 @@ static void check_order_change(zero_comm *comm, zero_device *dev)
     CHECK_OK(eng_register(e, 1));
     CHECK_OK(zero_engine_finalize(e));
     zero_set_log_handler(count_warnings, ZERO_LOG_WARN, NULL);
-    eng_run run = {{zero_comm_rank(comm)}, 1, 0, 0, 0};
+    eng_run run = {{zero_comm_get_rank(comm)}, 1, 0, 0, 0};
     zero_step_result res;
     CHECK_OK(eng_train_step(e, dev, &c, &run, 1, &res));
     CHECK_OK(eng_train_step(e, dev, &c, &run, 2, &res));
@@ -147,18 +147,18 @@ int main(void)
 {
     zero_comm *world = NULL;
     zero_device *dev = NULL;
-    if (zero_comm_init_world(&world, NULL) != ZERO_OK || zero_device_open(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
+    if (zero_comm_create_world(&world, NULL) != ZERO_OK || zero_device_create(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
         fprintf(stderr, "setup: %s\n", zero_last_error());
         return 1;
     }
-    check_set_rank(zero_comm_rank(world));
+    check_set_rank(zero_comm_get_rank(world));
     for (int stage = 0; stage < 4; stage++)
         for (int gas = 1; gas <= 2; gas++) {
             check_stage(world, dev, stage, ZERO_F32, gas, 0);
             check_stage(world, dev, stage, ZERO_BF16, gas, 1);
         }
     check_order_change(world, dev);
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     zero_comm_destroy(world);
     return check_exit();
 }

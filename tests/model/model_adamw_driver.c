@@ -90,8 +90,8 @@ int main(int argc, char **argv)
     zero_comm *world = NULL;
     zero_device *dev = NULL;
     zero_engine *e = NULL;
-    TRY(zero_comm_init_world(&world, &cc));
-    TRY(zero_device_open(&dev, ZERO_DEVICE_CPU, 0));
+    TRY(zero_comm_create_world(&world, &cc));
+    TRY(zero_device_create(&dev, ZERO_DEVICE_CPU, 0));
     zero_config zc = ZERO_CONFIG_INIT;
     zc.stage = stage;
     zc.optimizer = ZERO_OPTIM_ADAMW;
@@ -168,7 +168,7 @@ int main(int argc, char **argv)
     if (fwrite(buf, sizeof(float), total, out) != total || fclose(out) != 0) return 1;
     gpt_workspace_destroy(ws);
     zero_engine_destroy(e);
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     zero_comm_destroy(world);
     free(init), free(tok), free(tgt), free(pid), free(losses), free(buf);
     return 0;

@@ -63,7 +63,7 @@ int main(int argc, char **argv)
     gpt_config cfg = {atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), atoi(argv[8])};
     int B = atoi(argv[7]), T = cfg.seq_len, M = atoi(argv[9]), iters = atoi(argv[10]);
     zero_comm *world = NULL;
-    B_TRY(zero_comm_init_world(&world, NULL));
+    B_TRY(zero_comm_create_world(&world, NULL));
     zero_grid grid;
     B_TRY(zero_grid_create(world, tp, pp, &grid));
     int begin, end;
@@ -113,7 +113,7 @@ int main(int argc, char **argv)
         tp_bytes = sent(grid.tp);
         pp_bytes = sent(grid.pp);
     }
-    if (zero_comm_rank(world) == 0)
+    if (zero_comm_get_rank(world) == 0)
         printf("tp %d pp %d  L %d H %d C %d T %d B %d V %d M %d: %.2f ms/step, %.0f tokens/s, CPU %.2f ms/step (all ranks), loss %.4f, "
                "rank 0 sent %.2f MB over tp, %.2f MB over pp\n",
                tp, pp, cfg.n_layer, cfg.n_head, cfg.d_model, T, B, cfg.vocab, M, best * 1e3, N / best, best_cpu * 1e3, loss,

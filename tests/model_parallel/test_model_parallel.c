@@ -425,7 +425,7 @@ static double now_s(void)
  * fails within the deadline with a message naming the transfer and stage. */
 static int dead_mode(zero_comm *world)
 {
-    const int n = zero_comm_size(world);
+    const int n = zero_comm_get_size(world);
     mp_rank r;
     if (mp_setup(&r, world, 1, n, PP_GPIPE, MICRO)) return 1;
     if (r.pp_rank == n - 1) {
@@ -470,7 +470,7 @@ static int engine_mode(zero_comm *world, int tp, int pp, int stage, int steps, d
     const size_t np = gpt_num_params(&g_cfg), per = (size_t)MICRO * BATCH * SEQ;
     float **full = full_params_make(23);
     zero_device *dev = NULL;
-    MP_TRY(zero_device_open(&dev, ZERO_DEVICE_CPU, 0));
+    MP_TRY(zero_device_create(&dev, ZERO_DEVICE_CPU, 0));
 
     /* the parallel engine: this stage's tp shards, over the dp group */
     zero_config zc = ZERO_CONFIG_INIT;
@@ -510,13 +510,13 @@ static int engine_mode(zero_comm *world, int tp, int pp, int stage, int steps, d
     /* the global norm over dp x (tp x pp); replicated copies counted once */
     zero_comm *mpg = NULL;
     MP_TRY(tp_engine_mp_create(world, &r.grid, &mpg));
-    CHECK(zero_comm_size(mpg) == tp * pp);
+    CHECK(zero_comm_get_size(mpg) == tp * pp);
     MP_TRY(zero_engine_set_model_parallel(e, mpg));
     int clipped = 0;
 
     /* the reference: a world-1 engine over the full model on every rank */
     zero_comm *self = NULL;
-    MP_TRY(zero_comm_split(world, zero_comm_rank(world), 0, &self));
+    MP_TRY(zero_comm_split(world, zero_comm_get_rank(world), 0, &self));
     zero_config rc = zc;
     rc.stage = 0;
     rc.gradient_accumulation_steps = dp * MICRO;
@@ -578,7 +578,7 @@ static int engine_mode(zero_comm *world, int tp, int pp, int stage, int steps, d
         CHECK_MSG(fabs(res.clip_coef - rres.clip_coef) <= 1e-5 * rres.clip_coef, "step %d: clip coef %.9g vs %.9g",
                   s, res.clip_coef, rres.clip_coef);
         {
-            int W = zero_comm_size(world);
+            int W = zero_comm_get_size(world);
             double *norms = malloc(sizeof(double) * (size_t)W);
             MP_TRY(zero_allgather(world, &res.grad_norm, norms, 1, ZERO_F64));
             for (int w = 0; w < W; w++)
@@ -627,7 +627,7 @@ static int engine_mode(zero_comm *world, int tp, int pp, int stage, int steps, d
     zero_engine_destroy(e);
     zero_comm_destroy(mpg);
     zero_comm_destroy(self);
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     free(pid), free(rpid), free(mod), free(tok), free(tgt), free(pp_ptr), free(rp), free(rg);
     free(rps), free(rgs), free(ps), free(gs);
     full_free(full);
@@ -648,8 +648,8 @@ static int overflow_mode(zero_comm *world, int tp, int pp)
     zero_comm *mpg = NULL;
     MP_TRY(tp_engine_mp_create(world, &grid, &mpg));
     zero_device *dev = NULL;
-    MP_TRY(zero_device_open(&dev, ZERO_DEVICE_CPU, 0));
-    const int W = zero_comm_size(world);
+    MP_TRY(zero_device_create(&dev, ZERO_DEVICE_CPU, 0));
+    const int W = zero_comm_get_size(world);
     {
         /* duplicates leave the norm exactly: a (grads 1) and b (grads 2) share a bucket; with b
          * a duplicate the norm is sqrt(4) = 2, without sqrt(4 + 16); a bad id names itself */
@@ -722,7 +722,7 @@ static int overflow_mode(zero_comm *world, int tp, int pp)
         free(skipped);
         zero_engine_destroy(e);
     }
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     zero_comm_destroy(mpg);
     zero_grid_destroy(&grid);
     return 0;
@@ -736,11 +736,11 @@ int main(int argc, char **argv)
     }
     int tp = atoi(argv[1]), pp = atoi(argv[2]);
     zero_comm *world = NULL;
-    if (zero_comm_init_world(&world, NULL) != ZERO_OK) {
+    if (zero_comm_create_world(&world, NULL) != ZERO_OK) {
         fprintf(stderr, "init_world: %s\n", zero_last_error());
         return 1;
     }
-    g_rank = zero_comm_rank(world);
+    g_rank = zero_comm_get_rank(world);
     check_set_rank(g_rank);
     int rc;
     if (argc > 3 && strcmp(argv[3], "dead") == 0)

@@ -23,7 +23,7 @@ static int intact(const live *l)
 int main(void)
 {
     zero_device *dev = NULL;
-    CHECK_OK(zero_device_open(&dev, ZERO_DEVICE_CPU, 0));
+    CHECK_OK(zero_device_create(&dev, ZERO_DEVICE_CPU, 0));
     if (!dev) return check_exit();
 
     zero_host_pool *pool = NULL;
@@ -141,6 +141,6 @@ int main(void)
     /* destroy with chunks still live: the reservation goes back (ASan checks) */
     zero_host_pool_destroy(pool);
     zero_host_pool_destroy(NULL);
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     return check_exit();
 }

@@ -25,7 +25,7 @@ static void run(const char *parent, int injected)
         o.io = (zero_nvme_io_engine)io;
         int w0 = atomic_load(&warnings_seen);
         zero_nvme_store *s = NULL;
-        CHECK_OK(zero_nvme_store_open(&s, &o));
+        CHECK_OK(zero_nvme_store_create(&s, &o));
         if (!s) continue;
         zero_nvme_store_info info;
         CHECK_OK(zero_nvme_store_get_info(s, &info));
@@ -37,7 +37,7 @@ static void run(const char *parent, int injected)
         roundtrip(s, "b", 100000, 0, 2);
         roundtrip(s, "c", (1u << 20) + 1, 3, 3);
         CHECK(atomic_load(&warnings_seen) - w0 == warned); /* one warning per store, not per I/O */
-        CHECK_OK(zero_nvme_store_close(s));
+        CHECK_OK(zero_nvme_store_destroy(s));
     }
     if (injected) {
         zero_nvme_options o = ZERO_NVME_OPTIONS_INIT;
@@ -45,11 +45,11 @@ static void run(const char *parent, int injected)
         o.capacity = 1 << 20;
         o.direct = ZERO_NVME_DIRECT_REQUIRED;
         zero_nvme_store *s = NULL;
-        CHECK(zero_nvme_store_open(&s, &o) == ZERO_UNSUPPORTED && s == NULL);
+        CHECK(zero_nvme_store_create(&s, &o) == ZERO_UNSUPPORTED && s == NULL);
         CHECK(strstr(zero_last_error(), "O_DIRECT") != NULL);
         o.direct = ZERO_NVME_DIRECT_AUTO;
         o.io = ZERO_NVME_IO_URING;
-        CHECK(zero_nvme_store_open(&s, &o) == ZERO_UNSUPPORTED && s == NULL);
+        CHECK(zero_nvme_store_create(&s, &o) == ZERO_UNSUPPORTED && s == NULL);
         CHECK_MSG(strstr(zero_last_error(), "io_uring") != NULL, "%s", zero_last_error());
     }
     CHECK(tmpdir_count(dir) == 0);

@@ -25,7 +25,7 @@ static zero_status open_store(zero_nvme_store **s, const char *dir, uint64_t cap
     o.block_bytes = block;
     o.io = engine;
     o.timeout_s = 20;
-    return zero_nvme_store_open(s, &o);
+    return zero_nvme_store_create(s, &o);
 }
 
 static void test_roundtrips(const char *dir)
@@ -67,7 +67,7 @@ static void test_roundtrips(const char *dir)
     roundtrip(s, "qd1", (2u << 20) + 5, 0, 99);
     CHECK(zero_nvme_store_set_queue_depth(s, 0) == ZERO_INVALID_ARGUMENT);
     CHECK(zero_nvme_store_set_queue_depth(s, ZERO_NVME_MAX_QUEUE_DEPTH + 1) == ZERO_INVALID_ARGUMENT);
-    CHECK_OK(zero_nvme_store_close(s));
+    CHECK_OK(zero_nvme_store_destroy(s));
     CHECK_MSG(tmpdir_count(dir) == 0, "close left %d files in %s", tmpdir_count(dir), dir);
 }
 
@@ -85,7 +85,7 @@ static void test_many_outstanding(const char *dir)
     o.block_bytes = 8192;
     o.io = engine;
     zero_nvme_store *s = NULL;
-    CHECK_OK(zero_nvme_store_open(&s, &o));
+    CHECK_OK(zero_nvme_store_create(&s, &o));
     if (!s) return;
     CHECK(tmpdir_count(dir) == 3);
     unsigned char *src[N], *dst[N];
@@ -116,7 +116,7 @@ static void test_many_outstanding(const char *dir)
     CHECK_MSG(bad == 0, "%d of %d tensors differ after concurrent round trips", bad, N);
     /* requests left un-waited are freed by close (ASan checks) */
     for (int i = 0; i < 8; i++) CHECK_OK(zero_nvme_read_async(s, t[i], dst[i], &rq[i]));
-    CHECK_OK(zero_nvme_store_close(s));
+    CHECK_OK(zero_nvme_store_destroy(s));
     for (int i = 0; i < N; i++) {
         free(src[i]);
         free(dst[i]);
@@ -139,7 +139,7 @@ static void test_random_churn(const char *dir)
     o.block_bytes = 16384;
     o.io = engine;
     zero_nvme_store *s = NULL;
-    CHECK_OK(zero_nvme_store_open(&s, &o));
+    CHECK_OK(zero_nvme_store_create(&s, &o));
     if (!s) return;
     zero_nvme_tensor t[T];
     size_t bytes[T];
@@ -199,7 +199,7 @@ static void test_random_churn(const char *dir)
         free(model[i]);
         free(buf[i] - (i % 2));
     }
-    CHECK_OK(zero_nvme_store_close(s));
+    CHECK_OK(zero_nvme_store_destroy(s));
 }
 
 static void test_keep_files(const char *dir)
@@ -212,8 +212,8 @@ static void test_keep_files(const char *dir)
     o.keep_files = 1;
     o.io = engine;
     zero_nvme_store *s = NULL;
-    CHECK_OK(zero_nvme_store_open(&s, &o));
-    CHECK_OK(zero_nvme_store_close(s));
+    CHECK_OK(zero_nvme_store_create(&s, &o));
+    CHECK_OK(zero_nvme_store_destroy(s));
     CHECK(tmpdir_count(dir) == 2);
     char p[4200];
     for (int i = 0; i < 2; i++) {
@@ -249,12 +249,12 @@ static void test_bad_dirs(const char *dir)
     }
 
     zero_nvme_options o = ZERO_NVME_OPTIONS_INIT;
-    CHECK(zero_nvme_store_open(&s, &o) == ZERO_INVALID_ARGUMENT); /* no dir */
+    CHECK(zero_nvme_store_create(&s, &o) == ZERO_INVALID_ARGUMENT); /* no dir */
     o.dir = dir;
-    CHECK(zero_nvme_store_open(&s, &o) == ZERO_INVALID_ARGUMENT); /* no capacity */
+    CHECK(zero_nvme_store_create(&s, &o) == ZERO_INVALID_ARGUMENT); /* no capacity */
     o.capacity = 1 << 20;
     o.block_bytes = 1000;
-    CHECK(zero_nvme_store_open(&s, &o) == ZERO_INVALID_ARGUMENT);
+    CHECK(zero_nvme_store_create(&s, &o) == ZERO_INVALID_ARGUMENT);
     CHECK(strstr(zero_last_error(), "block_bytes") != NULL);
     CHECK(tmpdir_count(dir) == 0);
 }
@@ -279,7 +279,7 @@ static void test_enospc(void)
     CHECK_MSG(st == ZERO_IO && strstr(zero_last_error(), "ENOSPC") && strstr(zero_last_error(), shm),
               "%s: %s", zero_status_name(st), zero_last_error());
     CHECK(tmpdir_count(shm) == 0);
-    zero_nvme_store_close(s);
+    zero_nvme_store_destroy(s);
     tmpdir_remove(shm);
 }
 
@@ -304,8 +304,8 @@ static void test_lookup_errors(const char *dir)
     CHECK(zero_nvme_define(s, "huge", 2 << 20, &u) == ZERO_OUT_OF_MEMORY);
     CHECK(strstr(zero_last_error(), "do not fit") != NULL);
     CHECK_OK(zero_nvme_wait(s, NULL, 0));
-    CHECK_OK(zero_nvme_store_close(s));
-    CHECK_OK(zero_nvme_store_close(NULL));
+    CHECK_OK(zero_nvme_store_destroy(s));
+    CHECK_OK(zero_nvme_store_destroy(NULL));
 }
 
 /* Shrink the file under the store: reading the tensor past the new end is
@@ -333,7 +333,7 @@ static void test_truncated(const char *dir)
     memset(dst, 0, n);
     CHECK_OK(zero_nvme_read(s, a, dst));
     CHECK(memcmp(src, dst, n) == 0);
-    CHECK_OK(zero_nvme_store_close(s));
+    CHECK_OK(zero_nvme_store_destroy(s));
     free(src);
     free(dst);
 }
@@ -367,7 +367,7 @@ static void test_write_refused(const char *dir)
     CHECK(ti.written == 0);
     CHECK_OK(zero_nvme_write(s, a, buf)); /* within the limit: fine */
     CHECK_OK(zero_nvme_write(s, b, buf)); /* limit lifted: fine */
-    CHECK_OK(zero_nvme_store_close(s));
+    CHECK_OK(zero_nvme_store_destroy(s));
     free(buf);
 }
 
@@ -398,7 +398,7 @@ static void test_timeout(const char *dir)
             fprintf(stderr, "note: 8 MiB in 2048 segments finished within 1 us; timeout unchecked\n");
         }
     }
-    CHECK_OK(zero_nvme_store_close(s));
+    CHECK_OK(zero_nvme_store_destroy(s));
     free(buf);
 }
 
@@ -419,7 +419,7 @@ int main(int argc, char **argv)
             tmpdir_remove(dir);
             CHECK_SKIP("io_uring: %s", zero_last_error());
         }
-        zero_nvme_store_close(probe);
+        zero_nvme_store_destroy(probe);
     }
     test_roundtrips(dir);
     test_many_outstanding(dir);

@@ -143,14 +143,14 @@ int main(int argc, char **argv)
     o.io = engine;
     o.timeout_s = 20;
     zero_nvme_store *s = NULL;
-    zero_status st = zero_nvme_store_open(&s, &o);
+    zero_status st = zero_nvme_store_create(&s, &o);
     if (st == ZERO_UNSUPPORTED) {
         tmpdir_remove(dir);
         CHECK_SKIP("%s", zero_last_error());
     }
     CHECK_OK(st);
     zero_device *dev = NULL;
-    CHECK_OK(zero_device_open(&dev, ZERO_DEVICE_CPU, 0));
+    CHECK_OK(zero_device_create(&dev, ZERO_DEVICE_CPU, 0));
     zero_host_pool *pool = NULL;
     CHECK_OK(zero_host_pool_create(&pool, dev, 8u << 20));
     if (s && pool) {
@@ -159,8 +159,8 @@ int main(int argc, char **argv)
         walk_error(s);
     }
     zero_host_pool_destroy(pool);
-    zero_device_close(dev);
-    CHECK_OK(zero_nvme_store_close(s));
+    zero_device_destroy(dev);
+    CHECK_OK(zero_nvme_store_destroy(s));
     CHECK(tmpdir_count(dir) == 0);
     tmpdir_remove(dir);
     return check_exit();

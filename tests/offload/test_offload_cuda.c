@@ -11,7 +11,7 @@
 int main(void)
 {
     zero_device *dev = NULL;
-    zero_status st = zero_device_open(&dev, ZERO_DEVICE_CUDA, -1);
+    zero_status st = zero_device_create(&dev, ZERO_DEVICE_CUDA, -1);
     if (st != ZERO_OK) CHECK_SKIP("no CUDA device: %s", zero_last_error());
     const size_t n = (3u << 20) + 5; /* floats: an unaligned byte count */
     const size_t bytes = n * sizeof(float);
@@ -37,7 +37,7 @@ int main(void)
     o.dir = dir;
     o.capacity = bytes + 4096;
     zero_nvme_store *s = NULL;
-    CHECK_OK(zero_nvme_store_open(&s, &o));
+    CHECK_OK(zero_nvme_store_create(&s, &o));
     zero_nvme_tensor t;
     CHECK_OK(zero_nvme_define(s, "master.0", bytes, &t));
     CHECK_OK(zero_nvme_write(s, t, stage_out));
@@ -46,7 +46,7 @@ int main(void)
     CHECK_OK(zero_stream_sync(stream));
     CHECK_OK(zero_memcpy(dev, back, d_dst, bytes));
     CHECK(memcmp(host, back, bytes) == 0);
-    CHECK_OK(zero_nvme_store_close(s));
+    CHECK_OK(zero_nvme_store_destroy(s));
     tmpdir_remove(dir);
 
     zero_host_pool_stats ps;
@@ -56,7 +56,7 @@ int main(void)
     zero_device_free(dev, d_src);
     zero_device_free(dev, d_dst);
     zero_host_pool_destroy(pool);
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     free(host);
     free(back);
     return check_exit();

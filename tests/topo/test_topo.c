@@ -140,7 +140,7 @@ static void check_plans(zero_topo *topo, const char *name, int max_size, int gpu
 static int test_plan(void)
 {
     zero_topo *topo = NULL;
-    zero_status st = zero_topo_load(&topo);
+    zero_status st = zero_topo_create(&topo);
     if (st == ZERO_UNSUPPORTED) CHECK_SKIP("built without hwloc: %s", zero_last_error());
     CHECK_OK(st);
     zero_topo_summary s;
@@ -161,14 +161,14 @@ static int test_plan(void)
 
     /* two handles share one loaded topology; each can be destroyed in turn */
     zero_topo *a = NULL, *c = NULL;
-    CHECK_OK(zero_topo_load(&a));
-    CHECK_OK(zero_topo_load(&c));
+    CHECK_OK(zero_topo_create(&a));
+    CHECK_OK(zero_topo_create(&c));
     zero_topo_destroy(a);
     if (c) CHECK_OK(zero_topo_get_summary(c, &s));
     zero_topo_destroy(c);
 
     /* a NUMA machine: 2 packages x 2 nodes x 8 cores x 2 PUs */
-    CHECK_OK(zero_topo_load_synthetic(&topo, "pack:2 numa:2 core:8 pu:2"));
+    CHECK_OK(zero_topo_create_synthetic(&topo, "pack:2 numa:2 core:8 pu:2"));
     if (topo) {
         CHECK_OK(zero_topo_get_summary(topo, &s));
         CHECK(s.packages == 2 && s.numa_nodes == 4 && s.cores == 32 && s.pus == 64 && s.is_this_system == 0);
@@ -183,7 +183,7 @@ static int test_plan(void)
 
     /* GPU locality (set by hand): 4 GPUs, two per package; then overlapping
      * and starved GPU domains, which fall back to slicing the machine */
-    CHECK_OK(zero_topo_load_synthetic(&topo, "pack:2 core:8 pu:1"));
+    CHECK_OK(zero_topo_create_synthetic(&topo, "pack:2 core:8 pu:1"));
     if (topo) {
         const char *near[] = {"0-7", "0-7", "8-15", "8-15"};
         CHECK_OK(zero_topo_set_gpu_cpusets(topo, 4, near));
@@ -213,7 +213,7 @@ static int test_plan(void)
         CHECK_OK(zero_topo_set_gpu_cpusets(topo, 0, NULL)); /* back to hwloc's answer */
         zero_topo_destroy(topo);
     }
-    CHECK(zero_topo_load_synthetic(&topo, "this is not hwloc syntax") == ZERO_INVALID_ARGUMENT);
+    CHECK(zero_topo_create_synthetic(&topo, "this is not hwloc syntax") == ZERO_INVALID_ARGUMENT);
     CHECK(topo == NULL);
     return check_exit();
 }
@@ -221,7 +221,7 @@ static int test_plan(void)
 static int test_bind(void)
 {
     zero_topo *topo = NULL;
-    zero_status st = zero_topo_load(&topo);
+    zero_status st = zero_topo_create(&topo);
     if (st == ZERO_UNSUPPORTED) CHECK_SKIP("built without hwloc: %s", zero_last_error());
     CHECK_OK(st);
     if (!topo) return check_exit();
@@ -250,7 +250,7 @@ static int test_bind(void)
 
     /* a synthetic topology is not this machine: refused, warned, OK */
     int w = warnings;
-    CHECK_OK(zero_topo_load_synthetic(&topo, "core:4 pu:1"));
+    CHECK_OK(zero_topo_create_synthetic(&topo, "core:4 pu:1"));
     if (topo) {
         CHECK_OK(zero_topo_bind(topo, 1, 2, -1, ZERO_TOPO_BIND_PROCESS, &b));
         CHECK(b.bound == 0 && strcmp(b.cpuset, "2-3") == 0);
@@ -267,7 +267,7 @@ static int test_bindfail(void)
 {
     setenv("HWLOC_THISSYSTEM", "1", 1);
     zero_topo *topo = NULL;
-    zero_status st = zero_topo_load_synthetic(&topo, "core:64 pu:1");
+    zero_status st = zero_topo_create_synthetic(&topo, "core:64 pu:1");
     if (st == ZERO_UNSUPPORTED) CHECK_SKIP("built without hwloc: %s", zero_last_error());
     CHECK_OK(st);
     if (!topo) return check_exit();
@@ -338,7 +338,7 @@ static int test_launched(void)
     check_set_rank(r);
     CHECK_MSG(n == 2 && (r == 0 || r == 1), "local rank %d of %d under a 2-rank launch", r, n);
     zero_topo *topo = NULL;
-    zero_status st = zero_topo_load(&topo);
+    zero_status st = zero_topo_create(&topo);
     if (st == ZERO_UNSUPPORTED) CHECK_SKIP("built without hwloc: %s", zero_last_error());
     CHECK_OK(st);
     if (!topo || n != 2) return check_exit();

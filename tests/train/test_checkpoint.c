@@ -67,10 +67,10 @@ static zero_engine *make_engine(zero_comm *comm, zero_device *dev, int stage, in
 static uint64_t owned_index(zero_engine *e, int p, uint64_t i)
 {
     zero_param_info pi;
-    CHECK_OK(zero_engine_param_info(e, p, &pi));
+    CHECK_OK(zero_engine_get_param_info(e, p, &pi));
     for (int r = 0; r < pi.num_owned_ranges; r++) {
         uint64_t b = 0, z = 0;
-        CHECK_OK(zero_engine_param_owned_range(e, p, r, &b, &z));
+        CHECK_OK(zero_engine_get_param_owned_range(e, p, r, &b, &z));
         if (i < z - b) return b + i;
         i -= z - b;
     }
@@ -82,7 +82,7 @@ static void fill_state(zero_engine *e)
 {
     for (int p = 0; p < NP; p++) {
         zero_param_info pi;
-        CHECK_OK(zero_engine_param_info(e, p, &pi));
+        CHECK_OK(zero_engine_get_param_info(e, p, &pi));
         uint64_t n = pi.owned_numel;
         float *buf = malloc((n + 1) * sizeof *buf);
         for (int k = 0; k < 3; k++) {
@@ -101,7 +101,7 @@ static int check_state(zero_engine *e, const char *what)
     int bad = 0;
     for (int p = 0; p < NP; p++) {
         zero_param_info pi;
-        CHECK_OK(zero_engine_param_info(e, p, &pi));
+        CHECK_OK(zero_engine_get_param_info(e, p, &pi));
         uint64_t n = pi.owned_numel, N = numel(&P[p]);
         float *buf = malloc((N + 1) * sizeof *buf);
         for (int k = 0; k < 3; k++) {
@@ -141,11 +141,11 @@ int main(void)
 {
     zero_comm *comm = NULL;
     zero_device *dev = NULL;
-    CHECK_OK(zero_comm_init_world(&comm, NULL));
+    CHECK_OK(zero_comm_create_world(&comm, NULL));
     if (!comm) return check_exit();
-    int rank = zero_comm_rank(comm), world = zero_comm_size(comm);
+    int rank = zero_comm_get_rank(comm), world = zero_comm_get_size(comm);
     check_set_rank(rank);
-    CHECK_OK(zero_device_open(&dev, ZERO_DEVICE_CPU, 0));
+    CHECK_OK(zero_device_create(&dev, ZERO_DEVICE_CPU, 0));
 
     /* a fresh directory, named by rank 0 */
     char dir[256] = "";
@@ -375,7 +375,7 @@ int main(void)
         snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
         CHECK(system(cmd) == 0);
     }
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     zero_comm_destroy(comm);
     return check_exit();
 }

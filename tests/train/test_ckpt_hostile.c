@@ -290,7 +290,7 @@ static void offline_checks(const char *step, const char *bad)
 
 static void check_wrong_moment(zero_comm *comm, zero_device *dev, const char *ck, int stage)
 {
-    int rank = zero_comm_rank(comm);
+    int rank = zero_comm_get_rank(comm);
     zero_checkpoint_options o = ZERO_CHECKPOINT_OPTIONS_INIT;
     o.durable = 0;
     zero_engine *e = make_engine(comm, dev, stage, 2);
@@ -322,7 +322,7 @@ static void check_wrong_moment(zero_comm *comm, zero_device *dev, const char *ck
 
 static void check_read_param(zero_comm *world, zero_device *dev, int stage)
 {
-    int rank = zero_comm_rank(world), n = zero_comm_size(world);
+    int rank = zero_comm_get_rank(world), n = zero_comm_get_size(world);
     zero_comm *c = NULL;
     CHECK_OK(zero_comm_split(world, 0, rank, &c));
     if (!c) return;
@@ -366,11 +366,11 @@ int main(void)
 {
     zero_comm *comm = NULL;
     zero_device *dev = NULL;
-    CHECK_OK(zero_comm_init_world(&comm, NULL));
+    CHECK_OK(zero_comm_create_world(&comm, NULL));
     if (!comm) return check_exit();
-    int rank = zero_comm_rank(comm);
+    int rank = zero_comm_get_rank(comm);
     check_set_rank(rank);
-    CHECK_OK(zero_device_open(&dev, ZERO_DEVICE_CPU, 0));
+    CHECK_OK(zero_device_create(&dev, ZERO_DEVICE_CPU, 0));
     char dir[256] = "";
     if (rank == 0) {
         snprintf(dir, sizeof dir, "/tmp/zero-ckpt-hostile-XXXXXX");
@@ -399,7 +399,7 @@ int main(void)
     }
     CHECK_OK(zero_barrier(comm));
     zero_param_info pi;
-    CHECK_OK(zero_engine_param_info(e, 0, &pi));
+    CHECK_OK(zero_engine_get_param_info(e, 0, &pi));
     float seven[240], before[240], after[240];
     for (int i = 0; i < 240; i++) seven[i] = 7.0f;
     CHECK_OK(zero_engine_state_set(e, ZERO_STATE_MASTER, 0, seven));
@@ -421,7 +421,7 @@ int main(void)
         snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
         run(cmd);
     }
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     zero_comm_destroy(comm);
     return check_exit();
 }

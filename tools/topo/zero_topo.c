@@ -56,7 +56,7 @@ int main(int argc, char **argv)
     zero_set_log_handler(zero_log_to_stderr, ZERO_LOG_WARN, NULL);
 
     zero_topo *topo = NULL;
-    if ((synthetic ? zero_topo_load_synthetic(&topo, synthetic) : zero_topo_load(&topo)) != ZERO_OK)
+    if ((synthetic ? zero_topo_create_synthetic(&topo, synthetic) : zero_topo_create(&topo)) != ZERO_OK)
         return fail("loading the topology");
     if (gpu_lists) {
         char *copy = strdup(gpu_lists), *save = NULL;

@@ -87,20 +87,20 @@ static void local_rank_fields(run *r, double *mine)
 {
     memset(mine, 0, TRAIN_RANK_FIELDS * sizeof *mine);
     zero_memory_report mem;
-    if (zero_engine_memory_report(r->engine, &mem) == ZERO_OK) {
+    if (zero_engine_get_memory_report(r->engine, &mem) == ZERO_OK) {
         for (int k = 0; k < ZERO_MEM_CATEGORY_COUNT; k++) mine[TRF_PARAMS + k] = (double)mem.bytes[k];
         mine[TRF_TOTAL] = (double)mem.total;
         mine[TRF_PEAK_TOTAL] = (double)mem.peak_total;
     }
     zero_offload_report o;
-    if (zero_engine_offload_report(r->engine, &o) == ZERO_OK) {
+    if (zero_engine_get_offload_report(r->engine, &o) == ZERO_OK) {
         mine[TRF_OPT_NVME_READ] = (double)o.nvme_read;
         mine[TRF_OPT_NVME_WRITTEN] = (double)o.nvme_written;
         mine[TRF_OPT_HOST] = (double)o.host_bytes;
         mine[TRF_OPT_NVME_BYTES] = (double)o.nvme_bytes;
     }
     zero_param_offload_report po;
-    if (zero_engine_param_offload_report(r->engine, &po) == ZERO_OK) {
+    if (zero_engine_get_param_offload_report(r->engine, &po) == ZERO_OK) {
         mine[TRF_PARAM_NVME_READ] = (double)po.nvme_read;
         mine[TRF_PARAM_NVME_WRITTEN] = (double)po.nvme_written;
         mine[TRF_PARAM_HOST] = (double)po.host_bytes;
@@ -149,7 +149,7 @@ int train_loop(run *r)
         double t0 = train_now_s(), c0 = cpu_s();
         double lr = train_sched_lr(&c->sched, c->lr, r->step);
         zero_engine_set_lr(r->engine, lr);
-        float dloss = (float)zero_engine_loss_scale(r->engine);
+        float dloss = (float)zero_engine_get_loss_scale(r->engine);
         double loss_sum = 0;
         if (r->par) {
             /* this dp rank's micro-batches; the tp and pp ranks of one dp rank read the same ones */
@@ -187,7 +187,7 @@ int train_loop(run *r)
         double loss = loss_sum / c->grad_accum, cpu = cpu_s() - c0;
         int sig = (int)stop_signal;
         zero_memory_report mem;
-        zero_engine_memory_report(r->engine, &mem);
+        zero_engine_get_memory_report(r->engine, &mem);
         double mn = (double)mem.total / (1024.0 * 1024.0), mx = mn;
         if (allreduce_step(r, &loss, &cpu, &sig, &mn, &mx) != 0) {
             rc = -1;
@@ -223,7 +223,7 @@ int train_loop(run *r)
     double *mem_all = calloc(2 * (size_t)r->world, sizeof *mem_all);
     {
         zero_memory_report me;
-        zero_engine_memory_report(r->engine, &me);
+        zero_engine_get_memory_report(r->engine, &me);
         double mine[2] = {me.total / 1048576.0, me.peak_total / 1048576.0};
         if (mem_all && r->world > 1) {
             if (zero_allgather(r->host_comm, mine, mem_all, 2, ZERO_F64) != ZERO_OK) {
@@ -237,7 +237,7 @@ int train_loop(run *r)
     if (r->rank == 0) {
         double wall = train_now_s() - t_start;
         zero_memory_report mem;
-        zero_engine_memory_report(r->engine, &mem);
+        zero_engine_get_memory_report(r->engine, &mem);
         train_progress_close(&r->progress);
         printf("\nsummary: %lld steps (%lld this run) in %.1f s, %.0f tokens/s over %d rank%s\n", (long long)r->step,
                (long long)(r->step - start_step), wall, (double)(r->tokens - start_tokens) / (wall > 0 ? wall : 1),
@@ -266,7 +266,7 @@ int train_loop(run *r)
         if (act.host) printf(" %zu bytes", act.host);
         printf("\n");
         zero_param_offload_report po;
-        if (zero_engine_param_offload_report(r->engine, &po) == ZERO_OK && po.device != ZERO_OFFLOAD_NONE)
+        if (zero_engine_get_param_offload_report(r->engine, &po) == ZERO_OK && po.device != ZERO_OFFLOAD_NONE)
             printf("summary: rank 0 parameter offload (%s): host %.2f MiB, nvme %.2f MiB (read %.2f, written %.2f "
                    "MiB; %llu chunks read ahead, %llu on demand)\n",
                    po.device == ZERO_OFFLOAD_NVME ? "nvme" : "cpu", po.host_bytes / 1048576.0,

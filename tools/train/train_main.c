@@ -297,12 +297,12 @@ int main(int argc, char **argv)
      * parsed: peek at train.check_collectives (its type is checked by the parser);
      * unset or false leaves the ZERO_COLL_FINGERPRINT environment default */
     if (json_is_object(tr) && json_is_true(json_object_get(tr, "check_collectives"))) cc.fingerprint = 1;
-    if (zero_comm_init_world(&r.host_comm, &cc) != ZERO_OK) {
+    if (zero_comm_create_world(&r.host_comm, &cc) != ZERO_OK) {
         fprintf(stderr, "zero-train: cannot start the world comm: %s\n", zero_last_error());
         return 1;
     }
-    r.rank = zero_comm_rank(r.host_comm);
-    r.world = zero_comm_size(r.host_comm);
+    r.rank = zero_comm_get_rank(r.host_comm);
+    r.world = zero_comm_get_size(r.host_comm);
     int rc = 1;
     if (train_config_parse(&r.cfg, root, r.world, err, sizeof err) != 0) {
         r0printf(&r, stderr, "zero-train: config%s%s: %s\n", config_path ? " " : "", config_path ? config_path : "",
@@ -364,7 +364,7 @@ int main(int argc, char **argv)
         }
     }
     {
-        int ok = zero_device_open(&r.dev, cuda ? ZERO_DEVICE_CUDA : ZERO_DEVICE_CPU, -1) == ZERO_OK;
+        int ok = zero_device_create(&r.dev, cuda ? ZERO_DEVICE_CUDA : ZERO_DEVICE_CPU, -1) == ZERO_OK;
         if (!ok) rank_error(&r, "opening the %s device: %s", dev_name, zero_last_error());
         if (!all_ok(&r, ok)) goto done;
     }
@@ -375,7 +375,7 @@ int main(int argc, char **argv)
                      : strcmp(cb, "nccl") == 0 ? ZERO_BACKEND_NCCL
                      : ZERO_HAVE_NCCL_BUILD    ? ZERO_BACKEND_NCCL
                                                : ZERO_BACKEND_STAGED;
-        if (zero_comm_init_world(&r.comm, &dc) != ZERO_OK) {
+        if (zero_comm_create_world(&r.comm, &dc) != ZERO_OK) {
             r0printf(&r, stderr, "zero-train: device comm: %s\n", zero_last_error());
             goto done;
         }
@@ -444,7 +444,7 @@ int main(int argc, char **argv)
     }
     {
         zero_plan_info plan;
-        zero_engine_plan_info(r.engine, &plan);
+        zero_engine_get_plan_info(r.engine, &plan);
         double full_numel = 0;
         for (size_t i = 0; i < gpt_num_params(&g); i++) {
             gpt_param_info pi;
@@ -528,7 +528,7 @@ done:
     else zero_engine_destroy(r.engine);
     train_data_close(r.data);
     if (r.comm && r.comm != r.host_comm) zero_comm_destroy(r.comm);
-    zero_device_close(r.dev);
+    zero_device_destroy(r.dev);
     train_config_free(&r.cfg);
     json_decref(root);
     /* Destroying the last comm finalizes MPI, and MPI_Finalize waits for every

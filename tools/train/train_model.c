@@ -100,7 +100,7 @@ zero_status train_model_create(train_model **out, const gpt_config *cfg, int mic
     if (s == ZERO_OK && (s = zero_engine_finalize(engine)) != ZERO_OK)
         engine_fail(err, en, s, "finalize", zero_engine_last_error(engine));
     zero_plan_info plan;
-    if (s == ZERO_OK && (s = zero_engine_plan_info(engine, &plan)) != ZERO_OK)
+    if (s == ZERO_OK && (s = zero_engine_get_plan_info(engine, &plan)) != ZERO_OK)
         engine_fail(err, en, s, "plan_info", zero_engine_last_error(engine));
     if (s == ZERO_OK) {
         m->dtype = plan.compute_dtype;

@@ -44,7 +44,7 @@ class Comm(_Resource):
         cfg.device = device
         cfg.timeout_s = timeout
         out = ffi.new("zero_comm **")
-        check(lib.zero_comm_init_world(out, cfg))
+        check(lib.zero_comm_create_world(out, cfg))
         comm = cls(out[0])
         if backend != "local" and _mpi_anchor is None:
             _mpi_anchor = comm
@@ -61,26 +61,26 @@ class Comm(_Resource):
     # ------------------------------------------------------------ properties
     @property
     def rank(self):
-        return lib.zero_comm_rank(self._live_handle())
+        return lib.zero_comm_get_rank(self._live_handle())
 
     @property
     def size(self):
-        return lib.zero_comm_size(self._live_handle())
+        return lib.zero_comm_get_size(self._live_handle())
 
     @property
     def world_rank(self):
-        return lib.zero_comm_world_rank(self._live_handle())
+        return lib.zero_comm_get_world_rank(self._live_handle())
 
     def world_rank_of(self, rank):
-        return lib.zero_comm_world_rank_of(self._live_handle(), rank)
+        return lib.zero_comm_get_world_rank_of(self._live_handle(), rank)
 
     @property
     def backend(self):
-        return _BACKEND_NAMES.get(lib.zero_comm_backend(self._live_handle()), "unknown")
+        return _BACKEND_NAMES.get(lib.zero_comm_get_backend(self._live_handle()), "unknown")
 
     @property
     def name(self):
-        return string(lib.zero_comm_name(self._live_handle()))
+        return string(lib.zero_comm_get_name(self._live_handle()))
 
     @name.setter
     def name(self, value):
@@ -88,7 +88,7 @@ class Comm(_Resource):
 
     @property
     def timeout(self):
-        return lib.zero_comm_timeout(self._live_handle())
+        return lib.zero_comm_get_timeout(self._live_handle())
 
     @timeout.setter
     def timeout(self, seconds):
@@ -211,16 +211,16 @@ class Device(_Resource):
         if kind not in kinds:
             raise ZeroInvalidArgumentError(f"Device: unknown kind {kind!r}; 'cpu' or 'cuda'")
         out = ffi.new("zero_device **")
-        check(lib.zero_device_open(out, kinds[kind], ordinal))
+        check(lib.zero_device_create(out, kinds[kind], ordinal))
         super().__init__(out[0])
         self.kind = kind
 
     def _destroy(self, h):
-        lib.zero_device_close(h)
+        lib.zero_device_destroy(h)
 
     @property
     def ordinal(self):
-        return lib.zero_device_ordinal(self._live_handle())
+        return lib.zero_device_get_ordinal(self._live_handle())
 
     def __repr__(self):
         return f"<zero.Device {self.kind}>"

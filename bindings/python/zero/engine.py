@@ -471,19 +471,19 @@ class Engine(_Resource):
     @property
     def loss_scale(self):
         """Multiply the loss by this before backward (1.0 unless fp16)."""
-        return lib.zero_engine_loss_scale(self._live_handle())
+        return lib.zero_engine_get_loss_scale(self._live_handle())
 
     # ================================================================ introspection
     def memory_report(self):
         """{"params", "grads", "master", "moments", "buffers", "other": bytes
         held now, "total", "peak": {the same maxima, "total"}}."""
         r = ffi.new("zero_memory_report *")
-        self._check(lib.zero_engine_memory_report(self._live_handle(), r))
+        self._check(lib.zero_engine_get_memory_report(self._live_handle(), r))
         return _report_dict(r)
 
     def plan_info(self):
         i = ffi.new("zero_plan_info *")
-        self._check(lib.zero_engine_plan_info(self._live_handle(), i))
+        self._check(lib.zero_engine_get_plan_info(self._live_handle(), i))
         out = {name: getattr(i, name) for name, _ in ffi.typeof("zero_plan_info").fields}
         out["compute_dtype"] = string(lib.zero_dtype_name(i.compute_dtype))
         return out
@@ -498,7 +498,7 @@ class Engine(_Resource):
     def param_info(self, param):
         pid = self.param(param).id
         i = ffi.new("zero_param_info *")
-        self._check(lib.zero_engine_param_info(self._live_handle(), pid, i))
+        self._check(lib.zero_engine_get_param_info(self._live_handle(), pid, i))
         out = {name: getattr(i, name) for name, _ in ffi.typeof("zero_param_info").fields}
         out["name"] = string(i.name)
         out["shape"] = tuple(i.shape[k] for k in range(i.ndim))

@@ -90,10 +90,10 @@ typedef struct zero_config {
     { ZERO_CONFIG_VERSION_V1_INIT, 0, "", 0, 4, 1000000000u, 1048576u, 8, 0, "", 0, 5, 100000000u, 1000000000u }
 #endif
 
-zero_status zero_comm_init_world(zero_comm **out, const zero_comm_config *config);
+zero_status zero_comm_create_world(zero_comm **out, const zero_comm_config *config);
 void zero_comm_destroy(zero_comm *comm);
-zero_status zero_device_open(zero_device **out, int kind, int ordinal);
-void zero_device_close(zero_device *dev);
+zero_status zero_device_create(zero_device **out, int kind, int ordinal);
+void zero_device_destroy(zero_device *dev);
 zero_status zero_config_from_json(zero_config *config, const char *json_text);
 zero_status zero_engine_create(zero_engine **out, const zero_config *config, zero_comm *dp, zero_device *dev);
 void zero_engine_destroy(zero_engine *e);

@@ -168,16 +168,16 @@ int main(int argc, char **argv)
     FILE *out = NULL;
     int rc = 1;
     zero_status st;
-    if ((st = zero_comm_init_world(&world, NULL)) != ZERO_OK) {
+    if ((st = zero_comm_create_world(&world, NULL)) != ZERO_OK) {
         rc = fail("comm init", st, zero_last_error());
         goto done;
     }
-    const int rank = zero_comm_rank(world), size = zero_comm_size(world);
+    const int rank = zero_comm_get_rank(world), size = zero_comm_get_size(world);
     if (size > 2) {
         fprintf(stderr, "optim_driver: world size 1 or 2 only (got %d)\n", size);
         goto done;
     }
-    if ((st = zero_device_open(&dev, ZERO_DEVICE_CPU, 0)) != ZERO_OK) {
+    if ((st = zero_device_create(&dev, ZERO_DEVICE_CPU, 0)) != ZERO_OK) {
         rc = fail("device open", st, zero_last_error());
         goto done;
     }
@@ -289,7 +289,7 @@ int main(int argc, char **argv)
 done:
     if (out) fclose(out);
     zero_engine_destroy(e);
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     zero_comm_destroy(world);
     free(mine);
     free(params);
