@@ -11,12 +11,12 @@
 set -euo pipefail
 VENV=${1:-${ZERO_PEERS_VENV:-/work/venv-peers}}
 PY=${PYTHON:-python3}
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import torch, deepspeed" 2>/dev/null; then
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import torch, deepspeed, cffi" 2>/dev/null; then
     echo "setup_venv: $VENV already has torch and deepspeed"; exit 0
 fi
 "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip wheel setuptools
-"$VENV/bin/python" -m pip install -q torch numpy
+"$VENV/bin/python" -m pip install -q torch numpy cffi   # cffi: libzero's bindings (zero.torch, the init values)
 # DeepSpeed's setup.py imports torch: build it against the torch just installed,
 # with no C++/CUDA op prebuilt (the CPU run needs none: torch's AdamW is the optimizer).
 DS_BUILD_OPS=0 "$VENV/bin/python" -m pip install -q --no-build-isolation deepspeed

@@ -40,17 +40,14 @@ tutorial; the mechanics, in short:
     buffers hold zeros), in a fixed order, so every rank makes the same
     collective calls.
 """
-import math
-import os
 import warnings
 
-import numpy as np
 import torch
 
 from .comm import Comm
 from .config import as_config
 from .engine import Engine
-from .errors import ZeroInvalidArgumentError, ZeroInvalidStateError
+from .errors import ZeroInvalidArgumentError, ZeroInvalidStateError, ZeroUnsupportedError
 
 _TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 _MARK = object()  # tags a saved tensor stored as a parameter reference
@@ -159,7 +156,8 @@ def _map_tensors(obj, fn):
 class ZeroModule(torch.nn.Module):
     """A torch.nn.Module trained by a libzero engine. Made by wrap()."""
 
-    def __init__(self, module, config=None, comm=None, wrap_policy=None, lr_schedule=None, **fields):
+    def __init__(self, module, config=None, comm=None, wrap_policy=None, lr_schedule=None, param_groups=None,
+                 **fields):
         super().__init__()
         if not isinstance(module, torch.nn.Module):
             raise ZeroInvalidArgumentError(f"zero.torch.wrap: expected a torch.nn.Module, got {type(module).__name__}")
@@ -181,7 +179,7 @@ class ZeroModule(torch.nn.Module):
         for u in self._units:
             for _, p in u.params:
                 self._unit_of[p] = u
-        self._register()
+        self._register(param_groups)
         self._empty = torch.empty(0, dtype=self._dtype)
         self._data = {}        # Parameter -> torch tensor over param_data (stage 0-2, persistent)
         self._grad_views = {}  # Parameter -> torch tensor over param_grad (installed)
@@ -227,15 +225,50 @@ class ZeroModule(torch.nn.Module):
             raise ZeroInvalidArgumentError("zero.torch.wrap: the module has no trainable parameters")
         return out
 
-    def _register(self):
+    def _groups(self, param_groups):
+        """{Parameter: engine group id} from torch-style param_groups."""
+        if param_groups is None:
+            return {}
+        if not hasattr(self.engine, "add_group"):
+            raise ZeroUnsupportedError("zero.torch.wrap: param_groups need parameter groups in libzero "
+                                       "(zero_engine_add_group), which this build lacks")
+        base_lr = self.engine.config.lr
+        known = {p for u in self._units for _, p in u.params}
+        out = {}
+        for i, g in enumerate(param_groups):
+            if not isinstance(g, dict) or "params" not in g:
+                raise ZeroInvalidArgumentError(f"zero.torch.wrap: param_groups[{i}] must be a dict with 'params'")
+            extra = set(g) - {"params", "name", "lr", "weight_decay", "betas", "eps"}
+            if extra:
+                raise ZeroInvalidArgumentError(f"zero.torch.wrap: param_groups[{i}]: unsupported key(s) "
+                                               f"{sorted(extra)} (params, name, lr, weight_decay, betas, eps)")
+            if "lr" in g and base_lr <= 0:
+                raise ZeroInvalidArgumentError(f"zero.torch.wrap: param_groups[{i}] sets lr but the config's lr is "
+                                               f"{base_lr} (a group's lr is the config's lr x a scale)")
+            gid = self.engine.add_group(g.get("name", f"group{i}"),
+                                        lr_scale=g["lr"] / base_lr if "lr" in g else 1.0,
+                                        weight_decay=g.get("weight_decay"), betas=g.get("betas"), eps=g.get("eps"))
+            for p in g["params"]:
+                if p in out:
+                    raise ZeroInvalidArgumentError(f"zero.torch.wrap: a parameter is in param_groups[{i}] and "
+                                                   f"an earlier group")
+                if p not in known:
+                    raise ZeroInvalidArgumentError(f"zero.torch.wrap: param_groups[{i}] holds a tensor that is not a "
+                                                   f"trainable parameter of the module")
+                out[p] = gid
+        return out
+
+    def _register(self, param_groups):
         eng = self.engine
+        group_of = self._groups(param_groups)
         for u in self._units:
             u.eng_module = eng.add_module(u.name)
             for n, p in u.params:
                 if p.dim() > 8:
                     raise ZeroInvalidArgumentError(f"zero.torch.wrap: parameter '{n}' has {p.dim()} dimensions (at most 8)")
                 init = p.detach().to("cpu", torch.float32).contiguous().numpy().reshape(tuple(p.shape) or (1,))
-                u.eng_params.append(eng.add_param(u.eng_module, n, init=init))
+                kw = {"group": group_of[p]} if p in group_of else {}
+                u.eng_params.append(eng.add_param(u.eng_module, n, init=init, **kw))
         # AccumulateGrad nodes are made now, while every parameter has its
         # full shape (their input metadata is that shape), and kept alive.
         self._acc_nodes = []
@@ -480,7 +513,21 @@ class ZeroModule(torch.nn.Module):
         return [(u.name, [n for n, _ in u.params]) for u in self._units]
 
 
-def wrap(module, config=None, comm=None, *, wrap_policy=None, lr_schedule=None, **fields):
+def no_decay_groups(module, weight_decay=None):
+    """torch's usual recipe as param_groups: tensors of 2+ dimensions (matmul
+    weights, embeddings) decay, the rest (biases, LayerNorm gains) get
+    weight_decay 0. weight_decay: the decaying group's (None: the config's)."""
+    decay, no_decay = [], []
+    for p in module.parameters():
+        if p.requires_grad:
+            (decay if p.dim() >= 2 else no_decay).append(p)
+    g = {"params": decay, "name": "decay"}
+    if weight_decay is not None:
+        g["weight_decay"] = weight_decay
+    return [g, {"params": no_decay, "name": "no_decay", "weight_decay": 0.0}]
+
+
+def wrap(module, config=None, comm=None, *, wrap_policy=None, lr_schedule=None, param_groups=None, **fields):
     """Move `module`'s trainable parameters into a libzero engine; returns a
     ZeroModule (call it like the module; then backward(loss), step()).
 
@@ -495,9 +542,15 @@ def wrap(module, config=None, comm=None, *, wrap_policy=None, lr_schedule=None, 
       at least that many parameters not claimed below it), or
       callable(module, unwrapped_numel) -> bool. The root unit takes the rest.
     lr_schedule: callable(step index) -> lr, applied before each optimizer step.
+    param_groups: torch-style [{"params": [...], "weight_decay": 0.0, "lr": ...,
+      "betas": ..., "eps": ..., "name": ...}, ...] (no_decay_groups(module) is
+      the usual recipe); a group's "lr" is relative to the config's lr (the
+      engine's lr_scale), so a schedule keeps the groups' ratio. Parameters in
+      no group train with the config's values.
 
     COLLECTIVE (finalize): every rank wraps the same module the same way."""
-    return ZeroModule(module, config, comm, wrap_policy=wrap_policy, lr_schedule=lr_schedule, **fields)
+    return ZeroModule(module, config, comm, wrap_policy=wrap_policy, lr_schedule=lr_schedule,
+                      param_groups=param_groups, **fields)
 
 
-__all__ = ["wrap", "ZeroModule", "class_policy", "size_policy"]
+__all__ = ["wrap", "ZeroModule", "class_policy", "size_policy", "no_decay_groups"]
