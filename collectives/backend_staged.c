@@ -16,14 +16,14 @@
 
 typedef struct staged_impl {
     MPI_Comm comm;
-    void *cache;        /* one reusable pinned buffer: cudaMallocHost is slow */
-    size_t cache_bytes;
+    coll_scratch pinned; /* reusable pinned buffers (scratch.h): cudaMallocHost is slow */
 } staged_impl;
 
 typedef struct staged_req {
     mpi_op op;
     void *host;         /* pinned: host send part, then host recv part */
     size_t host_bytes;
+    int host_cached;    /* slot of the comm's pinned scratch (0: the op's own) */
     void *dev_recv;     /* where the result goes back */
     void *host_recv;
     size_t recv_bytes;
@@ -95,34 +95,23 @@ static zero_status be_init_world(zero_comm *c, const zero_comm_config *cfg)
         free(m);
         return st;
     }
+    pinned_scratch_init(m);
     c->impl = m;
     return ZERO_OK;
 }
 
 static void free_pinned(void *p) { cudaFreeHost(p); }
 
-static void *take_host(staged_impl *m, size_t bytes)
+static void *alloc_pinned(size_t bytes)
 {
-    if (m->cache && m->cache_bytes >= bytes) {
-        void *p = m->cache;
-        m->cache = NULL;
-        return p;
-    }
     void *p = NULL;
-    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) return NULL;
-    return p;
+    return cudaMallocHost(&p, bytes) == cudaSuccess ? p : NULL;
 }
 
-static void give_host(staged_impl *m, void *p, size_t bytes)
+static void pinned_scratch_init(staged_impl *m)
 {
-    if (!p) return;
-    if (!m->cache || m->cache_bytes < bytes) {
-        if (m->cache) cudaFreeHost(m->cache);
-        m->cache = p;
-        m->cache_bytes = bytes;
-    } else {
-        cudaFreeHost(p);
-    }
+    m->pinned.alloc = alloc_pinned;
+    m->pinned.release = free_pinned;
 }
 
 static zero_status be_start(zero_comm *c, zero_request *req)
@@ -150,7 +139,7 @@ static zero_status be_start(zero_comm *c, zero_request *req)
     if (!r) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "%s: out of memory", coll_op_name(a->kind));
     r->host_bytes = send_b + recv_b;
     if (r->host_bytes) {
-        r->host = take_host(m, r->host_bytes);
+        r->host = coll_scratch_get(&m->pinned, r->host_bytes, &r->host_cached);
         if (!r->host) {
             size_t bytes = r->host_bytes;
             free(r);
@@ -194,7 +183,7 @@ static zero_status be_start(zero_comm *c, zero_request *req)
     default: break;
     }
     if (e != cudaSuccess) {
-        give_host(m, r->host, r->host_bytes);
+        coll_scratch_put(&m->pinned, r->host, r->host_cached);
         free(r);
         return cuda_fail(c, e, "staging copy to host");
     }
@@ -205,7 +194,7 @@ static zero_status be_start(zero_comm *c, zero_request *req)
     }
     zero_status st = mpi_op_start(c, m->comm, &h, &r->op);
     if (st != ZERO_OK) {
-        give_host(m, r->host, r->host_bytes);
+        coll_scratch_put(&m->pinned, r->host, r->host_cached);
         free(r);
         return st;
     }
@@ -236,7 +225,7 @@ static zero_status be_test(zero_comm *c, zero_request *req, int *done)
         }
         if (e != cudaSuccess) st = cuda_fail(c, e, "staging copy to device");
     }
-    give_host(m, r->host, r->host_bytes);
+    coll_scratch_put(&m->pinned, r->host, r->host_cached);
     free(r);
     req->impl = NULL;
     return st;
@@ -244,15 +233,17 @@ static zero_status be_test(zero_comm *c, zero_request *req, int *done)
 
 static void be_abandon(zero_comm *c, zero_request *req)
 {
-    (void)c;
+    staged_impl *m = c->impl;
     staged_req *r = req->impl;
     if (!r) return;
     int pending = r->op.req != MPI_REQUEST_NULL || r->op.sched || r->op.a2a; /* MPI may still read the host copy */
     mpi_op_abandon(&r->op);
-    if (pending)
-        coll_graveyard_add(r->host, free_pinned);
-    else if (r->host)
-        cudaFreeHost(r->host);
+    if (r->host) {
+        if (pending)
+            coll_scratch_abandon(&m->pinned, r->host, r->host_cached);
+        else
+            coll_scratch_put(&m->pinned, r->host, r->host_cached);
+    }
     free(r);
     req->impl = NULL;
 }
@@ -267,6 +258,7 @@ static zero_status be_split(zero_comm *parent, int color, int key, zero_comm *ch
         free(m);
         return st;
     }
+    pinned_scratch_init(m);
     child->impl = m;
     return ZERO_OK;
 }
@@ -296,7 +288,7 @@ static void be_destroy(zero_comm *c)
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized && c->failed == ZERO_OK && m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
-    if (m->cache) cudaFreeHost(m->cache);
+    coll_scratch_release(&m->pinned);
     free(m);
     c->impl = NULL;
 }

@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "common/handle.h"
+#include "scratch.h"
 #include "zero_build_config.h"
 
 #if ZERO_HAVE_MPI
@@ -85,24 +86,7 @@ struct zero_request {
 #define COLL_GROUPED_ASYNC 1
 #define COLL_GROUPED_OWNED 2
 
-/* One reusable temporary buffer per comm. Large ops need tens of MB of
- * scratch; malloc'ing it per op means mmap + a page fault per 4 KiB every
- * time (glibc maps blocks over 32 MB afresh), measurable against the op. An
- * op takes it when free, else allocates its own. */
-typedef struct coll_scratch {
-    void *ptr;
-    size_t bytes;
-    int busy;
-} coll_scratch;
-
-/* Memory of at least `bytes` (NULL when out of memory); *cached says whether
- * it is the comm's buffer, to be given back with coll_scratch_put. */
-void *coll_scratch_get(coll_scratch *sc, size_t bytes, int *cached);
-void coll_scratch_put(coll_scratch *sc, void *ptr, int cached);
-/* The op was abandoned while the transport may still use `ptr`: it goes to
- * the graveyard, and the comm forgets it if it was its buffer. */
-void coll_scratch_abandon(coll_scratch *sc, void *ptr, int cached);
-void coll_scratch_release(coll_scratch *sc);
+/* Reusable temporary buffers (scratch.h). */
 
 typedef struct coll_backend {
     const char *name;

@@ -12,8 +12,8 @@
 # says so and exits 77.
 #
 # Environment:
-#   ZERO_CUDA_ARCH   e.g. sm_90: compile device code for that GPU
-#                    (default: nvcc's default target, JIT-compiled from PTX)
+#   ZERO_CUDA_ARCH   e.g. 80 or 80,90: the meson option gpu_arch (SASS for
+#                    each, PTX for the highest; default 90 = Hopper)
 #   ZERO_GPU_SETUP   extra `meson setup` options, e.g. "-Dnccl=disabled"
 #
 # To add a check: give a meson test suite 'gpu' (suite: ['<area>', 'gpu']),
@@ -30,7 +30,7 @@ fi
 nvidia-smi -L
 
 setup_args=(-Dcuda=enabled)
-[ -n "${ZERO_CUDA_ARCH:-}" ] && setup_args+=("-Dcuda_args=-arch=${ZERO_CUDA_ARCH}")
+[ -n "${ZERO_CUDA_ARCH:-}" ] && setup_args+=("-Dgpu_arch=${ZERO_CUDA_ARCH//sm_/}")
 # shellcheck disable=SC2206
 [ -n "${ZERO_GPU_SETUP:-}" ] && setup_args+=(${ZERO_GPU_SETUP})
 if [ -f "$build/build.ninja" ]; then
