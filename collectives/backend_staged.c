@@ -82,6 +82,20 @@ zero_status coll_cuda_check_buffers(zero_comm *c, const coll_args *a)
     return ZERO_OK;
 }
 
+static void free_pinned(void *p) { cudaFreeHost(p); }
+
+static void *alloc_pinned(size_t bytes)
+{
+    void *p = NULL;
+    return cudaMallocHost(&p, bytes) == cudaSuccess ? p : NULL;
+}
+
+static void pinned_scratch_init(staged_impl *m)
+{
+    m->pinned.alloc = alloc_pinned;
+    m->pinned.release = free_pinned;
+}
+
 static zero_status be_init_world(zero_comm *c, const zero_comm_config *cfg)
 {
     staged_impl *m = calloc(1, sizeof *m);
@@ -98,20 +112,6 @@ static zero_status be_init_world(zero_comm *c, const zero_comm_config *cfg)
     pinned_scratch_init(m);
     c->impl = m;
     return ZERO_OK;
-}
-
-static void free_pinned(void *p) { cudaFreeHost(p); }
-
-static void *alloc_pinned(size_t bytes)
-{
-    void *p = NULL;
-    return cudaMallocHost(&p, bytes) == cudaSuccess ? p : NULL;
-}
-
-static void pinned_scratch_init(staged_impl *m)
-{
-    m->pinned.alloc = alloc_pinned;
-    m->pinned.release = free_pinned;
 }
 
 static zero_status be_start(zero_comm *c, zero_request *req)

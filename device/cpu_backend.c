@@ -1,8 +1,10 @@
-/* The CPU device: host memory, synchronous "streams", and the element-wise
- * kernels the engine's CPU path trains with.
+/* The CPU device: host memory, streams, and the element-wise kernels the
+ * engine's CPU path trains with.
  *
- * Every op completes before it returns, so streams and events are ordering
- * tokens only. Kernels are plain loops the compiler vectorizes; large ones
+ * By default every op completes before it returns, so streams and events are
+ * ordering tokens only. With ZERO_CPU_ASYNC=1 each stream is a worker thread
+ * and ops are queued (cpu_async.c): the same kernels, run later, in stream
+ * order. Kernels are plain loops the compiler vectorizes; large ones
  * are split over OpenMP threads. Elementwise results do not depend on the
  * thread count; the sum of squares is made independent of it too (fixed
  * chunks, summed in order). */
@@ -10,6 +12,7 @@
 #include <string.h>
 
 #include "convert_impl.h"
+#include "cpu_async.h"
 #include "device_internal.h"
 
 /* The kernels run in blocks: an OpenMP loop over blocks (when there are
@@ -55,16 +58,51 @@ static void run_blocks(size_t n, range_fn fn, const kargs *a)
     }
 }
 
+/* A kernel or copy as a queued op (async mode). */
+typedef struct kernel_op {
+    kargs a;
+    size_t n;
+    range_fn fn;
+} kernel_op;
+
+static void run_kernel_op(const void *arg)
+{
+    const kernel_op *k = arg;
+    run_blocks(k->n, k->fn, &k->a);
+}
+
+typedef struct copy_op {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} copy_op;
+
+static void run_copy_op(const void *arg)
+{
+    const copy_op *c = arg;
+    memmove(c->dst, c->src, c->bytes);
+}
+
+/* Run now (synchronous mode) or queue on s in stream order (async mode). */
+static zero_status launch(zero_device *dev, zero_stream *s, size_t n, range_fn fn, const kargs *a)
+{
+    if (!cpu_async_on(dev)) {
+        run_blocks(n, fn, a);
+        return ZERO_OK;
+    }
+    kernel_op k = {.a = *a, .n = n, .fn = fn};
+    return cpu_async_submit(dev, s, run_kernel_op, &k, sizeof k);
+}
+
 /* ---------------------------------------------------------------- memory */
 
 static zero_status cpu_open(zero_device *dev, int ordinal)
 {
-    (void)dev;
     (void)ordinal;
-    return ZERO_OK;
+    return cpu_async_open(dev); /* ZERO_CPU_ASYNC: worker streams */
 }
 
-static void cpu_close(zero_device *dev) { (void)dev; }
+static void cpu_close(zero_device *dev) { cpu_async_close(dev); }
 
 static zero_status aligned(zero_device *dev, size_t bytes, size_t align, void **out, const char *op)
 {
@@ -98,82 +136,76 @@ static void cpu_free(zero_device *dev, void *ptr)
 
 static zero_status cpu_stream_create(zero_device *dev, zero_stream *s)
 {
-    (void)dev;
-    (void)s;
-    return ZERO_OK;
+    return cpu_async_on(dev) ? cpu_async_stream_create(dev, s) : ZERO_OK;
 }
 
-static void cpu_stream_destroy(zero_stream *s) { (void)s; }
+static void cpu_stream_destroy(zero_stream *s)
+{
+    if (cpu_async_on(s->dev)) cpu_async_stream_destroy(s);
+}
 
 static zero_status cpu_stream_sync(zero_device *dev, zero_stream *s)
 {
-    (void)dev;
-    (void)s;
-    return ZERO_OK;
+    return cpu_async_on(dev) ? cpu_async_stream_sync(dev, s, "zero_stream_sync") : ZERO_OK;
 }
 
 static zero_status cpu_device_sync(zero_device *dev)
 {
-    (void)dev;
-    return ZERO_OK;
+    return cpu_async_on(dev) ? cpu_async_device_sync(dev) : ZERO_OK;
 }
 
 static zero_status cpu_event_create(zero_device *dev, zero_event *e)
 {
-    (void)dev;
-    (void)e;
-    return ZERO_OK;
+    return cpu_async_on(dev) ? cpu_async_event_create(dev, e) : ZERO_OK;
 }
 
-static void cpu_event_destroy(zero_event *e) { (void)e; }
+static void cpu_event_destroy(zero_event *e)
+{
+    if (cpu_async_on(e->dev)) cpu_async_event_destroy(e);
+}
 
 static zero_status cpu_event_record(zero_device *dev, zero_event *e, zero_stream *s)
 {
-    (void)dev;
-    (void)e;
-    (void)s;
-    return ZERO_OK;
+    return cpu_async_on(dev) ? cpu_async_event_record(dev, e, s) : ZERO_OK;
 }
 
 static zero_status cpu_stream_wait_event(zero_device *dev, zero_stream *s, zero_event *e)
 {
-    (void)dev;
-    (void)s;
-    (void)e;
-    return ZERO_OK;
+    return cpu_async_on(dev) ? cpu_async_stream_wait_event(dev, s, e) : ZERO_OK;
 }
 
 static zero_status cpu_event_sync(zero_device *dev, zero_event *e)
 {
-    (void)dev;
-    (void)e;
-    return ZERO_OK;
+    return cpu_async_on(dev) ? cpu_async_event_sync(dev, e) : ZERO_OK;
 }
 
-/* Work before a record has always finished on the CPU (like CUDA, an event
- * never recorded also counts as done). */
+/* Synchronous mode: work before a record has always finished (like CUDA, an
+ * event never recorded also counts as done). */
 static zero_status cpu_event_query(zero_device *dev, zero_event *e, int *done)
 {
-    (void)dev;
-    (void)e;
-    *done = 1;
+    *done = cpu_async_on(dev) ? cpu_async_event_done(e) : 1;
     return ZERO_OK;
 }
 
 /* ---------------------------------------------------------------- copies */
 
-static zero_status cpu_memcpy(zero_device *dev, void *dst, const void *src, size_t bytes)
-{
-    (void)dev;
-    memmove(dst, src, bytes); /* overlap is harmless here, so allow it */
-    return ZERO_OK;
-}
-
 static zero_status cpu_memcpy_async(zero_device *dev, void *dst, const void *src, size_t bytes,
                                     zero_stream *s)
 {
-    (void)s;
-    return cpu_memcpy(dev, dst, src, bytes);
+    copy_op c = {dst, src, bytes};
+    if (!cpu_async_on(dev)) {
+        run_copy_op(&c); /* memmove: overlap is harmless here, so allow it */
+        return ZERO_OK;
+    }
+    return cpu_async_submit(dev, s, run_copy_op, &c, sizeof c);
+}
+
+/* Finished on return. Async mode: in order on the default stream, like
+ * CUDA's copy on the legacy stream, then wait for that stream. */
+static zero_status cpu_memcpy(zero_device *dev, void *dst, const void *src, size_t bytes)
+{
+    ZERO_TRY(cpu_memcpy_async(dev, dst, src, bytes, NULL));
+    return cpu_async_on(dev) ? cpu_async_stream_sync(dev, NULL, "zero_memcpy") : ZERO_OK;
 }
 
 /* ---------------------------------------------------------------- kernels */
@@ -310,51 +342,46 @@ CLONES static void sumsq_range(const kargs *a, size_t begin, size_t end)
 
 static zero_status cpu_fill(zero_device *dev, void *x, zero_dtype dt, size_t n, float value, zero_stream *s)
 {
-    (void)dev, (void)s;
     kargs a = {.y = x, .dt = dt, .alpha = value};
-    run_blocks(n, fill_range, &a);
-    return ZERO_OK;
+    return launch(dev, s, n, fill_range, &a);
 }
 
 static zero_status cpu_scale(zero_device *dev, void *x, zero_dtype dt, size_t n, float alpha, zero_stream *s)
 {
-    (void)dev, (void)s;
     kargs a = {.y = x, .dt = dt, .alpha = alpha};
-    run_blocks(n, scale_range, &a);
-    return ZERO_OK;
+    return launch(dev, s, n, scale_range, &a);
 }
 
 static zero_status cpu_axpy(zero_device *dev, float alpha, const void *x, void *y, zero_dtype dt, size_t n,
                             zero_stream *s)
 {
-    (void)dev, (void)s;
     kargs a = {.x = x, .y = y, .dt = dt, .alpha = alpha};
-    run_blocks(n, axpy_range, &a);
-    return ZERO_OK;
+    return launch(dev, s, n, axpy_range, &a);
 }
 
 static zero_status cpu_cast(zero_device *dev, const void *src, zero_dtype sdt, void *dst, zero_dtype ddt, size_t n,
                             zero_stream *s)
 {
-    (void)s;
-    if (sdt == ddt) return cpu_memcpy(dev, dst, src, n * zero_dtype_size(sdt));
+    if (sdt == ddt) return cpu_memcpy_async(dev, dst, src, n * zero_dtype_size(sdt), s);
     kargs a = {.x = src, .y = dst, .dt = sdt, .dt2 = ddt};
-    run_blocks(n, cast_range, &a);
-    return ZERO_OK;
+    return launch(dev, s, n, cast_range, &a);
 }
 
 static zero_status cpu_sumsq(zero_device *dev, const void *x, zero_dtype dt, size_t n, double *out, int *nonfinite,
                              zero_stream *s)
 {
-    (void)s;
     size_t nblocks = (n + BLOCK - 1) / BLOCK;
     double stack_part[64];
-    double *part = nblocks <= 64 ? stack_part : malloc(nblocks * sizeof *part);
+    /* Async mode: heap memory, since a worker that outlives a timed-out wait
+     * may still write it (then it is leaked on purpose). */
+    double *part = nblocks <= 64 && !cpu_async_on(dev) ? stack_part : malloc(nblocks * sizeof *part);
     if (!part)
         return zero_fail(&dev->err, ZERO_OUT_OF_MEMORY, "zero_sumsq(cpu): cannot allocate %zu partial sums",
                          nblocks);
     kargs a = {.x = x, .dt = dt, .partial = part};
-    run_blocks(n, sumsq_range, &a);
+    zero_status st = launch(dev, s, n, sumsq_range, &a); /* the value is needed: wait for it */
+    if (st == ZERO_OK && cpu_async_on(dev)) st = cpu_async_stream_sync(dev, s, "zero_sumsq");
+    if (st != ZERO_OK) return st; /* part may still be written: see above */
     double total = 0.0;
     for (size_t b = 0; b < nblocks; b++) total += part[b];
     if (part != stack_part) free(part);

@@ -4,8 +4,11 @@
  * surface, zero/experimental.h.)
  *
  * On the CPU, streams are ordering tokens and every op completes before it
- * returns; on CUDA, *_async ops are enqueued on the given stream (NULL = the
- * device's default stream) and complete in stream order.
+ * returns, unless ZERO_CPU_ASYNC=1 was set when the device was opened: then,
+ * as on CUDA, kernels and *_async ops are enqueued on the given stream (NULL =
+ * the device's default stream) and complete in stream order; only events,
+ * syncs and the calls documented as finished on return order them across
+ * streams and with the host (docs/device.md).
  *
  * Pointers: "device memory" is memory of the zero_device (plain host memory
  * for the CPU device). Pinned and NUMA-local host memory is host memory that a
