@@ -222,25 +222,25 @@ zero_status cpu_async_open(zero_device *dev)
     const char *on = getenv("ZERO_CPU_ASYNC");
     if (!on || !*on || !strcmp(on, "0")) return ZERO_OK;
     if (strcmp(on, "1") != 0)
-        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_device_open(cpu): ZERO_CPU_ASYNC='%s': expected 0 or 1", on);
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_device_create(cpu): ZERO_CPU_ASYNC='%s': expected 0 or 1", on);
     unsigned long long delay = 0, seed = 1, timeout = 60;
     if (env_uint("ZERO_CPU_ASYNC_DELAY_US", 10000000ULL, &delay) < 0)
         return zero_fail(NULL, ZERO_INVALID_ARGUMENT,
-                         "zero_device_open(cpu): ZERO_CPU_ASYNC_DELAY_US='%s': expected microseconds 0..10000000",
+                         "zero_device_create(cpu): ZERO_CPU_ASYNC_DELAY_US='%s': expected microseconds 0..10000000",
                          getenv("ZERO_CPU_ASYNC_DELAY_US"));
     if (env_uint("ZERO_CPU_ASYNC_SEED", UINT64_MAX, &seed) < 0)
-        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_device_open(cpu): ZERO_CPU_ASYNC_SEED='%s': expected an integer",
+        return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_device_create(cpu): ZERO_CPU_ASYNC_SEED='%s': expected an integer",
                          getenv("ZERO_CPU_ASYNC_SEED"));
     if (env_uint("ZERO_CPU_ASYNC_TIMEOUT_S", 86400, &timeout) < 0 || timeout == 0)
         return zero_fail(NULL, ZERO_INVALID_ARGUMENT,
-                         "zero_device_open(cpu): ZERO_CPU_ASYNC_TIMEOUT_S='%s': expected seconds 1..86400",
+                         "zero_device_create(cpu): ZERO_CPU_ASYNC_TIMEOUT_S='%s': expected seconds 1..86400",
                          getenv("ZERO_CPU_ASYNC_TIMEOUT_S"));
     cpu_async *a = calloc(1, sizeof *a);
     cpu_stream_impl *d = calloc(1, sizeof *d);
     if (!a || !d) {
         free(a);
         free(d);
-        return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "zero_device_open(cpu): out of host memory");
+        return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "zero_device_create(cpu): out of host memory");
     }
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->progress, NULL);

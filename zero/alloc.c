@@ -24,8 +24,8 @@ static void books_sub(zero_books *b, zero_mem_category cat, size_t bytes)
 
 zero_status zero_memset_zero(zero_engine *e, void *ptr, size_t bytes)
 {
-    zero_status st = zero_fill_value(e->dev, ptr, ZERO_F32, bytes / 4, 0.0f, NULL);
-    if (st == ZERO_OK && bytes % 4) st = zero_memcpy(e->dev, (char *)ptr + bytes - bytes % 4, "\0\0\0", bytes % 4);
+    zero_status st = zero_fill_value(e->dev, ptr, ZERO_F32, bytes / 4, 0.0f, e->stream);
+    if (st == ZERO_OK && bytes % 4) st = engine_memcpy(e, (char *)ptr + bytes - bytes % 4, "\0\0\0", bytes % 4);
     return st;
 }
 
@@ -52,6 +52,9 @@ zero_status engine_alloc_ex(zero_engine *e, zero_mem_category cat, size_t bytes,
         return ZERO_OK;
     }
     st = zero_memset_zero(e, *out, bytes);
+    /* New buffers are written by host code too (init values, CPU offload):
+     * they must be zero before this returns, not just in stream order. */
+    if (st == ZERO_OK) st = engine_sync_stream(e, "engine: zeroing a new buffer");
     if (st != ZERO_OK) {
         zero_device_free(e->dev, *out);
         *out = NULL;

@@ -46,18 +46,6 @@ zero_status engine_check_usable(zero_engine *e, const char *what, int need_final
     return ZERO_OK;
 }
 
-zero_status engine_sync_device(zero_engine *e, const char *what)
-{
-    if (!e->is_cuda) return ZERO_OK;
-    zero_status st = zero_device_sync(e->dev);
-    if (st != ZERO_OK) {
-        char prefix[160];
-        snprintf(prefix, sizeof prefix, "%s: device sync: ", what);
-        return zero_fail_forward(&e->err, st, prefix);
-    }
-    return ZERO_OK;
-}
-
 void *engine_bucket_grad(zero_engine *e, const zero_bucket *b)
 {
     if (e->cfg.stage < 2) return elem_ptr(e, e->grads_full, b->flat_off);
@@ -143,6 +131,14 @@ zero_status zero_engine_create(zero_engine **out, const zero_config *config, zer
     else
         e->loss_scale = 1.0;
     e->hysteresis_left = config->hysteresis;
+    zero_status st = engine_streams_create(e);
+    if (st != ZERO_OK) {
+        char msg[ZERO_ERRMSG_MAX];
+        snprintf(msg, sizeof msg, "%s", e->err.msg);
+        engine_streams_destroy(e);
+        free(e);
+        return zero_fail(NULL, st, "%s", msg);
+    }
     *out = e;
     return ZERO_OK;
 }
@@ -159,6 +155,8 @@ void zero_engine_destroy(zero_engine *e)
         (void)grads_flush(e, "engine destroy");
         (void)gather_drop_prefetches(e, "engine destroy");
     }
+    /* Queued device work may still use the buffers freed below. */
+    if (!e->broken) (void)engine_sync_stream(e, "engine destroy");
     gather_free_all(e);
     engine_transient_trim(e);
     for (int i = 0; i < e->num_modules; i++) {
@@ -197,6 +195,7 @@ void zero_engine_destroy(zero_engine *e)
     free(e->buckets);
     free(e->trace);
     free(e->cur);
+    engine_streams_destroy(e);
     e->magic = ZERO_HANDLE_DEAD;
     zero_handle_retire(e); /* a second destroy or a stale call is then recognised */
 }
@@ -350,17 +349,17 @@ zero_status layout_load_bucket(zero_engine *e, const zero_bucket *b, const float
     const float *own = full + b->chunk * r;
     zero_status st = ZERO_OK;
     if (e->master) {
-        if (e->cfg.stage == 0) st = zero_memcpy(e->dev, e->master + b->flat_off, full, b->numel * 4);
-        else st = zero_memcpy(e->dev, e->master + b->shard_off, own, b->chunk * 4);
+        if (e->cfg.stage == 0) st = engine_memcpy(e, e->master + b->flat_off, full, b->numel * 4);
+        else st = engine_memcpy(e, e->master + b->shard_off, own, b->chunk * 4);
     }
     if (e->off_walk) ZERO_TRY(offload_state_io(e, 0, b->shard_off, b->chunk, (float *)own, 1, "engine finalize"));
     if (st == ZERO_OK && e->cfg.stage < 3)
-        st = zero_cast(e->dev, full, ZERO_F32, elem_ptr(e, e->params_full, b->flat_off), dt, b->numel, NULL);
+        st = zero_cast(e->dev, full, ZERO_F32, elem_ptr(e, e->params_full, b->flat_off), dt, b->numel, e->stream);
     if (st == ZERO_OK && e->cfg.stage == 3) {
         ZERO_TRY(poff_open(e, b, POFF_WRITE, "engine finalize"));
-        st = zero_cast(e->dev, own, ZERO_F32, layout_param_chunk(e, b), dt, b->chunk, NULL);
+        st = zero_cast(e->dev, own, ZERO_F32, layout_param_chunk(e, b), dt, b->chunk, e->stream);
         if (st == ZERO_OK && b->persistent)
-            st = zero_cast(e->dev, full, ZERO_F32, elem_ptr(e, e->persist, b->persist_off), dt, b->numel, NULL);
+            st = zero_cast(e->dev, full, ZERO_F32, elem_ptr(e, e->persist, b->persist_off), dt, b->numel, e->stream);
     }
     if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine: loading parameter values: ");
     return ZERO_OK;
@@ -431,7 +430,10 @@ zero_status zero_engine_param_grad(zero_engine *e, int param, void **out)
         return ZERO_OK;
     }
     zero_module *m = &e->modules[p->module];
-    if (!m->grad) ZERO_TRY(engine_transient_get(e, ZERO_MEM_GRADS, m->grad_numel * e->dsize, 1, &m->grad));
+    if (!m->grad) {
+        ZERO_TRY(engine_transient_get(e, ZERO_MEM_GRADS, m->grad_numel * e->dsize, 1, &m->grad));
+        ZERO_TRY(engine_hand_to_compute(e, "engine param_grad")); /* zeroed on the engine stream */
+    }
     *out = elem_ptr(e, m->grad, b->module_off + p->in_bucket);
     return ZERO_OK;
 }
@@ -573,12 +575,12 @@ zero_status engine_allreduce_host(zero_engine *e, void *values, size_t count, ze
     size_t bytes = count * zero_dtype_size(dtype);
     void *dbuf = NULL;
     ZERO_TRY(engine_alloc(e, ZERO_MEM_OTHER, bytes, &dbuf));
-    st = zero_memcpy(e->dev, dbuf, values, bytes);
-    if (st == ZERO_OK) st = engine_sync_device(e, what);
+    st = engine_memcpy(e, dbuf, values, bytes);
+    if (st == ZERO_OK) st = engine_sync_stream(e, what);
     if (st == ZERO_OK) {
         st = zero_allreduce(e->dp, dbuf, dbuf, count, dtype, op);
         if (st != ZERO_OK) st = engine_comm_failed(e, st, what);
-        else if ((st = zero_memcpy(e->dev, values, dbuf, bytes)) != ZERO_OK)
+        else if ((st = engine_memcpy(e, values, dbuf, bytes)) != ZERO_OK)
             st = zero_fail_forward(&e->err, st, "engine: copying a reduced scalar back: ");
     }
     engine_free(e, ZERO_MEM_OTHER, bytes, dbuf);

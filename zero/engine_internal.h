@@ -111,6 +111,12 @@ struct zero_engine {
     zero_comm *dp;
     zero_device *dev;
     int is_cuda;
+    /* streams.c: the engine's stream (every device op of the engine), the
+     * trainer's compute stream (NULL: the default stream) and the events
+     * that hand over between them. */
+    zero_stream *stream;
+    zero_stream *compute;
+    zero_event *ev_compute, *ev_engine;
     int rank, world;
     int finalized;
     int broken;           /* a collective failed: only destroy is accepted */
@@ -266,7 +272,18 @@ zero_status engine_comm_failed(zero_engine *e, zero_status st, const char *what)
 /* From now on only destroy is accepted; keeps the current message. */
 void engine_mark_broken(zero_engine *e);
 zero_status engine_check_usable(zero_engine *e, const char *what, int need_finalized);
-zero_status engine_sync_device(zero_engine *e, const char *what);
+/* ---------------------------------------------------------------- streams (streams.c) */
+zero_status engine_streams_create(zero_engine *e);
+void engine_streams_destroy(zero_engine *e);
+/* The host waits for the engine stream's queued work, at most the dp comm's
+ * timeout (then ZERO_TIMEOUT naming `what`, engine broken). */
+zero_status engine_sync_stream(zero_engine *e, const char *what);
+/* The engine stream waits for the work queued on the compute stream so far. */
+zero_status engine_wait_compute(zero_engine *e, const char *what);
+/* The compute stream waits for the work queued on the engine stream so far. */
+zero_status engine_hand_to_compute(zero_engine *e, const char *what);
+/* A copy on the engine stream, finished on return. */
+zero_status engine_memcpy(zero_engine *e, void *dst, const void *src, size_t bytes);
 /* In-place all-reduce of `count` host values over the dp group, whatever
  * memory the backend carries. Marks the engine broken on comm failure. */
 zero_status engine_allreduce_host(zero_engine *e, void *values, size_t count, zero_dtype dtype, zero_redop op,

@@ -33,7 +33,7 @@ static zero_status issue_gather(zero_engine *e, zero_module *m, int async, const
         m->reqs = calloc((size_t)m->num_buckets, sizeof *m->reqs);
         if (!m->reqs) return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "%s: out of memory", what);
     }
-    ZERO_TRY(engine_sync_device(e, what));
+    ZERO_TRY(engine_sync_stream(e, what));
     e->live_numel += m->gather_numel;
     if (async) e->inflight_numel += m->gather_numel;
     e->stats.gathers++;
@@ -141,7 +141,8 @@ zero_status zero_engine_gather(zero_engine *e, int module)
     m->gather_count++;
     if (e->cfg.overlap_comm && e->replay_ok) ZERO_TRY(prefetch_ahead(e, what));
     if (e->poff_walk) ZERO_TRY(poff_read_ahead(e, what)); /* NVMe reads for the modules after those */
-    return ZERO_OK;
+    /* The gathered parameters are complete for the compute stream. */
+    return engine_hand_to_compute(e, what);
 }
 
 zero_status zero_engine_release(zero_engine *e, int module)
@@ -154,7 +155,12 @@ zero_status zero_engine_release(zero_engine *e, int module)
     if (m->gather_count == 0)
         return zero_fail(&e->err, ZERO_INVALID_STATE, "engine release: module '%s' is not gathered", m->name);
     m->gather_count--;
-    if (e->cfg.stage == 3 && m->gather_count == 0) free_gathered(e, m);
+    if (e->cfg.stage == 3 && m->gather_count == 0) {
+        /* The buffer is reused by later engine work only after the compute
+         * stream's reads of it. */
+        ZERO_TRY(engine_wait_compute(e, "engine release"));
+        free_gathered(e, m);
+    }
     return ZERO_OK;
 }
 

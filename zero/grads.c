@@ -22,7 +22,7 @@ static zero_status slot_complete(zero_engine *e, zero_slot *slot, const char *wh
         }
     }
     slot->bucket = -1;
-    zero_status st = zero_axpy(e->dev, 1.0f, slot->recv, e->gacc + b->shard_off, ZERO_F32, b->chunk, NULL);
+    zero_status st = zero_axpy(e->dev, 1.0f, slot->recv, e->gacc + b->shard_off, ZERO_F32, b->chunk, e->stream);
     if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine: accumulating a reduced bucket: ");
     return ZERO_OK;
 }
@@ -46,10 +46,10 @@ static zero_status reduce_bucket(zero_engine *e, const zero_bucket *b, const voi
     ZERO_TRY(slot_complete(e, slot, what));
 
     zero_status st = e->cfg.compute_dtype == ZERO_F32
-                         ? zero_memcpy(e->dev, slot->send, src, b->numel * 4)
-                         : zero_cast(e->dev, src, e->cfg.compute_dtype, slot->send, ZERO_F32, b->numel, NULL);
+                         ? engine_memcpy(e, slot->send, src, b->numel * 4)
+                         : zero_cast(e->dev, src, e->cfg.compute_dtype, slot->send, ZERO_F32, b->numel, e->stream);
     if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine grads_ready: staging a bucket: ");
-    ZERO_TRY(engine_sync_device(e, what));
+    ZERO_TRY(engine_sync_stream(e, what));
     slot->bucket = (int)(b - e->buckets);
     e->stats.reduce_scatters++;
     if (e->cfg.overlap_comm) {
@@ -91,6 +91,8 @@ zero_status zero_engine_grads_ready(zero_engine *e, int module)
         m->ready_count++;
         return ZERO_OK;
     }
+    /* The trainer's gradients are complete in compute-stream order. */
+    ZERO_TRY(engine_wait_compute(e, what));
     /* Stages 2-3: a module whose gradient was never asked for this
      * micro-step contributes zeros (the reduction is collective anyway). */
     if (e->cfg.stage >= 2 && !m->grad)
@@ -101,7 +103,7 @@ zero_status zero_engine_grads_ready(zero_engine *e, int module)
         ZERO_TRY(reduce_bucket(e, b, src, what));
         if (e->cfg.stage < 2) {
             /* Staged in fp32 already: ready for the next micro-step. */
-            zero_status st = zero_fill_value(e->dev, src, e->cfg.compute_dtype, b->numel, 0.0f, NULL);
+            zero_status st = zero_fill_value(e->dev, src, e->cfg.compute_dtype, b->numel, 0.0f, e->stream);
             if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine grads_ready: zeroing gradients: ");
         }
     }
@@ -110,14 +112,15 @@ zero_status zero_engine_grads_ready(zero_engine *e, int module)
         m->grad = NULL;
     }
     m->ready_count++;
-    return ZERO_OK;
+    /* The next micro-step's gradients go into buffers this call zeroed. */
+    return engine_hand_to_compute(e, what);
 }
 
 zero_status grads_zero_all(zero_engine *e)
 {
-    zero_status st = zero_fill_value(e->dev, e->gacc, ZERO_F32, e->shard, 0.0f, NULL);
+    zero_status st = zero_fill_value(e->dev, e->gacc, ZERO_F32, e->shard, 0.0f, e->stream);
     if (st == ZERO_OK && e->grads_full)
-        st = zero_fill_value(e->dev, e->grads_full, e->cfg.compute_dtype, e->padded, 0.0f, NULL);
+        st = zero_fill_value(e->dev, e->grads_full, e->cfg.compute_dtype, e->padded, 0.0f, e->stream);
     if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine: zeroing gradients: ");
     for (int i = 0; i < e->num_modules; i++) {
         zero_module *m = &e->modules[i];
@@ -126,7 +129,7 @@ zero_status grads_zero_all(zero_engine *e)
         m->ready_count = 0;
     }
     engine_transient_trim(e);
-    return ZERO_OK;
+    return engine_hand_to_compute(e, "engine: zeroing gradients");
 }
 
 zero_status zero_engine_zero_grad(zero_engine *e)

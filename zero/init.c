@@ -385,14 +385,14 @@ zero_status init_load(zero_engine *e)
                 continue;
             }
             st = fill_bucket_range(e, b, a, z, host);
-            if (st == ZERO_OK && (st = zero_memcpy(e->dev, stage + a, host, (size_t)(z - a) * sizeof(float))) != ZERO_OK)
+            if (st == ZERO_OK && (st = engine_memcpy(e, stage + a, host, (size_t)(z - a) * sizeof(float))) != ZERO_OK)
                 st = zero_fail_forward(&e->err, st, "engine finalize: copying initial values: ");
             /* the next chunk reuses the host buffer: wait for this copy */
-            if (st == ZERO_OK) st = engine_sync_device(e, what);
+            if (st == ZERO_OK) st = engine_sync_stream(e, what);
         }
         if (st == ZERO_OK) st = layout_load_bucket(e, b, stage);
         /* the next bucket rewrites the staging buffer */
-        if (st == ZERO_OK) st = engine_sync_device(e, what);
+        if (st == ZERO_OK) st = engine_sync_stream(e, what);
     }
     engine_host_free(e, ZERO_MEM_OTHER, host_bytes, host);
     drop_values(e);

@@ -73,12 +73,12 @@ zero_status mp_norm_reduce(zero_engine *e, double *total, const char *what)
         size_t bytes = ((size_t)n + 1) * sizeof(double);
         void *dbuf = NULL;
         ZERO_TRY(engine_alloc(e, ZERO_MEM_OTHER, bytes, &dbuf));
-        st = zero_memcpy(e->dev, dbuf, buf, bytes);
-        if (st == ZERO_OK) st = engine_sync_device(e, what);
+        st = engine_memcpy(e, dbuf, buf, bytes);
+        if (st == ZERO_OK) st = engine_sync_stream(e, what);
         if (st == ZERO_OK) {
             st = zero_allgather(e->mp, (double *)dbuf + n, dbuf, 1, ZERO_F64);
             if (st != ZERO_OK) st = engine_comm_failed(e, st, what);
-            else if ((st = zero_memcpy(e->dev, buf, dbuf, bytes)) != ZERO_OK)
+            else if ((st = engine_memcpy(e, buf, dbuf, bytes)) != ZERO_OK)
                 st = zero_fail_forward(&e->err, st, "engine: copying the mp norm back: ");
         }
         engine_free(e, ZERO_MEM_OTHER, bytes, dbuf);

@@ -176,7 +176,7 @@ zero_status offload_state_io(zero_engine *e, int k, uint64_t off, uint64_t n, fl
     zero_status st;
     if (!e->off_store) { /* cpu on CUDA: host arrays */
         float *host = e->off_host[k] + off;
-        st = write ? zero_memcpy(e->dev, host, buf, n * 4) : zero_memcpy(e->dev, buf, host, n * 4);
+        st = write ? engine_memcpy(e, host, buf, n * 4) : engine_memcpy(e, buf, host, n * 4);
         if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "optimizer offload: ");
         return ZERO_OK;
     }
@@ -188,14 +188,14 @@ zero_status offload_state_io(zero_engine *e, int k, uint64_t off, uint64_t n, fl
         st = zero_nvme_read(e->off_store, e->off_chunks[i], e->off_bounce);
         if (st != ZERO_OK) return fail_obj(e, st, what, "nvme store", zero_nvme_store_last_error(e->off_store));
         if (write) {
-            st = zero_memcpy(e->dev, slot, buf, take * 4);
+            st = engine_memcpy(e, slot, buf, take * 4);
             if (st == ZERO_OK) {
                 st = zero_nvme_write(e->off_store, e->off_chunks[i], e->off_bounce);
                 if (st != ZERO_OK)
                     return fail_obj(e, st, what, "nvme store", zero_nvme_store_last_error(e->off_store));
             }
         } else {
-            st = zero_memcpy(e->dev, buf, slot, take * 4);
+            st = engine_memcpy(e, buf, slot, take * 4);
         }
         if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "optimizer offload: ");
         off += take;
@@ -218,12 +218,12 @@ static zero_status cast_to_params(zero_engine *e, const zero_bucket *b, uint64_t
     const float *src = host_master;
     zero_status st = ZERO_OK;
     if (e->is_cuda) { /* through device memory: the cast kernel reads device memory */
-        st = zero_memcpy(e->dev, e->slots[0].send, host_master, n * 4);
+        st = engine_memcpy(e, e->slots[0].send, host_master, n * 4);
         src = e->slots[0].send;
     }
-    if (st == ZERO_OK) st = zero_cast(e->dev, src, ZERO_F32, dst, e->cfg.compute_dtype, n, NULL);
+    if (st == ZERO_OK) st = zero_cast(e->dev, src, ZERO_F32, dst, e->cfg.compute_dtype, n, e->stream);
     if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine: casting offloaded master to params: ");
-    return engine_sync_device(e, what); /* the staging slot is reused by the next piece */
+    return engine_sync_stream(e, what); /* the staging slot is reused by the next piece */
 }
 
 zero_status offload_cast_bucket(zero_engine *e, const zero_bucket *b, const char *what)
@@ -256,7 +256,7 @@ static zero_status step_chunk(zero_engine *e, uint64_t c0, uint64_t len, float *
         if (hi > lo) {
             const float *g = e->gacc + lo;
             if (e->is_cuda) {
-                zero_status st = zero_memcpy(e->dev, e->off_grad, e->gacc + lo, (hi - lo) * 4);
+                zero_status st = engine_memcpy(e, e->off_grad, e->gacc + lo, (hi - lo) * 4);
                 if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine step: gradient to host: ");
                 g = e->off_grad;
             }
@@ -273,7 +273,7 @@ static zero_status step_chunk(zero_engine *e, uint64_t c0, uint64_t len, float *
 zero_status offload_step(zero_engine *e, float grad_scale, const char *what)
 {
     int next_bucket = 0;
-    ZERO_TRY(engine_sync_device(e, what)); /* the gradient shard is complete */
+    ZERO_TRY(engine_sync_stream(e, what)); /* the gradient shard is complete */
     if (!e->off_store) {
         float *m1 = e->off_states > 1 ? e->off_host[1] : NULL, *m2 = e->off_states > 2 ? e->off_host[2] : NULL;
         return step_chunk(e, 0, e->shard, e->off_host[0], m1, m2, &next_bucket, grad_scale, what);

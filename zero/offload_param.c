@@ -220,7 +220,7 @@ static void *open_buf(const zero_engine *e)
 
 static zero_status copy(zero_engine *e, void *dst, const void *src, size_t bytes, const char *what)
 {
-    zero_status st = zero_memcpy(e->dev, dst, src, bytes);
+    zero_status st = engine_memcpy(e, dst, src, bytes);
     if (st != ZERO_OK) return fail_obj(e, st, what, "copy", zero_last_error());
     return ZERO_OK;
 }
@@ -261,7 +261,7 @@ static zero_status store_open(zero_engine *e, int wait, const char *what)
         const int bi = p->open_bucket;
         const zero_bucket *b = &e->buckets[bi];
         const int k = p->open_slot;
-        st = engine_sync_device(e, what); /* the cast into the open chunk is done */
+        st = engine_sync_stream(e, what); /* the cast into the open chunk is done */
         if (st == ZERO_OK && !p->nvme)
             st = copy(e, elem_ptr(e, e->params_shard, b->shard_off), p->open_dev, chunk_bytes(e, b), what);
         if (st == ZERO_OK && p->nvme) {
@@ -374,7 +374,7 @@ static zero_status fetch_chunk(zero_engine *e, const zero_bucket *b, void *dst, 
     const int bi = (int)(b - e->buckets);
     const size_t bytes = chunk_bytes(e, b);
     if (p->open_bucket == bi) { /* clean outside a step: equal to the store */
-        ZERO_TRY(engine_sync_device(e, what));
+        ZERO_TRY(engine_sync_stream(e, what));
         return copy(e, dst, open_buf(e), bytes, what);
     }
     if (!p->nvme) return copy(e, dst, elem_ptr(e, e->params_shard, b->shard_off), bytes, what);

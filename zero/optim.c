@@ -5,6 +5,8 @@
 #include "optim/cpu_optim.h"
 #include "zero_build_config.h"
 #if ZERO_HAVE_CUDA
+#include <zero/zero_cuda.h>
+
 #include "zero/optim_cuda.h"
 #endif
 
@@ -38,8 +40,9 @@ zero_status optim_update(zero_engine *e, float *p, const float *g, float *m1, fl
     const int adamw = e->cfg.optimizer == ZERO_OPTIM_ADAMW;
     if (e->is_cuda) {
 #if ZERO_HAVE_CUDA
-        ZERO_TRY(engine_sync_device(e, "engine step"));
-        int err = adamw ? zero_cuda_adamw(&h, p, g, m1, m2, n) : zero_cuda_sgd(&h, p, g, m1, n);
+        /* In stream order after the gradient work: no host wait. */
+        void *cs = zero_stream_get_cuda(e->stream);
+        int err = adamw ? zero_cuda_adamw(&h, p, g, m1, m2, n, cs) : zero_cuda_sgd(&h, p, g, m1, n, cs);
         if (err)
             return zero_fail(&e->err, ZERO_BACKEND, "engine step: optimizer kernel on rank %d: %s", e->rank,
                              zero_cuda_optim_error_string(err));
@@ -48,6 +51,9 @@ zero_status optim_update(zero_engine *e, float *p, const float *g, float *m1, fl
         return zero_fail(&e->err, ZERO_UNSUPPORTED, "engine step: CUDA device but libzero was built without CUDA");
 #endif
     }
+    /* The CPU device's "kernel" is this host code: it reads what the engine
+     * stream wrote (nothing to wait for unless ZERO_CPU_ASYNC). */
+    ZERO_TRY(engine_sync_stream(e, "engine step"));
     if (adamw) zero_cpu_adamw(&h, p, g, m1, m2, n);
     else zero_cpu_sgd(&h, p, g, m1, n);
     return ZERO_OK;

@@ -44,22 +44,19 @@ unsigned grid_for(size_t n)
 
 } // namespace
 
-extern "C" int zero_cuda_adamw(const zero_optim_hyper *h, float *p, const float *g, float *m, float *v, size_t n)
+extern "C" int zero_cuda_adamw(const zero_optim_hyper *h, float *p, const float *g, float *m, float *v, size_t n,
+                               void *stream)
 {
     if (n == 0) return 0;
-    adamw_kernel<<<grid_for(n), 256>>>(*h, p, g, m, v, n);
-    cudaError_t err = cudaGetLastError();
-    if (err == cudaSuccess) err = cudaStreamSynchronize(0);
-    return (int)err;
+    adamw_kernel<<<grid_for(n), 256, 0, (cudaStream_t)stream>>>(*h, p, g, m, v, n);
+    return (int)cudaGetLastError();
 }
 
-extern "C" int zero_cuda_sgd(const zero_optim_hyper *h, float *p, const float *g, float *buf, size_t n)
+extern "C" int zero_cuda_sgd(const zero_optim_hyper *h, float *p, const float *g, float *buf, size_t n, void *stream)
 {
     if (n == 0) return 0;
-    sgd_kernel<<<grid_for(n), 256>>>(*h, p, g, buf, n);
-    cudaError_t err = cudaGetLastError();
-    if (err == cudaSuccess) err = cudaStreamSynchronize(0);
-    return (int)err;
+    sgd_kernel<<<grid_for(n), 256, 0, (cudaStream_t)stream>>>(*h, p, g, buf, n);
+    return (int)cudaGetLastError();
 }
 
 extern "C" const char *zero_cuda_optim_error_string(int err)

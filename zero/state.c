@@ -52,7 +52,7 @@ static zero_status state_move(zero_engine *e, zero_state_kind kind, int param, f
     if (!n) return ZERO_OK;
     const zero_param *p = &e->params[param];
     if (e->off_walk) return offload_state_io(e, (int)kind, p->shard_off, n, buf, write, what);
-    ZERO_TRY(engine_sync_device(e, what));
+    ZERO_TRY(engine_sync_stream(e, what));
     uint64_t done = 0;
     for (int k = p->first_bucket; k < p->first_bucket + p->num_buckets; k++) {
         const zero_bucket *b = &e->buckets[k];
@@ -61,8 +61,8 @@ static zero_status state_move(zero_engine *e, zero_state_kind kind, int param, f
         /* fp32 offloaded params are their own master: make b's chunk resident */
         if (kind == ZERO_STATE_MASTER) ZERO_TRY(poff_open_master(e, b, POFF_READ, what));
         float *at = layout_chunk_state(e, kind, b, in_chunk);
-        zero_status st = write ? zero_memcpy(e->dev, at, buf + done, (hi - lo) * sizeof(float))
-                               : zero_memcpy(e->dev, buf + done, at, (hi - lo) * sizeof(float));
+        zero_status st = write ? engine_memcpy(e, at, buf + done, (hi - lo) * sizeof(float))
+                               : engine_memcpy(e, buf + done, at, (hi - lo) * sizeof(float));
         if (st != ZERO_OK) {
             char prefix[160];
             snprintf(prefix, sizeof prefix, "%s: ", what);
@@ -99,7 +99,7 @@ zero_status zero_engine_params_changed(zero_engine *e)
         if (e->cfg.stage == 0) {
             /* Only the owned part was written: spread every rank's part. */
             float *regions[3] = {layout_master(e, b), layout_moment(e, e->m1, b), layout_moment(e, e->m2, b)};
-            ZERO_TRY(engine_sync_device(e, what));
+            ZERO_TRY(engine_sync_stream(e, what));
             for (int k = 0; k < 3; k++) {
                 if (!regions[k]) continue;
                 zero_status st = zero_allgather(e->dp, regions[k] + b->chunk * r, regions[k], b->chunk, ZERO_F32);
@@ -110,7 +110,7 @@ zero_status zero_engine_params_changed(zero_engine *e)
         ZERO_TRY(step_propagate_bucket(e, b, what));
     }
     ZERO_TRY(poff_flush(e, what));
-    return engine_sync_device(e, what);
+    return engine_sync_stream(e, what);
 }
 
 /* read_param is collective at every stage (engine.h). Stage 0 holds the
@@ -168,13 +168,13 @@ zero_status zero_engine_read_param(zero_engine *e, int param, float *out)
                 ZERO_TRY(offload_state_io(e, 0, b->shard_off, b->chunk, e->slots[0].recv, 0, what));
                 own = e->slots[0].recv;
             }
-            ZERO_TRY(engine_sync_device(e, what));
+            ZERO_TRY(engine_sync_stream(e, what));
             zero_status st = zero_allgather(e->dp, own, e->slots[0].send, b->chunk, ZERO_F32);
             if (st != ZERO_OK) return engine_comm_failed(e, st, what);
             whole = e->slots[0].send;
         }
-        ZERO_TRY(engine_sync_device(e, what));
-        zero_status st = zero_memcpy(e->dev, out + lo, whole + at, (hi - lo) * sizeof(float));
+        ZERO_TRY(engine_sync_stream(e, what));
+        zero_status st = engine_memcpy(e, out + lo, whole + at, (hi - lo) * sizeof(float));
         if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine read_param: ");
     }
     return ZERO_OK;

@@ -7,7 +7,7 @@
 
 #define WHAT "engine step"
 
-static zero_status comm_sync(zero_engine *e) { return engine_sync_device(e, WHAT); }
+static zero_status comm_sync(zero_engine *e) { return engine_sync_stream(e, WHAT); }
 
 /* DeepSpeed's DynamicLossScaler with delayed shift (hysteresis). */
 static void loss_scaler_update(zero_engine *e, int overflow)
@@ -44,16 +44,16 @@ zero_status step_propagate_bucket(zero_engine *e, const zero_bucket *b, const ch
     case 0:
         if (e->master)
             st = zero_cast(e->dev, e->master + b->flat_off, ZERO_F32, elem_ptr(e, e->params_full, b->flat_off), dt,
-                           b->numel, NULL);
+                           b->numel, e->stream);
         if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine: casting master to params: ");
         return ZERO_OK;
     case 1:
     case 2: {
         void *full = elem_ptr(e, e->params_full, b->flat_off);
         void *own = elem_ptr(e, full, b->chunk * r);
-        if (e->master) st = zero_cast(e->dev, e->master + b->shard_off, ZERO_F32, own, dt, b->chunk, NULL);
+        if (e->master) st = zero_cast(e->dev, e->master + b->shard_off, ZERO_F32, own, dt, b->chunk, e->stream);
         if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine: casting master to params: ");
-        ZERO_TRY(engine_sync_device(e, what));
+        ZERO_TRY(engine_sync_stream(e, what));
         st = zero_allgather(e->dp, own, full, b->chunk, dt); /* in place: send = recv + rank*count */
         if (st != ZERO_OK) return engine_comm_failed(e, st, what);
         return ZERO_OK;
@@ -61,10 +61,10 @@ zero_status step_propagate_bucket(zero_engine *e, const zero_bucket *b, const ch
     default: {
         if (e->master || b->persistent) ZERO_TRY(poff_open(e, b, e->master ? POFF_WRITE : POFF_READ, what));
         void *own = layout_param_chunk(e, b);
-        if (e->master) st = zero_cast(e->dev, e->master + b->shard_off, ZERO_F32, own, dt, b->chunk, NULL);
+        if (e->master) st = zero_cast(e->dev, e->master + b->shard_off, ZERO_F32, own, dt, b->chunk, e->stream);
         if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine: casting master to params: ");
         if (b->persistent) {
-            ZERO_TRY(engine_sync_device(e, what));
+            ZERO_TRY(engine_sync_stream(e, what));
             st = zero_allgather(e->dp, own, elem_ptr(e, e->persist, b->persist_off), b->chunk, dt);
             if (st != ZERO_OK) return engine_comm_failed(e, st, what);
         }
@@ -89,7 +89,7 @@ static double norm_without_duplicates(zero_engine *e, const zero_bucket *b, doub
         if (p->duplicate || !plan_owned_piece(e, p, b, &lo, &hi, &in_chunk)) continue;
         double ps = 0.0;
         int nf = 0;
-        *st = zero_sumsq(e->dev, e->gacc + b->shard_off + in_chunk, ZERO_F32, hi - lo, &ps, &nf, NULL);
+        *st = zero_sumsq(e->dev, e->gacc + b->shard_off + in_chunk, ZERO_F32, hi - lo, &ps, &nf, e->stream);
         if (*st != ZERO_OK) return 0.0;
         s += ps;
     }
@@ -111,6 +111,7 @@ zero_status zero_engine_step(zero_engine *e, zero_step_result *out)
             return zero_fail(&e->err, ZERO_INVALID_STATE, WHAT ": module '%s' is still gathered; release it first",
                              m->name);
     }
+    ZERO_TRY(engine_wait_compute(e, WHAT)); /* the trainer's work on the parameters is done */
     ZERO_TRY(grads_flush(e, WHAT));
     ZERO_TRY(gather_drop_prefetches(e, WHAT));
 
@@ -123,7 +124,7 @@ zero_status zero_engine_step(zero_engine *e, zero_step_result *out)
         const zero_bucket *b = &e->buckets[bi];
         double s = 0.0;
         int nf = 0;
-        zero_status st = zero_sumsq(e->dev, e->gacc + b->shard_off, ZERO_F32, b->chunk, &s, &nf, NULL);
+        zero_status st = zero_sumsq(e->dev, e->gacc + b->shard_off, ZERO_F32, b->chunk, &s, &nf, e->stream);
         if (st != ZERO_OK) return zero_fail_forward(&e->err, st, WHAT ": gradient norm: ");
         if (e->num_duplicates > 0) s = norm_without_duplicates(e, b, s, &st);
         if (st != ZERO_OK) return zero_fail_forward(&e->err, st, WHAT ": gradient norm: ");
@@ -153,6 +154,7 @@ zero_status zero_engine_step(zero_engine *e, zero_step_result *out)
         ZERO_TRY(grads_zero_all(e));
         gather_end_step(e);
         res.skipped = 1;
+        ZERO_TRY(engine_hand_to_compute(e, WHAT));
         res.step = e->step;
         res.next_loss_scale = e->loss_scale;
         e->stats.steps++;
@@ -190,6 +192,7 @@ zero_status zero_engine_step(zero_engine *e, zero_step_result *out)
     ZERO_TRY(grads_zero_all(e));
     gather_end_step(e);
     ZERO_TRY(poff_read_ahead(e, WHAT)); /* the next step's first chunks, read while the caller prepares it */
+    ZERO_TRY(engine_hand_to_compute(e, WHAT)); /* updated parameters, zeroed gradients */
     res.step = e->step;
     res.next_loss_scale = e->loss_scale;
     e->stats.steps++;

@@ -450,6 +450,56 @@ typedef struct zero_step_result {
  * A comm failure is reported as "engine step: <the comm's message>". */
 ZERO_API zero_status zero_engine_step(zero_engine *e, zero_step_result *out);
 
+/* ----------------------------------------------------------------- streams
+ * Work on a device is stream-ordered (see device.h). The trainer computes on
+ * its COMPUTE stream (set below; default: the device's default stream, NULL);
+ * the engine runs every device op of its own (casts, accumulation, zeroing,
+ * the optimizer kernels) on the ENGINE stream it creates, and the two hand
+ * over by events only, like nccl.h's collectives on a stream:
+ *
+ *   gather(m)       returns with the module's parameters all-gathered; work
+ *                   the trainer queues on the compute stream afterwards sees
+ *                   them (the compute stream waits for an event of the
+ *                   engine's). param_data() pointers are read on the compute
+ *                   stream.
+ *   release(m)      the engine reuses the buffer only after the compute work
+ *                   queued before the release (it waits for an event recorded
+ *                   on the compute stream).
+ *   param_grad(p)   a fresh gradient buffer is zeroed on the engine stream;
+ *                   the compute stream waits for it.
+ *   grads_ready(m)  reads the gradients after all work queued on the compute
+ *                   stream so far (an event recorded there), and the compute
+ *                   stream waits for the re-zeroed buffers before its next
+ *                   accumulation. So gradients computed on the compute stream
+ *                   need no host synchronisation; gradients computed on ANY
+ *                   OTHER stream must be made visible to the compute stream
+ *                   (zero_stream_wait_event) before grads_ready, or they are
+ *                   read stale.
+ *   step()          waits for the compute stream, and the compute stream
+ *                   waits for the updated parameters and zeroed gradients.
+ *   zero_grad()     the compute stream waits for the zeroing.
+ *
+ * The host blocks only where it needs bytes: before a collective on buffers
+ * the engine stream wrote (the MPI, LOCAL and STAGED backends and NCCL's
+ * completion are driven from the host), for the global norm / overflow flag
+ * in step(), and in copies to and from caller memory (state_get/set,
+ * read_param, params_changed). Those waits poll an event against the dp
+ * comm's timeout: device work that does not finish is ZERO_TIMEOUT naming the
+ * call ("engine grads_ready of module 'embed': the engine's stream on rank 0
+ * did not finish its queued work within 30 s ..."), and the engine is then
+ * unusable like after a comm failure. Host code that touches device memory
+ * (a CPU trainer writing param_grad through a pointer) must first wait for
+ * the compute stream (zero_stream_sync, or zero_memcpy on the default one). */
+
+/* Use `stream` (NULL: the device's default stream) as the compute stream from
+ * now on; it must belong to the engine's device and outlive its use. Waits
+ * for the engine's queued work first. Not collective; any time after create,
+ * typically once after finalize. */
+ZERO_API zero_status zero_engine_set_compute_stream(zero_engine *e, zero_stream *stream);
+/* The engine's own stream (owned by the engine; NULL for NULL), e.g. to
+ * profile it. Do not queue work on it. */
+ZERO_API zero_stream *zero_engine_stream(const zero_engine *e);
+
 /* ----------------------------------------------------- model parallelism
  * With tensor or pipeline parallelism each dp group holds only part of the
  * model, so the global gradient norm (clipping) and the fp16 overflow

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zero/experimental.h>
 #include <zero/zero.h>
 
 #include "check.h"
@@ -19,7 +20,7 @@ static int contains(const char *s, const char *needle) { return s && strstr(s, n
 static zero_device *open_cpu(void)
 {
     zero_device *dev = NULL;
-    CHECK_OK(zero_device_open(&dev, ZERO_DEVICE_CPU, 0));
+    CHECK_OK(zero_device_create(&dev, ZERO_DEVICE_CPU, 0));
     return dev;
 }
 
@@ -44,7 +45,7 @@ static void test_pipeline(zero_device *dev)
     for (int r = 0; r < ROUNDS; r++) {
         int k = r % K;
         CHECK_OK(zero_stream_wait_event(s1, consumed[k])); /* s2 is done with the previous round in buf[k] */
-        CHECK_OK(zero_fill(dev, buf[k], ZERO_F32, N, (float)r, s1));
+        CHECK_OK(zero_fill_value(dev, buf[k], ZERO_F32, N, (float)r, s1));
         CHECK_OK(zero_scale(dev, buf[k], ZERO_F32, N, 2.0f, s1));
         CHECK_OK(zero_event_record(produced[k], s1));
         CHECK_OK(zero_stream_wait_event(s2, produced[k]));
@@ -79,7 +80,7 @@ static void test_really_async(zero_device *dev)
     if (!s || !e || !x) return;
     int pending = 0;
     for (int i = 0; i < 20; i++) {
-        CHECK_OK(zero_fill(dev, x, ZERO_F32, 1024, 1.0f, s));
+        CHECK_OK(zero_fill_value(dev, x, ZERO_F32, 1024, 1.0f, s));
         CHECK_OK(zero_event_record(e, s));
         int done = 1;
         CHECK_OK(zero_event_query(e, &done));
@@ -90,22 +91,22 @@ static void test_really_async(zero_device *dev)
     }
     CHECK_MSG(pending > 0, "every event was already done when queried: the device is not asynchronous");
     /* zero_sumsq waits for its stream: the fill queued before it is counted */
-    CHECK_OK(zero_fill(dev, x, ZERO_F32, 1024, 3.0f, s));
+    CHECK_OK(zero_fill_value(dev, x, ZERO_F32, 1024, 3.0f, s));
     double ss = 0;
     CHECK_OK(zero_sumsq(dev, x, ZERO_F32, 1024, &ss, NULL, s));
     CHECK_MSG(ss == 9.0 * 1024, "sumsq %g, want %g", ss, 9.0 * 1024);
     /* zero_memcpy runs after the default stream's queued work */
     float host[4];
-    CHECK_OK(zero_fill(dev, x, ZERO_F32, 4, 5.0f, NULL));
+    CHECK_OK(zero_fill_value(dev, x, ZERO_F32, 4, 5.0f, NULL));
     CHECK_OK(zero_memcpy(dev, host, x, sizeof host));
     CHECK(host[0] == 5.0f && host[3] == 5.0f);
     /* device sync waits for every stream */
-    CHECK_OK(zero_fill(dev, x, ZERO_F32, 1024, 7.0f, s));
+    CHECK_OK(zero_fill_value(dev, x, ZERO_F32, 1024, 7.0f, s));
     CHECK_OK(zero_device_sync(dev));
     CHECK(x[1023] == 7.0f);
     /* an event destroyed with its record still queued, and a stream
      * destroyed with work queued: that work still runs */
-    CHECK_OK(zero_fill(dev, x, ZERO_F32, 1024, 8.0f, s));
+    CHECK_OK(zero_fill_value(dev, x, ZERO_F32, 1024, 8.0f, s));
     CHECK_OK(zero_event_record(e, s));
     zero_event_destroy(e);
     zero_stream_destroy(s);
@@ -126,14 +127,14 @@ static void test_timeout_and_settings(void)
     if (dev) {
         CHECK_OK(zero_stream_create(dev, &s));
         CHECK_OK(zero_device_alloc(dev, 64, (void **)&x));
-        for (int i = 0; i < 3; i++) CHECK_OK(zero_fill(dev, x, ZERO_F32, 16, 1.0f, s));
+        for (int i = 0; i < 3; i++) CHECK_OK(zero_fill_value(dev, x, ZERO_F32, 16, 1.0f, s));
         zero_status st = zero_stream_sync(s);
         CHECK_MSG(st == ZERO_TIMEOUT && contains(zero_last_error(), "zero_stream_sync(cpu async): stream 1") &&
                       contains(zero_last_error(), "ZERO_CPU_ASYNC_TIMEOUT_S"),
                   "%s: %s", zero_status_name(st), zero_last_error());
         zero_stream_destroy(s); /* runs what is queued, then returns */
         zero_device_free(dev, x);
-        zero_device_close(dev);
+        zero_device_destroy(dev);
     }
     unsetenv("ZERO_CPU_ASYNC_SEED");
     unsetenv("ZERO_CPU_ASYNC_TIMEOUT_S");
@@ -145,10 +146,10 @@ static void test_timeout_and_settings(void)
     for (int i = 0; i < 4; i++) {
         setenv(bad[i][0], bad[i][1], 1);
         zero_device *d = NULL;
-        zero_status st = zero_device_open(&d, ZERO_DEVICE_CPU, 0);
+        zero_status st = zero_device_create(&d, ZERO_DEVICE_CPU, 0);
         CHECK_MSG(st == ZERO_INVALID_ARGUMENT && d == NULL && contains(zero_last_error(), bad[i][0]),
                   "%s=%s: %s %s", bad[i][0], bad[i][1], zero_status_name(st), zero_last_error());
-        zero_device_close(d);
+        zero_device_destroy(d);
         if (i < 3) unsetenv(bad[i][0]);
         else setenv("ZERO_CPU_ASYNC", "1", 1);
     }
@@ -163,7 +164,7 @@ int main(void)
     if (!dev) return check_exit();
     test_pipeline(dev);
     test_really_async(dev);
-    zero_device_close(dev);
+    zero_device_destroy(dev);
     test_timeout_and_settings();
     return check_exit();
 }

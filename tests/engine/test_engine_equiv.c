@@ -154,8 +154,13 @@ int main(int argc, char **argv)
     zero_comm *self = NULL;
     if (!want_cuda) CHECK_OK(zero_comm_split(world, rank, 0, &self));
 
+    /* On the asynchronous CPU device (engine_equiv_async_*) the overlap_comm
+     * variants are the ones with the most ordering to get wrong; the others
+     * would only add seconds. */
+    const int async_only_overlap = getenv("ZERO_CPU_ASYNC") && !strcmp(getenv("ZERO_CPU_ASYNC"), "1");
     for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
         const variant *v = &variants[vi];
+        if (async_only_overlap && !v->overlap) continue;
         eng_run r = {{rank}, 1, 0, 0, 0};
         outcome o[4];
         for (int stage = 0; stage < 4; stage++) {

@@ -21,6 +21,10 @@ struct train_model {
     int micro;
     zero_engine *engine;
     zero_device *dev;
+    /* CPU: the compute stream given to the engine (engine.h "streams"); the
+     * model is host code, so it waits for this stream before it touches the
+     * engine's buffers. CUDA: NULL, the default stream the CUDA GPT runs on. */
+    zero_stream *compute;
     int cuda;
     zero_dtype dtype;
     int n_modules;
@@ -113,7 +117,10 @@ zero_status train_model_create(train_model **out, const gpt_config *cfg, int mic
                 mfail(err, en, s, "model: %s", gpt_last_error());
             }
         } else {
-            if ((s = gpt_workspace_create_ckpt(&m->ws, cfg, micro, cfg->seq_len, ck)) != ZERO_OK)
+            if ((s = zero_stream_create(dev, &m->compute)) != ZERO_OK ||
+                (s = zero_engine_set_compute_stream(engine, m->compute)) != ZERO_OK)
+                mfail(err, en, s, "compute stream: %s", zero_last_error());
+            if (s == ZERO_OK && (s = gpt_workspace_create_ckpt(&m->ws, cfg, micro, cfg->seq_len, ck)) != ZERO_OK)
                 mfail(err, en, s, "model: %s", gpt_last_error());
             /* bf16 compute: the matmuls multiply bf16 (where the CPU can), as on a GPU */
             if (s == ZERO_OK && m->dtype == ZERO_BF16 && (s = gpt_workspace_set_matmul_dtype(m->ws, ZERO_BF16)) != ZERO_OK)
@@ -142,6 +149,10 @@ zero_status train_model_create(train_model **out, const gpt_config *cfg, int mic
 void train_model_destroy(train_model *m)
 {
     if (!m) return;
+    if (m->compute) {
+        (void)zero_engine_set_compute_stream(m->engine, NULL); /* fails harmlessly if the engine is gone */
+        zero_stream_destroy(m->compute);
+    }
     gpt_workspace_destroy(m->ws);
 #if TRAIN_HAVE_GPT_CUDA
     gpt_cuda_workspace_destroy(m->cws);
@@ -196,11 +207,14 @@ static zero_status module_tensors(train_model *m, int mod, int grads, float *scr
         gpt_param_info pi;
         gpt_param_info_get(&m->cfg, (size_t)pid, &pi);
         float *dst = scratch + off;
-        zero_status cs = zero_cast(m->dev, p, m->dtype, dst, ZERO_F32, pi.numel, NULL);
+        zero_status cs = zero_cast(m->dev, p, m->dtype, dst, ZERO_F32, pi.numel, m->compute);
         if (cs != ZERO_OK) return mfail(err, en, cs, "widening %s to fp32: %s", pi.name, zero_last_error());
         t->t[i] = dst;
         off += pi.numel;
     }
+    /* the host model reads and writes these next: wait for the hand-off */
+    zero_status ss = m->compute ? zero_stream_sync(m->compute) : ZERO_OK;
+    if (ss != ZERO_OK) return mfail(err, en, ss, "compute stream: %s", zero_last_error());
     return ZERO_OK;
 }
 
@@ -213,7 +227,7 @@ static zero_status flush_grads(train_model *m, int mod, const gpt_tensors *g, vo
     for (int i = 0; i < gpt_module_num_tensors(&m->cfg, mod); i++) {
         gpt_param_info pi;
         gpt_param_info_get(&m->cfg, gpt_param_position(&m->cfg, mod, i), &pi);
-        zero_status s = zero_cast(m->dev, g->t[i], ZERO_F32, engine_ptrs[i], m->dtype, pi.numel, NULL);
+        zero_status s = zero_cast(m->dev, g->t[i], ZERO_F32, engine_ptrs[i], m->dtype, pi.numel, m->compute);
         if (s != ZERO_OK) return mfail(err, en, s, "rounding the gradient of %s: %s", pi.name, zero_last_error());
     }
     return ZERO_OK;
