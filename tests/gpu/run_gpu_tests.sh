@@ -9,12 +9,24 @@
 # each area appends below, and ends with "GPU checks: N passed, N failed, N
 # skipped". On a GPU machine a skip means the GPU was not seen, so the exit
 # status is 0 only when nothing failed or skipped. Without a GPU the script
-# says so and exits 77.
+# says so and exits 77, unless ZERO_GPU_REHEARSE=1: then it runs end to end
+# (build, every check, the JSON summary) with the GPU checks skipping, which
+# is how CI rehearses it (a skip is then not a failure).
+#
+# Each check runs under its own timeout and prints the tail of its output on
+# failure (the tests print the library's message, which carries the CUDA
+# error name and string). The driver, the CUDA version nvidia-smi reports and
+# nvcc's version are printed first. One JSON summary is written:
+# [{"check", "status" (pass|fail|skip|timeout), "seconds", "figures"}] plus
+# the versions, in $ZERO_GPU_JSON (default build-dir/gpu_checks.json).
 #
 # Environment:
 #   ZERO_CUDA_ARCH   e.g. 80 or 80,90: the meson option gpu_arch (SASS for
 #                    each, PTX for the highest; default 90 = Hopper)
 #   ZERO_GPU_SETUP   extra `meson setup` options, e.g. "-Dnccl=disabled"
+#   ZERO_GPU_NO_BUILD=1      use build-dir as it is (a build carried over)
+#   ZERO_GPU_CHECK_TIMEOUT_S per-check limit (default 300)
+#   ZERO_GPU_REHEARSE=1      run without a GPU (checks skip), see above
 #
 # To add a check: give a meson test suite 'gpu' (suite: ['<area>', 'gpu']),
 # or append a gpu_check line in a section of your own below.
@@ -22,52 +34,105 @@ set -u
 cd "$(dirname "$0")/../.."
 build=${1:-build-gpu}
 
+rehearse=0
+gpu_name=none driver=none cuda_ver=none
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
-  echo "run_gpu_tests: no NVIDIA GPU visible (nvidia-smi -L failed); nothing to run"
-  echo "GPU checks: 0 passed, 0 failed, 0 skipped"
-  exit 77
+  if [ "${ZERO_GPU_REHEARSE:-0}" != 1 ]; then
+    echo "run_gpu_tests: no NVIDIA GPU visible (nvidia-smi -L failed); nothing to run"
+    echo "GPU checks: 0 passed, 0 failed, 0 skipped"
+    exit 77
+  fi
+  rehearse=1
+  echo "run_gpu_tests: rehearsal without a GPU (ZERO_GPU_REHEARSE=1): every GPU check should skip"
+else
+  nvidia-smi -L
+  gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+  driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)
+  cuda_ver=$(nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -1)
 fi
-nvidia-smi -L
+nvcc_ver=$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p' | head -1)
+echo "GPU: $gpu_name; driver $driver; CUDA (driver) $cuda_ver; nvcc ${nvcc_ver:-none}"
+json=${ZERO_GPU_JSON:-$build/gpu_checks.json}
+records=$(mktemp)
+check_timeout=${ZERO_GPU_CHECK_TIMEOUT_S:-300}
 
 setup_args=(-Dcuda=enabled)
 [ -n "${ZERO_CUDA_ARCH:-}" ] && setup_args+=("-Dgpu_arch=${ZERO_CUDA_ARCH//sm_/}")
 # shellcheck disable=SC2206
 [ -n "${ZERO_GPU_SETUP:-}" ] && setup_args+=(${ZERO_GPU_SETUP})
-if [ -f "$build/build.ninja" ]; then
-  meson configure "$build" "${setup_args[@]}" >/dev/null || exit 1
+if [ "${ZERO_GPU_NO_BUILD:-0}" = 1 ] && [ -f "$build/build.ninja" ]; then
+  echo "run_gpu_tests: using the build in $build as it is (ZERO_GPU_NO_BUILD=1)"
 else
-  meson setup "$build" "${setup_args[@]}" >/dev/null || { echo "meson setup failed"; exit 1; }
+  if [ -f "$build/build.ninja" ]; then
+    meson configure "$build" "${setup_args[@]}" >/dev/null || exit 1
+  else
+    meson setup "$build" "${setup_args[@]}" >/dev/null || { echo "meson setup failed"; exit 1; }
+  fi
+  ninja -C "$build" -j"$(nproc)" || { echo "build failed"; echo "GPU checks: 0 passed, 1 failed, 0 skipped"; exit 1; }
 fi
-ninja -C "$build" -j"$(nproc)" || { echo "build failed"; echo "GPU checks: 0 passed, 1 failed, 0 skipped"; exit 1; }
 
 pass=0 fail=0 skip=0
+record() { # check status seconds
+  printf '{"check": "%s", "status": "%s", "seconds": %s, "figures": {}}\n' "$1" "$2" "$3" >> "$records"
+}
 gpu_check() { # name, command...
   local name=$1; shift
   echo "=== $name: $*"
-  "$@"
-  local rc=$?
+  local out t0 rc status
+  out=$(mktemp)
+  t0=$(date +%s%N)
+  timeout -k 10 "$check_timeout" "$@" > "$out" 2>&1
+  rc=$?
+  local secs
+  secs=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
   case $rc in
-    0) pass=$((pass + 1)); echo "--- $name: PASS" ;;
-    77) skip=$((skip + 1)); echo "--- $name: SKIP" ;;
-    *) fail=$((fail + 1)); echo "--- $name: FAIL (rc $rc)" ;;
+    0) pass=$((pass + 1)); status=pass ;;
+    77) skip=$((skip + 1)); status=skip ;;
+    124|137) fail=$((fail + 1)); status=timeout ;;
+    *) fail=$((fail + 1)); status=fail ;;
   esac
+  if [ "$status" = fail ] || [ "$status" = timeout ]; then tail -n 40 "$out"; fi
+  echo "--- $name: ${status^^} (rc $rc, ${secs} s)"
+  record "$name" "$status" "${secs:-0}"
+  rm -f "$out"
+}
+summary() {
+  echo "GPU checks: $pass passed, $fail failed, $skip skipped"
+  /usr/bin/python3 - "$records" "$json" "$gpu_name" "$driver" "$cuda_ver" "${nvcc_ver:-none}" "$rehearse" <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+out = {"gpu": sys.argv[3], "driver": sys.argv[4], "cuda_driver_version": sys.argv[5], "nvcc": sys.argv[6],
+       "rehearsal": sys.argv[7] == "1", "checks": recs,
+       "passed": sum(r["status"] == "pass" for r in recs), "failed": sum(r["status"] in ("fail", "timeout") for r in recs),
+       "skipped": sum(r["status"] == "skip" for r in recs)}
+json.dump(out, open(sys.argv[2], "w"), indent=1)
+print("GPU checks JSON:", sys.argv[2])
+PY
+  rm -f "$records"
+  [ $fail -eq 0 ] || exit 1
+  [ $rehearse -eq 1 ] || [ $skip -eq 0 ] || exit 1
+  exit 0
 }
 # The summary runs at exit, so sections can simply be appended below.
-trap 'echo "GPU checks: $pass passed, $fail failed, $skip skipped"; [ $fail -eq 0 ] && [ $skip -eq 0 ] || exit 1' EXIT
+trap summary EXIT
 
 # ---------------------------------------------------------------- meson suite 'gpu'
 # (device: kernels and API on the GPU vs the CPU reference, ...). Counted
 # test by test from meson's log.
-meson test -C "$build" --suite gpu --print-errorlogs --num-processes 1 >/dev/null 2>&1
-counts=$(/usr/bin/python3 - "$build/meson-logs/testlog.json" <<'PY'
+meson test -C "$build" --suite gpu --print-errorlogs --num-processes 1 --no-rebuild \
+  --timeout-multiplier "$(( (check_timeout + 59) / 60 ))" >/dev/null 2>&1
+counts=$(/usr/bin/python3 - "$build/meson-logs/testlog.json" "$records" <<'PY'
 import json, sys
 c = {"pass": 0, "fail": 0, "skip": 0}
+rec = open(sys.argv[2], "a")
 for line in open(sys.argv[1]):
     t = json.loads(line)
     r = t.get("result", "")
     k = "pass" if r in ("OK", "EXPECTEDFAIL") else "skip" if r == "SKIP" else "fail"
     c[k] += 1
     print(f"--- meson {t['name']}: {r}", file=sys.stderr)
+    rec.write(json.dumps({"check": "meson " + t["name"], "status": {"pass": "pass", "skip": "skip"}.get(k, "timeout" if r == "TIMEOUT" else "fail"),
+                          "seconds": round(t.get("duration", 0), 2), "figures": {}}) + "\n")
     if k == "fail":
         sys.stderr.write(t.get("stdout", "")[-4000:])
 print(c["pass"], c["fail"], c["skip"])
