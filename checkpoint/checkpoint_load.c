@@ -2,6 +2,7 @@
  * of any world size and stage, each rank reading only its owned ranges. */
 #include "checkpoint_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,6 +79,46 @@ static zero_status load_local(zero_engine *e, const ckpt_meta *m, unsigned kinds
     return s;
 }
 
+/* ---------------------------------------------------------------- parameter groups */
+
+static zero_status meta_groups(const ckpt_meta *m, zero_engine *e, int apply)
+{
+    json_t *groups = json_object_get(m->root, "groups");
+    if (!groups) return ZERO_OK; /* written before groups existed: every parameter in "default" */
+    if (!json_is_array(groups))
+        return zero_fail(NULL, ZERO_CORRUPT, "checkpoint: %s/meta.json: groups is not an array", m->dir);
+    size_t i;
+    json_t *v;
+    json_array_foreach(groups, i, v) {
+        static const char *const keys[] = {"lr_scale", "weight_decay", "beta1", "beta2", "eps"};
+        double x[5];
+        json_t *name = json_object_get(v, "name");
+        if (!json_is_string(name))
+            return zero_fail(NULL, ZERO_CORRUPT, "checkpoint: %s/meta.json: groups[%zu] has no name", m->dir, i);
+        for (int k = 0; k < 5; k++) {
+            json_t *n = json_object_get(v, keys[k]);
+            if (!json_is_number(n) || !isfinite(json_number_value(n)) || json_number_value(n) < 0)
+                return zero_fail(NULL, ZERO_CORRUPT, "checkpoint: %s/meta.json: groups[%zu] ('%s'): %s is missing, "
+                                 "negative or not a number", m->dir, i, json_string_value(name), keys[k]);
+            x[k] = json_number_value(n);
+        }
+        if (!(x[2] < 1) || !(x[3] < 1))
+            return zero_fail(NULL, ZERO_CORRUPT, "checkpoint: %s/meta.json: groups[%zu] ('%s'): a beta is >= 1",
+                             m->dir, i, json_string_value(name));
+        if (!apply) continue;
+        /* by name: a group the engine does not have (it was registered
+         * without it) keeps nothing to restore */
+        for (int g = 0; g < zero_engine_num_groups(e); g++) {
+            const char *gn = zero_engine_group_name(e, g);
+            if (!gn || strcmp(gn, json_string_value(name))) continue;
+            zero_group_hparams h = {sizeof h, x[0], x[1], x[2], x[3], x[4]};
+            zero_status st = zero_engine_set_group_hparams(e, g, &h);
+            if (st != ZERO_OK) return zero_fail(NULL, st, "checkpoint load: %s", zero_engine_last_error(e));
+        }
+    }
+    return ZERO_OK;
+}
+
 zero_status zero_checkpoint_load(zero_engine *e, zero_comm *dp, const char *path, zero_checkpoint_loaded *out)
 {
     if (out) memset(out, 0, sizeof *out);
@@ -93,9 +134,11 @@ zero_status zero_checkpoint_load(zero_engine *e, zero_comm *dp, const char *path
     if (s == ZERO_OK) s = ks;
     zero_engine_scalars sc;
     if (s == ZERO_OK) s = ckpt_meta_scalars(&m, &sc); /* checked before any state is written */
+    if (s == ZERO_OK) s = meta_groups(&m, e, 0);
     if (s == ZERO_OK) s = load_local(e, &m, kinds, rank);
     if (s == ZERO_OK && (s = zero_engine_set_scalars(e, &sc)) != ZERO_OK)
         s = zero_fail(NULL, s, "checkpoint load: %s", zero_engine_last_error(e));
+    if (s == ZERO_OK) s = meta_groups(&m, e, 1);
     s = ckpt_agree(dp, s, "checkpoint load");
     if (s == ZERO_OK && (s = zero_engine_params_changed(e)) != ZERO_OK)
         s = zero_fail(NULL, s, "checkpoint load: params_changed: %s", zero_engine_last_error(e));

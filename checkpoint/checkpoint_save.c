@@ -157,10 +157,29 @@ static zero_status build_meta(zero_engine *e, const zero_plan_info *plan, int64_
         json_t *shape = json_array();
         for (int d = 0; d < pi.ndim; d++) json_array_append_new(shape, json_integer(pi.shape[d]));
         const char *mod = zero_engine_get_module_name(e, pi.module);
-        json_array_append_new(params, json_pack("{s:s,s:o,s:s}", "name", pi.name, "shape", shape, "module",
-                                                mod ? mod : ""));
+        int group = 0;
+        (void)zero_engine_param_group(e, p, &group);
+        const char *gname = zero_engine_group_name(e, group);
+        json_array_append_new(params, json_pack("{s:s,s:o,s:s,s:s}", "name", pi.name, "shape", shape, "module",
+                                                mod ? mod : "", "group", gname ? gname : "default"));
     }
     json_object_set_new(m, "params", params);
+    /* the groups' hyperparameters, restored by load (torch's optimizer
+     * state_dict keeps its param_groups' too) */
+    json_t *groups = json_array();
+    for (int g = 0; g < zero_engine_num_groups(e); g++) {
+        zero_group_hparams h = ZERO_GROUP_HPARAMS_INIT;
+        zero_status s = zero_engine_get_group_hparams(e, g, &h);
+        if (s != ZERO_OK) {
+            json_decref(groups);
+            json_decref(m);
+            return s;
+        }
+        json_array_append_new(groups, json_pack("{s:s,s:f,s:f,s:f,s:f,s:f}", "name", zero_engine_group_name(e, g),
+                                                "lr_scale", h.lr_scale, "weight_decay", h.weight_decay, "beta1",
+                                                h.beta1, "beta2", h.beta2, "eps", h.eps));
+    }
+    json_object_set_new(m, "groups", groups);
     json_object_set_new(m, "engine", scalars_json(&sc));
     json_object_set(m, "user", user);
     json_object_set_new(m, "save_seq", json_integer(save_seq));

@@ -72,6 +72,11 @@ uint64_t layout_region_numel(const zero_engine *e, const zero_bucket *b)
     return e->cfg.stage == 0 ? b->numel : b->chunk;
 }
 
+uint64_t layout_region_flat(const zero_engine *e, const zero_bucket *b)
+{
+    return e->cfg.stage == 0 ? b->flat_off : b->flat_off + b->chunk * (uint64_t)e->rank;
+}
+
 float *layout_chunk_state(zero_engine *e, zero_state_kind kind, const zero_bucket *b, uint64_t in_chunk)
 {
     /* The region is the whole bucket at stage 0, this rank's chunk otherwise. */
@@ -132,9 +137,12 @@ zero_status zero_engine_create(zero_engine **out, const zero_config *config, zer
         e->loss_scale = 1.0;
     e->hysteresis_left = config->hysteresis;
     zero_status st = engine_streams_create(e);
+    if (st == ZERO_OK && groups_init(e) != ZERO_OK)
+        st = zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "engine create: out of memory");
     if (st != ZERO_OK) {
         char msg[ZERO_ERRMSG_MAX];
         snprintf(msg, sizeof msg, "%s", e->err.msg);
+        groups_free(e);
         engine_streams_destroy(e);
         free(e);
         return zero_fail(NULL, st, "%s", msg);
@@ -190,6 +198,7 @@ void zero_engine_destroy(zero_engine *e)
         engine_free(e, ZERO_MEM_BUFFERS, e->max_bucket * 4, e->slots[s].send);
         engine_free(e, ZERO_MEM_BUFFERS, e->max_bucket / (uint64_t)e->world * 4, e->slots[s].recv);
     }
+    groups_free(e);
     free(e->params);
     free(e->modules);
     free(e->buckets);
@@ -372,6 +381,7 @@ zero_status zero_engine_finalize(zero_engine *e)
         return zero_fail(&e->err, ZERO_INVALID_STATE, "engine finalize: no parameters were added");
     ZERO_TRY(plan_build(e));
     ZERO_TRY(plan_check_ranks(e));
+    ZERO_TRY(groups_build_runs(e));
     ZERO_TRY(init_check_ranks(e));
     zero_status st = alloc_buffers(e);
     if (st == ZERO_OK) st = init_load(e);

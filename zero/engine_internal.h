@@ -26,6 +26,7 @@ typedef struct zero_param {
     zero_init_spec spec; /* add_param_init (and add_param with NULL: zeros): used when init is NULL */
     int persistent;   /* numel < stage3_param_persistence_threshold */
     int duplicate;    /* another mp rank counts this tensor in the norm */
+    int group;        /* parameter group (groups.c); 0 = "default" */
     /* plan (plan.c). A param lies in buckets first_bucket ..
      * first_bucket + num_buckets - 1; more than one only when it is larger
      * than the bucket capacity. It is then split exactly at bucket
@@ -79,6 +80,12 @@ typedef struct zero_module {
     int ready_count;       /* grads_ready calls since the last step */
 } zero_module;
 
+/* A parameter group (groups.c): hyperparameters resolved (no "keep" values). */
+typedef struct zero_group {
+    char *name;
+    double lr_scale, weight_decay, beta1, beta2, eps;
+} zero_group;
+
 /* One staging slot for a bucket reduce-scatter. */
 typedef struct zero_slot {
     float *send;          /* fp32, max bucket */
@@ -128,6 +135,13 @@ struct zero_engine {
     int num_modules, cap_modules;
     zero_bucket *buckets;
     int num_buckets;
+    zero_group *groups;   /* groups[0] = "default": the config's hyperparameters */
+    int num_groups, cap_groups;
+    /* The flat layout cut into runs of one group (groups.c, at finalize;
+     * none while every parameter is in group 0): run i covers flat elements
+     * [grun_begin[i], grun_begin[i + 1]) (the last run to the end). */
+    uint64_t *grun_begin;
+    int *grun_group, num_gruns;
 
     uint64_t numel, padded, shard, max_bucket, persist_numel;
     uint64_t plan_hash;
@@ -301,6 +315,8 @@ void *engine_bucket_grad(zero_engine *e, const zero_bucket *b);
 float *layout_master(zero_engine *e, const zero_bucket *b);
 float *layout_moment(zero_engine *e, float *mom, const zero_bucket *b);
 uint64_t layout_region_numel(const zero_engine *e, const zero_bucket *b);
+/* The flat-layout element where that region starts. */
+uint64_t layout_region_flat(const zero_engine *e, const zero_bucket *b);
 /* Where element `in_chunk` of this rank's chunk of bucket b lives in a
  * state (NULL: the optimizer has no such state). Pair with plan_owned_piece. */
 float *layout_chunk_state(zero_engine *e, zero_state_kind kind, const zero_bucket *b, uint64_t in_chunk);
@@ -327,12 +343,24 @@ zero_status step_propagate_bucket(zero_engine *e, const zero_bucket *b, const ch
  * group, added in mp rank order. No-op without an mp group. */
 zero_status mp_norm_reduce(zero_engine *e, double *total, const char *what);
 
+/* ---------------------------------------------------------------- groups.c */
+/* Group 0 from the config (create). */
+zero_status groups_init(zero_engine *e);
+void groups_free(zero_engine *e);
+/* The group runs of the flat layout (finalize, after the plan). */
+zero_status groups_build_runs(zero_engine *e);
+/* The run holding flat element `flat` (0 when there are no runs). */
+int groups_run_at(const zero_engine *e, uint64_t flat);
+
 /* ---------------------------------------------------------------- optim.c */
+/* Update n elements of a region that is contiguous in the flat layout from
+ * flat element `flat_begin` on (layout_region_flat for a bucket's region),
+ * each run of one parameter group with that group's hyperparameters. */
 zero_status optim_update(zero_engine *e, float *p, const float *g, float *m1, float *m2, size_t n,
-                         float grad_scale);
+                         float grad_scale, uint64_t flat_begin);
 /* The CPU kernel whatever the device (offloaded state lives in host memory). */
 zero_status optim_update_host(zero_engine *e, float *p, const float *g, float *m1, float *m2, size_t n,
-                              float grad_scale);
+                              float grad_scale, uint64_t flat_begin);
 
 /* ---------------------------------------------------------------- offload_opt.c */
 /* After the plan, instead of device master/moments: the pool, the store

@@ -260,7 +260,8 @@ static zero_status step_chunk(zero_engine *e, uint64_t c0, uint64_t len, float *
                 if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine step: gradient to host: ");
                 g = e->off_grad;
             }
-            ZERO_TRY(optim_update_host(e, M + r, g, M1 ? M1 + r : NULL, M2 ? M2 + r : NULL, hi - lo, grad_scale));
+            ZERO_TRY(optim_update_host(e, M + r, g, M1 ? M1 + r : NULL, M2 ? M2 + r : NULL, hi - lo, grad_scale,
+                                       layout_region_flat(e, b) + (lo - b0)));
             ZERO_TRY(cast_to_params(e, b, lo, hi - lo, M + r, what));
         }
         if (b1 > c0 + len) break; /* continues in the next chunk */

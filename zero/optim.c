@@ -1,4 +1,7 @@
-/* The optimizer update of one fp32 region, dispatched by device kind. */
+/* The optimizer update of one fp32 region, dispatched by device kind and
+ * cut into the runs of one parameter group (each run gets its group's
+ * hyperparameters; with no groups the region is one kernel call, as before
+ * groups existed). */
 #include <math.h>
 
 #include "engine_internal.h"
@@ -10,39 +13,37 @@
 #include "zero/optim_cuda.h"
 #endif
 
-static void make_hyper(const zero_engine *e, float grad_scale, zero_optim_hyper *h)
+static void make_hyper(const zero_engine *e, const zero_group *gr, float grad_scale, zero_optim_hyper *h)
 {
     const zero_config *c = &e->cfg;
     const double t = (double)e->step; /* this update's number, 1-based */
+    const double lr = c->lr * gr->lr_scale;
     h->grad_scale = grad_scale;
-    h->decay = (float)(1.0 - c->lr * c->weight_decay);
-    h->beta1 = (float)c->beta1;
-    h->one_minus_beta1 = (float)(1.0 - c->beta1);
-    h->beta2 = (float)c->beta2;
-    h->one_minus_beta2 = (float)(1.0 - c->beta2);
-    h->neg_step_size = (float)(-(c->lr / (1.0 - pow(c->beta1, t))));
-    h->bc2_sqrt = (float)sqrt(1.0 - pow(c->beta2, t));
-    h->eps = (float)c->eps;
-    h->neg_lr = (float)(-c->lr);
-    h->weight_decay = (float)c->weight_decay;
+    h->decay = (float)(1.0 - lr * gr->weight_decay);
+    h->beta1 = (float)gr->beta1;
+    h->one_minus_beta1 = (float)(1.0 - gr->beta1);
+    h->beta2 = (float)gr->beta2;
+    h->one_minus_beta2 = (float)(1.0 - gr->beta2);
+    h->neg_step_size = (float)(-(lr / (1.0 - pow(gr->beta1, t))));
+    h->bc2_sqrt = (float)sqrt(1.0 - pow(gr->beta2, t));
+    h->eps = (float)gr->eps;
+    h->neg_lr = (float)(-lr);
+    h->weight_decay = (float)gr->weight_decay;
     h->momentum = (float)c->momentum;
     h->one_minus_dampening = (float)(1.0 - c->dampening);
     h->nesterov = c->nesterov;
     h->first = e->step == 1;
 }
 
-zero_status optim_update(zero_engine *e, float *p, const float *g, float *m1, float *m2, size_t n,
-                         float grad_scale)
+static zero_status run_kernel(zero_engine *e, const zero_optim_hyper *h, int host, float *p, const float *g,
+                              float *m1, float *m2, size_t n)
 {
-    if (n == 0) return ZERO_OK;
-    zero_optim_hyper h;
-    make_hyper(e, grad_scale, &h);
     const int adamw = e->cfg.optimizer == ZERO_OPTIM_ADAMW;
-    if (e->is_cuda) {
+    if (e->is_cuda && !host) {
 #if ZERO_HAVE_CUDA
         /* In stream order after the gradient work: no host wait. */
         void *cs = zero_stream_get_cuda(e->stream);
-        int err = adamw ? zero_cuda_adamw(&h, p, g, m1, m2, n, cs) : zero_cuda_sgd(&h, p, g, m1, n, cs);
+        int err = adamw ? zero_cuda_adamw(h, p, g, m1, m2, n, cs) : zero_cuda_sgd(h, p, g, m1, n, cs);
         if (err)
             return zero_fail(&e->err, ZERO_BACKEND, "engine step: optimizer kernel on rank %d: %s", e->rank,
                              zero_cuda_optim_error_string(err));
@@ -52,20 +53,44 @@ zero_status optim_update(zero_engine *e, float *p, const float *g, float *m1, fl
 #endif
     }
     /* The CPU device's "kernel" is this host code: it reads what the engine
-     * stream wrote (nothing to wait for unless ZERO_CPU_ASYNC). */
-    ZERO_TRY(engine_sync_stream(e, "engine step"));
-    if (adamw) zero_cpu_adamw(&h, p, g, m1, m2, n);
-    else zero_cpu_sgd(&h, p, g, m1, n);
+     * stream wrote (nothing to wait for unless ZERO_CPU_ASYNC); offloaded
+     * state in host memory (host = 1) is the offload walk's, synchronised there. */
+    if (!host) ZERO_TRY(engine_sync_stream(e, "engine step"));
+    if (adamw) zero_cpu_adamw(h, p, g, m1, m2, n);
+    else zero_cpu_sgd(h, p, g, m1, n);
     return ZERO_OK;
 }
 
-zero_status optim_update_host(zero_engine *e, float *p, const float *g, float *m1, float *m2, size_t n,
-                              float grad_scale)
+/* Elements [off, off + n) of the flat layout, run by run. */
+static zero_status update_runs(zero_engine *e, int host, float *p, const float *g, float *m1, float *m2, size_t n,
+                               float grad_scale, uint64_t off)
 {
     if (n == 0) return ZERO_OK;
     zero_optim_hyper h;
-    make_hyper(e, grad_scale, &h);
-    if (e->cfg.optimizer == ZERO_OPTIM_ADAMW) zero_cpu_adamw(&h, p, g, m1, m2, n);
-    else zero_cpu_sgd(&h, p, g, m1, n);
+    if (e->num_gruns == 0) {
+        make_hyper(e, &e->groups[0], grad_scale, &h);
+        return run_kernel(e, &h, host, p, g, m1, m2, n);
+    }
+    const uint64_t end = off + n;
+    for (int r = groups_run_at(e, off); r < e->num_gruns && e->grun_begin[r] < end; r++) {
+        const uint64_t lo = e->grun_begin[r] > off ? e->grun_begin[r] : off;
+        const uint64_t rend = r + 1 < e->num_gruns ? e->grun_begin[r + 1] : UINT64_MAX;
+        const uint64_t hi = rend < end ? rend : end;
+        const size_t k = (size_t)(lo - off);
+        make_hyper(e, &e->groups[e->grun_group[r]], grad_scale, &h);
+        ZERO_TRY(run_kernel(e, &h, host, p + k, g + k, m1 ? m1 + k : NULL, m2 ? m2 + k : NULL, (size_t)(hi - lo)));
+    }
     return ZERO_OK;
+}
+
+zero_status optim_update(zero_engine *e, float *p, const float *g, float *m1, float *m2, size_t n,
+                         float grad_scale, uint64_t flat_begin)
+{
+    return update_runs(e, 0, p, g, m1, m2, n, grad_scale, flat_begin);
+}
+
+zero_status optim_update_host(zero_engine *e, float *p, const float *g, float *m1, float *m2, size_t n,
+                              float grad_scale, uint64_t flat_begin)
+{
+    return update_runs(e, 1, p, g, m1, m2, n, grad_scale, flat_begin);
 }

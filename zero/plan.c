@@ -269,7 +269,12 @@ zero_status plan_check_ranks(zero_engine *e)
     int64_t *v = malloc((2 * k + 1) * sizeof *v);
     if (!v) return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "engine finalize: plan check allocation");
     for (size_t i = 0; i < k; i++) {
-        v[i] = h62(param_hash(e, &e->params[i]));
+        /* the group is part of the registration (a parameter in another
+         * group on another rank would be updated differently); group 0
+         * leaves the hash as it was before groups existed */
+        uint64_t h = param_hash(e, &e->params[i]);
+        if (e->params[i].group) h = fnv_u64(h, (uint64_t)e->params[i].group);
+        v[i] = h62(h);
         v[k + i] = -v[i];
     }
     zero_status st = k ? engine_allreduce_host(e, v, 2 * k, ZERO_I64, ZERO_MAX, "engine finalize: plan check")
@@ -289,8 +294,8 @@ zero_status plan_check_ranks(zero_engine *e)
             free(v);
             return zero_fail(&e->err, ZERO_MISMATCH,
                              "engine finalize: ranks registered different parameters: first difference at "
-                             "param #%zu (here on rank %d: '%s' of module '%s', shape %s)",
-                             i, e->rank, p->name, e->modules[p->module].name, shape);
+                             "param #%zu (here on rank %d: '%s' of module '%s', shape %s, group %d)",
+                             i, e->rank, p->name, e->modules[p->module].name, shape, p->group);
         }
     }
     free(v);

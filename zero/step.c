@@ -183,7 +183,7 @@ zero_status zero_engine_step(zero_engine *e, zero_step_result *out)
         }
         ZERO_TRY(poff_open_master(e, b, POFF_READ | POFF_WRITE, WHAT));
         ZERO_TRY(optim_update(e, layout_master(e, b), g, layout_moment(e, e->m1, b), layout_moment(e, e->m2, b),
-                              layout_region_numel(e, b), grad_scale));
+                              layout_region_numel(e, b), grad_scale, layout_region_flat(e, b)));
         ZERO_TRY(step_propagate_bucket(e, b, WHAT));
     }
     ZERO_TRY(poff_flush(e, WHAT)); /* the last updated chunk of an offloaded shard */

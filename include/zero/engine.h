@@ -536,6 +536,76 @@ ZERO_API zero_status zero_engine_zero_grad(zero_engine *e);
 ZERO_API zero_status zero_engine_set_lr(zero_engine *e, double lr);
 ZERO_API double zero_engine_get_lr(const zero_engine *e);
 
+/* ----------------------------------------------------- parameter groups
+ * torch.optim's param_groups: every parameter belongs to one group, and
+ * each group has its own lr scale, weight decay and (AdamW) betas and eps.
+ * Group 0, "default", always exists and holds every parameter not assigned
+ * elsewhere; its hyperparameters start as the config's (lr, weight_decay,
+ * beta1, beta2, eps), so an engine without groups behaves as before.
+ * The lr of group g at a step is zero_engine_get_lr() * lr_scale(g): one
+ * scheduler (set_lr) drives every group, keeping their ratios, as torch
+ * users do with LambdaLR over several groups.
+ *
+ * Every hyperparameter can change between steps (set_group_hparams), with
+ * torch's semantics: the new values apply from the next step() on; Adam's
+ * bias correction keeps counting updates from the first (changing beta1
+ * does not restart it), like torch.optim.AdamW.
+ *
+ * THE DEFAULTS ARE NOT NEUTRAL: a trainer that sets nothing trains with
+ * lr 1e-3 and weight_decay 0.01 (torch.optim.AdamW's defaults) on every
+ * parameter, biases and norms included. Set the config (or the JSON
+ * optimizer section), and put the tensors that must not decay (biases,
+ * LayerNorm gains, embeddings in the GPT recipe) in a group with
+ * weight_decay 0.
+ *
+ * SGD: lr_scale and weight_decay (L2) apply per group; momentum, dampening
+ * and nesterov are the config's for every group (fixed at create: they
+ * decide which buffers exist). Settings on every rank of the dp group must
+ * be the same (they are not exchanged). */
+typedef struct zero_group_hparams {
+    size_t size;         /* sizeof(zero_group_hparams), set by ZERO_GROUP_HPARAMS_INIT */
+    double lr_scale;     /* group lr = zero_engine_get_lr() * lr_scale; finite, >= 0. INIT: 1 */
+    /* For the fields below, a negative value means "keep": add_group takes
+     * the config's value, set_group_hparams leaves the current one. INIT: -1 */
+    double weight_decay; /* AdamW: decoupled (p *= 1 - lr * wd); SGD: L2 */
+    double beta1, beta2; /* AdamW, each < 1 */
+    double eps;          /* AdamW */
+} zero_group_hparams;
+
+#define ZERO_GROUP_HPARAMS_INIT                                                                   \
+    {                                                                                             \
+        sizeof(zero_group_hparams), 1.0, -1.0, -1.0, -1.0, -1.0                                   \
+    }
+
+/* A new group named `name` (copied; unique) with `hparams` (NULL: the
+ * config's, lr_scale 1); *group_id = 1, 2, ... in call order (NULL
+ * accepted). Before finalize only. An out-of-range value fails with
+ * ZERO_INVALID_ARGUMENT naming the field. */
+ZERO_API zero_status zero_engine_add_group(zero_engine *e, const char *name, const zero_group_hparams *hparams,
+                                           int *group_id);
+
+/* Put `param` in `group` (default 0). Before finalize only: the group is
+ * part of the registration that finalize checks across ranks. */
+ZERO_API zero_status zero_engine_set_param_group(zero_engine *e, int param, int group);
+
+/* Change group `group`'s hyperparameters from the next step() on (negative
+ * fields: unchanged; a caller compiled against an older, smaller struct
+ * leaves the fields it does not know unchanged). Any time between steps,
+ * not collective: call it with the same values on every rank. Setting group
+ * 0's weight_decay / betas / eps is how a trainer changes the config's. */
+ZERO_API zero_status zero_engine_set_group_hparams(zero_engine *e, int group, const zero_group_hparams *hparams);
+
+/* Group `group`'s current hyperparameters into *out; out->size must be set
+ * (ZERO_GROUP_HPARAMS_INIT): only that many bytes are written. */
+ZERO_API zero_status zero_engine_get_group_hparams(const zero_engine *e, int group, zero_group_hparams *out);
+
+/* Groups so far (>= 1: "default" always exists). */
+ZERO_API int zero_engine_num_groups(const zero_engine *e);
+/* Owned by the engine, valid until destroy; NULL for an unknown group. */
+ZERO_API const char *zero_engine_group_name(const zero_engine *e, int group);
+/* The group of `param` into *group. */
+ZERO_API zero_status zero_engine_param_group(const zero_engine *e, int param, int *group);
+
 /* The factor to multiply the loss by before backward (fp16 dynamic or static
  * loss scaling); 1.0 for f32 and bf16. */
 ZERO_API double zero_engine_get_loss_scale(const zero_engine *e);

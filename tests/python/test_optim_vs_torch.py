@@ -108,12 +108,13 @@ def read_output(path, nsteps):
     return out
 
 
-def run_engine(tmp_path, init, grads, world, opts):
+def run_engine(tmp_path, init, grads, world, opts, extra=()):
     inp, outp = tmp_path / "in.bin", tmp_path / "out.bin"
     write_input(inp, init, grads)
     args = [str(driver_path()), str(inp), str(outp)]
     for k, v in opts.items():
         args += [f"--{k}", str(v)]
+    args += list(extra)
     if world > 1:
         args = [str(ROOT / "tests" / "mpirun.sh"), str(world)] + args
     proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
@@ -223,4 +224,65 @@ def test_bf16_master_weights_match_torch(tmp_path, clip, layout):
     opts = dict(ADAMW, clip=clip, stage=stage, bucket=bucket, persistence=persistence, dtype="bf16")
     engine = run_engine(tmp_path, init, grads, world, opts)
     worst = compare(engine, run_torch(init, grads, "adamw", ADAMW, clip), init)
+    print(f"worst error {worst:.3g}")
+
+
+# Parameter groups (engine.h "parameter groups"): torch.optim.AdamW with
+# param_groups, each group its own lr (= engine lr * lr_scale), weight decay,
+# betas and eps, and hyperparameters changed between steps (torch: assigning
+# to param_groups[i][...]; engine: zero_engine_set_group_hparams).
+# Group 0 is the config's ("default"); groups 1 and 2 are added.
+GROUPS = [  # lr_scale, wd, beta1, beta2, eps; negative = the config's
+    (1.0, 0.0, -1, -1, -1),           # 1: no decay (the GPT recipe's biases/norms/embeddings)
+    (0.5, 0.05, 0.8, 0.99, 1e-6),     # 2: everything different
+]
+ASSIGN = [1, 0, 2, 1, 0, 2]           # tensor i -> group
+# (before step, group, lr_scale, wd, beta1, beta2, eps): negative = unchanged
+SETS = [(8, 2, 2.0, -1, 0.95, -1, -1), (8, 0, 1.0, 0.2, -1, -1, -1), (12, 1, 0.25, -1, -1, -1, 1e-7)]
+
+
+def run_torch_groups(init, grads, hp, clip):
+    params = [torch.nn.Parameter(torch.from_numpy(a.copy())) for a in init]
+    resolved = [(1.0, hp["wd"], hp["beta1"], hp["beta2"], hp["eps"])]
+    for g in GROUPS:
+        resolved.append(tuple(v if (i == 0 or v >= 0) else resolved[0][i] for i, v in enumerate(g)))
+    groups = []
+    for gi, (scale, wd, b1, b2, eps) in enumerate(resolved):
+        groups.append({"params": [p for p, a in zip(params, ASSIGN) if a == gi], "lr": hp["lr"] * scale,
+                       "weight_decay": wd, "betas": (b1, b2), "eps": eps})
+    o = torch.optim.AdamW(groups, lr=hp["lr"])
+    out = []
+    for s, step in enumerate(grads):
+        for when, gi, scale, wd, b1, b2, eps in SETS:
+            if when == s + 1:
+                pg = o.param_groups[gi]
+                pg["lr"] = hp["lr"] * scale
+                if wd >= 0:
+                    pg["weight_decay"] = wd
+                pg["betas"] = (b1 if b1 >= 0 else pg["betas"][0], b2 if b2 >= 0 else pg["betas"][1])
+                if eps >= 0:
+                    pg["eps"] = eps
+        for p, g in zip(params, step):
+            p.grad = torch.from_numpy(g.copy())
+        norm = float(torch.nn.utils.clip_grad_norm_(params, clip if clip else float("inf")))
+        coef = min(1.0, clip / (norm + 1e-6)) if clip else 1.0
+        o.step()
+        out.append((norm, coef, [p.detach().numpy().copy() for p in params]))
+    return out
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda t: f"world{t[0]}-stage{t[1]}")
+@pytest.mark.parametrize("clip", [0.0, 1.0], ids=["noclip", "clip1"])
+def test_param_groups_match_torch(tmp_path, clip, layout):
+    world, stage, bucket, persistence = layout
+    init, grads = make_problem(seed=zlib.crc32(f"groups/{clip}/{world}/{stage}".encode()))
+    opts = dict(ADAMW, clip=clip, stage=stage, bucket=bucket, persistence=persistence)
+    args = []
+    for g in GROUPS:
+        args += ["--group", ":".join(repr(float(v)) for v in g)]
+    args += ["--assign", ",".join(str(a) for a in ASSIGN)]
+    for st in SETS:
+        args += ["--set", f"{st[0]}:{st[1]}:" + ":".join(repr(float(v)) for v in st[2:])]
+    engine = run_engine(tmp_path, init, grads, world, opts, extra=args)
+    worst = compare(engine, run_torch_groups(init, grads, ADAMW, clip), init)
     print(f"worst error {worst:.3g}")

@@ -215,34 +215,49 @@ static int parse_scheduler(train_config *c, json_t *s, char *err, size_t n)
     return 0;
 }
 
-/* DeepSpeed's warmup fraction at iteration `step` < warmup_num_steps:
- * log(step+1)/log(warmup) ("log", its default) or step/warmup ("linear");
- * DeepSpeed clamps warmup_num_steps to at least 2 for the log. */
-static double warmup_gamma(const train_sched *s, int64_t step)
+/* DeepSpeed's warmup length: it clamps warmup_num_steps to at least 2 (for
+ * the log's denominator) and uses the clamped value everywhere, the linear
+ * warm-up and the decay's span included. */
+static int64_t warmup_steps(const train_sched *s) { return s->warmup_num_steps > 2 ? s->warmup_num_steps : 2; }
+
+/* DeepSpeed's warmup fraction at last_batch_iteration `it` (0 <= it < the
+ * clamped warmup): log(it+1)/log(w) ("log", its default) or it/w ("linear"). */
+static double warmup_gamma(const train_sched *s, int64_t it)
 {
-    double w = (double)(s->warmup_num_steps > 2 ? s->warmup_num_steps : 2);
-    if (s->warmup_log) return log((double)step + 1.0) / log(w);
-    return (double)step / (double)s->warmup_num_steps;
+    double w = (double)warmup_steps(s);
+    if (s->warmup_log) return log((double)it + 1.0) / log(w);
+    return (double)it / w;
 }
 
-/* Optimizer step `step` (0-based) uses the lr DeepSpeed's scheduler gives at
- * last_batch_iteration == step (its constructor steps once to 0), so the
- * schedules below are DeepSpeed's formulas, including lr = warmup_min at step 0. */
-double train_sched_lr(const train_sched *s, double base_lr, int64_t step)
+/* The lr of the next optimizer update after `applied` updates (DeepSpeed
+ * semantics, deepspeed/runtime/lr_schedules.py and engine.py):
+ *   - its scheduler does NOT step at construction: it only sets the lr it has
+ *     at last_batch_iteration -1 (WarmupLR / WarmupDecayLR: warmup_min_lr;
+ *     WarmupCosineLR: 0), which the first update uses;
+ *   - the engine steps the scheduler after each APPLIED update (an fp16
+ *     overflow skips the update and the scheduler step alike),
+ * so update k (1-based) uses the lr at last_batch_iteration k - 2, i.e.
+ * `applied` - 1 here. With warmup_min_lr 0, warmup_max_lr 6e-4 and a linear
+ * 4-step warm-up, updates 1-5 use 0, 0, 1.5e-4, 3e-4, 4.5e-4. */
+double train_sched_lr(const train_sched *s, double base_lr, int64_t applied)
 {
-    int in_warmup = step < s->warmup_num_steps;
+    const int64_t it = applied - 1; /* DeepSpeed's last_batch_iteration */
+    const int64_t w = warmup_steps(s);
+    const int in_warmup = it < w;
+    if (s->kind == TRAIN_SCHED_CONSTANT) return base_lr;
+    if (it < 0) return s->kind == TRAIN_SCHED_WARMUP_COSINE_LR ? 0.0 : s->warmup_min_lr;
     switch (s->kind) {
     case TRAIN_SCHED_CONSTANT:
         return base_lr;
     case TRAIN_SCHED_WARMUP_LR:
-        return s->warmup_min_lr + (s->warmup_max_lr - s->warmup_min_lr) * (in_warmup ? warmup_gamma(s, step) : 1.0);
+        return s->warmup_min_lr + (s->warmup_max_lr - s->warmup_min_lr) * (in_warmup ? warmup_gamma(s, it) : 1.0);
     case TRAIN_SCHED_WARMUP_DECAY_LR: {
         double gamma;
         if (in_warmup) {
-            gamma = warmup_gamma(s, step);
+            gamma = warmup_gamma(s, it);
         } else {
-            double span = (double)(s->total_num_steps - s->warmup_num_steps);
-            gamma = (double)(s->total_num_steps - step) / (span > 1.0 ? span : 1.0);
+            double span = (double)(s->total_num_steps - w);
+            gamma = (double)(s->total_num_steps - it) / (span > 1.0 ? span : 1.0);
             if (gamma < 0) gamma = 0;
         }
         return s->warmup_min_lr + (s->warmup_max_lr - s->warmup_min_lr) * gamma;
@@ -250,10 +265,12 @@ double train_sched_lr(const train_sched *s, double base_lr, int64_t step)
     case TRAIN_SCHED_WARMUP_COSINE_LR: {
         double ratio;
         if (in_warmup) {
-            ratio = s->warmup_min_ratio + (1.0 - s->warmup_min_ratio) * warmup_gamma(s, step);
+            ratio = s->warmup_min_ratio + (1.0 - s->warmup_min_ratio) * warmup_gamma(s, it);
         } else {
-            double real_last = (double)(step - s->warmup_num_steps + 1);
-            double real_total = (double)(s->total_num_steps - s->warmup_num_steps);
+            /* DeepSpeed divides by total - warmup unguarded (a ZeroDivisionError
+             * when they are equal); here that span counts as 1 */
+            double real_last = (double)(it - w + 1);
+            double real_total = (double)(s->total_num_steps - w);
             double c = (1.0 + cos(M_PI * real_last / (real_total > 0 ? real_total : 1.0))) / 2.0;
             ratio = s->cos_min_ratio + (1.0 - s->cos_min_ratio) * c;
             if (ratio < 0) ratio = 0;

@@ -109,8 +109,10 @@ void train_config_free(train_config *cfg);
 /* The scheduler as a config section, every parameter filled in (null: none). New reference. */
 json_t *train_sched_json(const train_sched *s);
 
-/* The learning rate of optimizer step `step` (0-based). */
-double train_sched_lr(const train_sched *s, double base_lr, int64_t step);
+/* The learning rate of the next optimizer update when `applied` updates have
+ * been applied (zero_engine_scalars.step: fp16-skipped steps do not count),
+ * step for step DeepSpeed's (see train_config.c). */
+double train_sched_lr(const train_sched *s, double base_lr, int64_t applied);
 
 /* Resolve data.path "auto": the Python standard library of this machine
  * (/usr/lib/python3.N), else /usr/share/common-licenses. Writes the chosen

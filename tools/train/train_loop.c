@@ -147,7 +147,11 @@ int train_loop(run *r)
     if (c->metrics_file) local_rank_fields(r, nvme_base);
     while (r->step < c->steps) {
         double t0 = train_now_s(), c0 = cpu_s();
-        double lr = train_sched_lr(&c->sched, c->lr, r->step);
+        /* the scheduler counts applied updates, as DeepSpeed's engine steps
+         * it only after an update that was not skipped for an fp16 overflow */
+        zero_engine_scalars sc;
+        if (zero_engine_get_scalars(r->engine, &sc) != ZERO_OK) sc.step = r->step;
+        double lr = train_sched_lr(&c->sched, c->lr, sc.step);
         zero_engine_set_lr(r->engine, lr);
         float dloss = (float)zero_engine_get_loss_scale(r->engine);
         double loss_sum = 0;

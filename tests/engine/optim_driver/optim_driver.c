@@ -4,6 +4,11 @@
  *                [--eps X] [--wd X] [--momentum X] [--dampening X]
  *                [--nesterov 0|1] [--clip X] [--stage S] [--bucket N]
  *                [--persistence N] [--dtype f32|bf16]
+ *                [--group LRSCALE:WD:B1:B2:EPS]... [--assign G0,G1,...]
+ *                [--set STEP:G:LRSCALE:WD:B1:B2:EPS]...
+ * --group adds parameter groups 1, 2, ... in order (negative fields: the
+ * config's); --assign puts tensor i in group Gi; --set changes group G's
+ * hyperparameters (zero_engine_set_group_hparams) before step STEP (1-based). 
  *
  * Reads parameters and per-step gradients, runs every step through the
  * engine, and writes the fp32 master parameters after each step, for the
@@ -114,8 +119,25 @@ static int split_gradient(const float *g, float *mine, uint64_t n, int rank, int
     return 0;
 }
 
+#define MAX_GROUPS 8
+#define MAX_SETS 16
+
+/* "A:B:C:D:E" into h (lr_scale, wd, beta1, beta2, eps). */
+static int parse_hparams(const char *text, zero_group_hparams *h)
+{
+    return sscanf(text, "%lf:%lf:%lf:%lf:%lf", &h->lr_scale, &h->weight_decay, &h->beta1, &h->beta2, &h->eps) == 5
+               ? 0
+               : -1;
+}
+
 int main(int argc, char **argv)
 {
+    zero_group_hparams groups[MAX_GROUPS];
+    int ngroups = 0, nsets = 0, assign[64] = {0}, nassign = 0;
+    struct {
+        int step, group;
+        zero_group_hparams h;
+    } sets[MAX_SETS];
     if (argc < 3) {
         fprintf(stderr, "usage: optim_driver IN OUT [options] (see the source)\n");
         return 2;
@@ -139,7 +161,27 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--stage")) cfg.stage = (int)v;
         else if (!strcmp(k, "--bucket")) cfg.reduce_bucket_size = (uint64_t)v;
         else if (!strcmp(k, "--persistence")) cfg.stage3_param_persistence_threshold = (uint64_t)v;
-        else if (!strcmp(k, "--dtype")) {
+        else if (!strcmp(k, "--group") && ngroups < MAX_GROUPS) {
+            groups[ngroups] = (zero_group_hparams)ZERO_GROUP_HPARAMS_INIT;
+            if (parse_hparams(argv[i + 1], &groups[ngroups++])) {
+                fprintf(stderr, "optim_driver: --group LRSCALE:WD:B1:B2:EPS\n");
+                return 2;
+            }
+        } else if (!strcmp(k, "--assign")) {
+            for (char *t = argv[i + 1]; *t && nassign < 64;) {
+                assign[nassign++] = (int)strtol(t, &t, 10);
+                if (*t == ',') t++;
+            }
+        } else if (!strcmp(k, "--set") && nsets < MAX_SETS) {
+            char *t = argv[i + 1];
+            sets[nsets].step = (int)strtol(t, &t, 10);
+            sets[nsets].group = (int)strtol(t + 1, &t, 10);
+            sets[nsets].h = (zero_group_hparams)ZERO_GROUP_HPARAMS_INIT;
+            if (*t != ':' || parse_hparams(t + 1, &sets[nsets++].h)) {
+                fprintf(stderr, "optim_driver: --set STEP:G:LRSCALE:WD:B1:B2:EPS\n");
+                return 2;
+            }
+        } else if (!strcmp(k, "--dtype")) {
             if (!strcmp(argv[i + 1], "bf16")) cfg.compute_dtype = ZERO_BF16;
             else if (!strcmp(argv[i + 1], "f32")) cfg.compute_dtype = ZERO_F32;
             else {
@@ -208,6 +250,19 @@ int main(int argc, char **argv)
             goto done;
         }
     }
+    for (int g = 0; g < ngroups; g++) {
+        char name[16];
+        snprintf(name, sizeof name, "g%d", g + 1);
+        if ((st = zero_engine_add_group(e, name, &groups[g], NULL)) != ZERO_OK) {
+            rc = fail("add_group", st, zero_engine_last_error(e));
+            goto done;
+        }
+    }
+    for (int p = 0; p < nassign && p < (int)in.nparams; p++)
+        if ((st = zero_engine_set_param_group(e, p, assign[p])) != ZERO_OK) {
+            rc = fail("set_param_group", st, zero_engine_last_error(e));
+            goto done;
+        }
     if ((st = zero_engine_finalize(e)) != ZERO_OK) {
         rc = fail("finalize", st, zero_engine_last_error(e));
         goto done;
@@ -231,6 +286,11 @@ int main(int argc, char **argv)
     }
 
     for (uint32_t s = 0; s < in.nsteps; s++) {
+        for (int k = 0; k < nsets; k++)
+            if (sets[k].step == (int)s + 1 && (st = zero_engine_set_group_hparams(e, sets[k].group, &sets[k].h)) != ZERO_OK) {
+                rc = fail("set_group_hparams", st, zero_engine_last_error(e));
+                goto done;
+            }
         if (split_gradient(in.grads + (size_t)s * in.total, mine, in.total, rank, size, bf16)) goto done;
         /* backward in reverse module order, as a trainer would */
         for (int m = nmodules - 1; m >= 0; m--) {

@@ -1,0 +1,211 @@
+/* Parameter groups (engine.h "parameter groups"): registration, the
+ * hyperparameters of each group, and the runs of one group along the flat
+ * layout that the optimizer update walks (optim.c). */
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/handle.h"
+#include "engine_internal.h"
+
+zero_status groups_init(zero_engine *e)
+{
+    e->groups = calloc(4, sizeof *e->groups);
+    if (!e->groups) return ZERO_OUT_OF_MEMORY;
+    e->cap_groups = 4;
+    e->num_groups = 1;
+    zero_group *g = &e->groups[0];
+    g->name = strdup("default");
+    if (!g->name) return ZERO_OUT_OF_MEMORY;
+    g->lr_scale = 1.0;
+    g->weight_decay = e->cfg.weight_decay;
+    g->beta1 = e->cfg.beta1;
+    g->beta2 = e->cfg.beta2;
+    g->eps = e->cfg.eps;
+    return ZERO_OK;
+}
+
+void groups_free(zero_engine *e)
+{
+    for (int i = 0; i < e->num_groups; i++) free(e->groups[i].name);
+    free(e->groups);
+    free(e->grun_begin);
+    free(e->grun_group);
+    e->groups = NULL;
+    e->grun_begin = NULL;
+    e->grun_group = NULL;
+    e->num_groups = e->num_gruns = 0;
+}
+
+/* The fields of `in` the caller's struct holds (an older caller's smaller
+ * size leaves the newer ones "keep"), validated, onto *g. */
+static zero_status apply(zero_engine *e, zero_group *g, const zero_group_hparams *in, const char *what)
+{
+    if (in->size < offsetof(zero_group_hparams, lr_scale) + sizeof in->lr_scale)
+        return zero_fail(&e->err, ZERO_INVALID_ARGUMENT,
+                         "%s: hparams.size %zu is too small (initialise with ZERO_GROUP_HPARAMS_INIT)", what, in->size);
+    zero_group_hparams h = ZERO_GROUP_HPARAMS_INIT;
+    memcpy(&h, in, in->size < sizeof h ? in->size : sizeof h);
+    if (!(h.lr_scale >= 0) || !isfinite(h.lr_scale))
+        return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: lr_scale must be finite and >= 0, got %g", what,
+                         h.lr_scale);
+    if (!isfinite(h.weight_decay) || isnan(h.weight_decay))
+        return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: weight_decay must be finite, got %g", what,
+                         h.weight_decay);
+    if (!(h.beta1 < 1) || !(h.beta2 < 1))
+        return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: beta1 and beta2 must be < 1 (negative: keep), got %g, %g",
+                         what, h.beta1, h.beta2);
+    if (!isfinite(h.eps))
+        return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: eps must be finite, got %g", what, h.eps);
+    g->lr_scale = h.lr_scale;
+    if (h.weight_decay >= 0) g->weight_decay = h.weight_decay;
+    if (h.beta1 >= 0) g->beta1 = h.beta1;
+    if (h.beta2 >= 0) g->beta2 = h.beta2;
+    if (h.eps >= 0) g->eps = h.eps;
+    return ZERO_OK;
+}
+
+static zero_status check_group(const zero_engine *e, int group, const char *what)
+{
+    if (group < 0 || group >= e->num_groups)
+        return zero_fail((zero_errbuf *)&e->err, ZERO_NOT_FOUND, "%s: no group %d (the engine has %d)", what, group,
+                         e->num_groups);
+    return ZERO_OK;
+}
+
+zero_status zero_engine_add_group(zero_engine *e, const char *name, const zero_group_hparams *hparams, int *group_id)
+{
+    static const char what[] = "engine add_group";
+    if (group_id) *group_id = -1;
+    ZERO_TRY(engine_check_usable(e, what, 0));
+    if (e->finalized)
+        return zero_fail(&e->err, ZERO_INVALID_STATE, "%s: groups are added before finalize", what);
+    if (!name || !name[0]) return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: name is NULL or empty", what);
+    for (int i = 0; i < e->num_groups; i++)
+        if (!strcmp(e->groups[i].name, name))
+            return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: a group named '%s' exists already", what, name);
+    zero_group g = e->groups[0];
+    g.lr_scale = 1.0;
+    g.weight_decay = e->cfg.weight_decay; /* the config's, not group 0's current values */
+    g.beta1 = e->cfg.beta1;
+    g.beta2 = e->cfg.beta2;
+    g.eps = e->cfg.eps;
+    if (hparams) ZERO_TRY(apply(e, &g, hparams, what));
+    if (e->num_groups == e->cap_groups) {
+        zero_group *n = realloc(e->groups, (size_t)e->cap_groups * 2 * sizeof *n);
+        if (!n) return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "%s: out of memory", what);
+        e->groups = n;
+        e->cap_groups *= 2;
+    }
+    g.name = strdup(name);
+    if (!g.name) return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "%s: out of memory", what);
+    e->groups[e->num_groups] = g;
+    if (group_id) *group_id = e->num_groups;
+    e->num_groups++;
+    return ZERO_OK;
+}
+
+zero_status zero_engine_set_param_group(zero_engine *e, int param, int group)
+{
+    static const char what[] = "engine set_param_group";
+    ZERO_TRY(engine_check_usable(e, what, 0));
+    if (e->finalized)
+        return zero_fail(&e->err, ZERO_INVALID_STATE, "%s: groups are assigned before finalize", what);
+    if (param < 0 || param >= e->num_params)
+        return zero_fail(&e->err, ZERO_NOT_FOUND, "%s: no parameter %d (the engine has %d)", what, param,
+                         e->num_params);
+    ZERO_TRY(check_group(e, group, what));
+    e->params[param].group = group;
+    return ZERO_OK;
+}
+
+zero_status zero_engine_set_group_hparams(zero_engine *e, int group, const zero_group_hparams *hparams)
+{
+    static const char what[] = "engine set_group_hparams";
+    ZERO_TRY(engine_check_usable(e, what, e && e->magic == ZERO_HANDLE_ENGINE ? e->finalized : 0)); /* before or after */
+    ZERO_TRY(check_group(e, group, what));
+    if (!hparams) return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: hparams is NULL", what);
+    zero_group g = e->groups[group];
+    ZERO_TRY(apply(e, &g, hparams, what));
+    e->groups[group] = g;
+    if (group == 0) { /* group 0 is the config's: keep the two in step */
+        e->cfg.weight_decay = g.weight_decay;
+        e->cfg.beta1 = g.beta1;
+        e->cfg.beta2 = g.beta2;
+        e->cfg.eps = g.eps;
+    }
+    return ZERO_OK;
+}
+
+zero_status zero_engine_get_group_hparams(const zero_engine *e, int group, zero_group_hparams *out)
+{
+    static const char what[] = "engine get_group_hparams";
+    if (!e || !out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "%s: NULL argument", what);
+    ZERO_TRY(check_group(e, group, what));
+    const zero_group *g = &e->groups[group];
+    zero_group_hparams h = {sizeof h, g->lr_scale, g->weight_decay, g->beta1, g->beta2, g->eps};
+    size_t n = out->size < sizeof h ? out->size : sizeof h;
+    if (n < sizeof(size_t)) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "%s: out->size is not set", what);
+    size_t keep = out->size;
+    memcpy(out, &h, n);
+    out->size = keep;
+    return ZERO_OK;
+}
+
+int zero_engine_num_groups(const zero_engine *e) { return e ? e->num_groups : 0; }
+
+const char *zero_engine_group_name(const zero_engine *e, int group)
+{
+    if (!e || group < 0 || group >= e->num_groups) return NULL;
+    return e->groups[group].name;
+}
+
+zero_status zero_engine_param_group(const zero_engine *e, int param, int *group)
+{
+    if (!e || !group) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine param_group: NULL argument");
+    if (param < 0 || param >= e->num_params)
+        return zero_fail((zero_errbuf *)&e->err, ZERO_NOT_FOUND, "engine param_group: no parameter %d", param);
+    *group = e->params[param].group;
+    return ZERO_OK;
+}
+
+/* ---------------------------------------------------------------- runs of the flat layout */
+
+zero_status groups_build_runs(zero_engine *e)
+{
+    free(e->grun_begin);
+    free(e->grun_group);
+    e->grun_begin = NULL;
+    e->grun_group = NULL;
+    e->num_gruns = 0;
+    int any = 0;
+    for (int i = 0; i < e->num_params; i++) any |= e->params[i].group != 0;
+    if (!any) return ZERO_OK; /* one kernel call per region, as without groups */
+    e->grun_begin = malloc((size_t)e->num_params * sizeof *e->grun_begin);
+    e->grun_group = malloc((size_t)e->num_params * sizeof *e->grun_group);
+    if (!e->grun_begin || !e->grun_group)
+        return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "engine finalize: parameter group runs");
+    /* Parameters lie in the flat layout in registration order, each
+     * contiguous (a split one too); padding between them joins the run
+     * before it (its gradient and value are zero, so any group leaves it 0). */
+    for (int i = 0; i < e->num_params; i++) {
+        const zero_param *p = &e->params[i];
+        if (e->num_gruns > 0 && e->grun_group[e->num_gruns - 1] == p->group) continue;
+        e->grun_begin[e->num_gruns] = e->num_gruns == 0 ? 0 : p->flat_off;
+        e->grun_group[e->num_gruns] = p->group;
+        e->num_gruns++;
+    }
+    return ZERO_OK;
+}
+
+int groups_run_at(const zero_engine *e, uint64_t flat)
+{
+    int lo = 0, hi = e->num_gruns - 1; /* the last run beginning at or before `flat` */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (e->grun_begin[mid] <= flat) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
