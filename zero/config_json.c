@@ -8,6 +8,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/ds_keys.h"
+#include "common/suggest.h"
 #include "engine_internal.h"
 
 typedef struct jctx {
@@ -94,9 +96,45 @@ static zero_status get_bool(const char *sec, const char *key, const json_t *v, i
     return ZERO_OK;
 }
 
-static zero_status unknown_key(const char *sec, const char *key, const char *known)
+/* DeepSpeed keys accepted during this parse (they change nothing here),
+ * named in the one warning zero_config_from_json logs. */
+static _Thread_local char accepted[1024];
+
+static void note_accepted(const char *sec, const char *key)
 {
-    return zero_fail(NULL, ZERO_CONFIG, "%s.%s: unknown key (known here: %s)", sec, key, known);
+    size_t used = strlen(accepted);
+    if (used + strlen(sec) + strlen(key) + 8 < sizeof accepted)
+        snprintf(accepted + used, sizeof accepted - used, "%s%s%s%s", used ? ", " : "", sec, *sec ? "." : "", key);
+    else if (used + 4 < sizeof accepted && (used < 3 || strcmp(accepted + used - 3, "...")))
+        snprintf(accepted + used, sizeof accepted - used, "...");
+}
+
+/* A key this parser does not implement in `sec` (`known`: the ones it
+ * does, ", "-separated): DeepSpeed's and neutral as given -> accepted and
+ * noted; DeepSpeed's and math-changing -> refused by name; anything else
+ * -> unknown, with the closest known key suggested. */
+static zero_status unknown_key(const char *sec, const char *key, const json_t *v, const char *known)
+{
+    const char *why = NULL;
+    switch (zero_ds_key(sec, key, v, &why)) {
+    case ZERO_DS_ACCEPT: note_accepted(sec, key); return ZERO_OK;
+    case ZERO_DS_REFUSE:
+        return zero_fail(NULL, ZERO_CONFIG, "%s.%s: not implemented: %s (DeepSpeed's key, refused because it "
+                         "would change the training math)", sec, key, why);
+    default: break;
+    }
+    char buf[1024];
+    const char *names[96];
+    int n = 0;
+    snprintf(buf, sizeof buf, "%s", known);
+    for (char *t = strtok(buf, ", "); t && n < 48; t = strtok(NULL, ", ")) names[n++] = t;
+    const int room = 95 - n, k = zero_ds_section_keys(sec, names + n, room);
+    n += k < room ? k : room;
+    names[n] = NULL;
+    const char *close = zero_suggest_key(key, names);
+    char hint[160] = "";
+    if (close) snprintf(hint, sizeof hint, "; did you mean '%s'?", close);
+    return zero_fail(NULL, ZERO_CONFIG, "%s.%s: unknown key%s (known here: %s)", sec, key, hint, known);
 }
 
 /* ---------------------------------------------------------------- sections */
@@ -127,7 +165,7 @@ static zero_status parse_offload_optimizer(const json_t *obj, zero_config *c)
         } else if (!strcmp(key, "pin_memory")) st = get_bool(sec, key, v, &c->offload_pin_memory);
         else if (!strcmp(key, "buffer_count")) st = get_int(sec, key, v, 3, 1 << 20, &c->offload_buffer_count);
         else if (!strcmp(key, "fast_init")) st = get_bool(sec, key, v, &flag); /* accepted; no effect */
-        else st = unknown_key(sec, key, known);
+        else st = unknown_key(sec, key, v, known);
         if (st != ZERO_OK) return st;
     }
     return ZERO_OK;
@@ -159,7 +197,7 @@ static zero_status parse_offload_param(const json_t *obj, zero_config *c)
         else if (!strcmp(key, "buffer_count")) st = get_int(sec, key, v, 2, 1 << 20, &c->offload_param_buffer_count);
         else if (!strcmp(key, "buffer_size")) st = get_u64(sec, key, v, 1, &c->offload_param_buffer_size);
         else if (!strcmp(key, "max_in_cpu")) st = get_u64(sec, key, v, 0, &c->offload_param_max_in_cpu);
-        else st = unknown_key(sec, key, known);
+        else st = unknown_key(sec, key, v, known);
         if (st != ZERO_OK) return st;
     }
     return ZERO_OK;
@@ -210,7 +248,7 @@ static zero_status parse_zero_optimization(const json_t *obj, zero_config *c)
         } else if (!strcmp(key, "sub_group_size")) {
             st = get_u64(sec, key, v, 1, &c->sub_group_size);
         } else {
-            st = unknown_key(sec, key, known);
+            st = unknown_key(sec, key, v, known);
         }
         if (st != ZERO_OK) return st;
     }
@@ -235,7 +273,7 @@ static zero_status parse_aio(const json_t *obj, zero_config *c)
         else if (!strcmp(key, "single_submit") || !strcmp(key, "overlap_events"))
             st = get_bool(sec, key, v, &flag); /* accepted: the store's completion thread always overlaps */
         else if (!strcmp(key, "thread_count")) st = get_int(sec, key, v, 1, 1 << 10, &flag); /* accepted */
-        else st = unknown_key(sec, key, known);
+        else st = unknown_key(sec, key, v, known);
         if (st != ZERO_OK) return st;
     }
     return ZERO_OK;
@@ -264,7 +302,10 @@ static zero_status parse_optimizer(const json_t *obj, zero_config *c)
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)obj, key, v) {
-        if (strcmp(key, "type") && strcmp(key, "params")) return unknown_key(sec, key, "type, params");
+        if (strcmp(key, "type") && strcmp(key, "params")) {
+            zero_status st = unknown_key(sec, key, v, "type, params");
+            if (st != ZERO_OK) return st;
+        }
     }
     const json_t *type = json_object_get(obj, "type");
     if (!type) return zero_fail(NULL, ZERO_CONFIG, "optimizer.type: missing (AdamW, Adam or SGD)");
@@ -296,7 +337,7 @@ static zero_status parse_optimizer(const json_t *obj, zero_config *c)
         } else if (!adam && !strcmp(key, "momentum")) st = get_num(psec, key, v, 0, INFINITY, 1, &c->momentum);
         else if (!adam && !strcmp(key, "dampening")) st = get_num(psec, key, v, 0, 1, 0, &c->dampening);
         else if (!adam && !strcmp(key, "nesterov")) st = get_bool(psec, key, v, &c->nesterov);
-        else st = unknown_key(psec, key,
+        else st = unknown_key(psec, key, v,
                               adam == 2 ? "lr, betas, eps, weight_decay, adam_w_mode"
                                         : adam ? "lr, betas, eps, weight_decay"
                                                : "lr, momentum, dampening, weight_decay, nesterov");
@@ -323,7 +364,7 @@ static zero_status parse_precision(const json_t *obj, const char *sec, zero_conf
         else if (fp16 && !strcmp(key, "min_loss_scale")) {
             st = get_num(sec, key, v, 0, INFINITY, 1, &c->min_loss_scale);
             if (st == ZERO_OK && !(c->min_loss_scale > 0)) st = bad_value(sec, key, "a number > 0", v);
-        } else st = unknown_key(sec, key, fp16 ? known16 : "enabled");
+        } else st = unknown_key(sec, key, v, fp16 ? known16 : "enabled");
         if (st != ZERO_OK) return st;
     }
     return ZERO_OK;
@@ -342,6 +383,35 @@ zero_status zero_config_from_json(zero_config *config, const char *json_text)
     if (!json_is_object(root)) st = bad_value("(document)", NULL, "a JSON object", root);
     const json_t *v;
     int bf16 = -1, fp16 = -1;
+    /* HF Trainer's "auto" values: the trainer fills them in; here the key
+     * counts as absent (libzero's default), and the warning says so */
+    char autos[1024] = "";
+    if (st == ZERO_OK) zero_ds_strip_auto(root, autos, sizeof autos);
+    accepted[0] = '\0';
+    /* DeepSpeed's top-level keys libzero does not implement: accepted when
+     * they leave the math alone, refused by name otherwise; other top-level
+     * keys belong to the caller */
+    if (st == ZERO_OK) {
+        const char *key;
+        json_t *tv;
+        json_object_foreach(root, key, tv) {
+            const char *why = NULL;
+            zero_ds_verdict d = zero_ds_key("", key, tv, &why);
+            if (d == ZERO_DS_ACCEPT) note_accepted("", key);
+            else if (d == ZERO_DS_REFUSE) {
+                st = zero_fail(NULL, ZERO_CONFIG, "%s: not implemented: %s (DeepSpeed's key, refused because it "
+                               "would change the training math)", key, why);
+                break;
+            }
+        }
+    }
+    /* "bfloat16" is DeepSpeed's older name of the bf16 section */
+    if (st == ZERO_OK && json_object_get(root, "bfloat16")) {
+        if (json_object_get(root, "bf16"))
+            st = zero_fail(NULL, ZERO_CONFIG, "bfloat16: given together with bf16 (its newer name); keep one");
+        else
+            json_object_set(root, "bf16", json_object_get(root, "bfloat16"));
+    }
     if (st == ZERO_OK && (v = json_object_get(root, "zero_optimization"))) st = parse_zero_optimization(v, &c);
     if (st == ZERO_OK && (v = json_object_get(root, "optimizer"))) st = parse_optimizer(v, &c);
     if (st == ZERO_OK && (v = json_object_get(root, "aio"))) st = parse_aio(v, &c);
@@ -365,5 +435,10 @@ zero_status zero_config_from_json(zero_config *config, const char *json_text)
         st = config_validate(&c, &eb);
     }
     if (st == ZERO_OK) st = config_write_back(&c, config, ZERO_CONFIG, "zero_config_from_json", NULL);
+    if (st == ZERO_OK && (accepted[0] || autos[0]))
+        zero_log(ZERO_LOG_WARN, "config: %s%s%s%s%s", accepted[0] ? "accepted DeepSpeed keys that change nothing "
+                                                                  "libzero computes: " : "",
+                 accepted, accepted[0] && autos[0] ? "; " : "",
+                 autos[0] ? "\"auto\" values (a trainer's to fill in) left to libzero's defaults: " : "", autos);
     return st;
 }

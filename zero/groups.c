@@ -109,14 +109,20 @@ zero_status zero_engine_add_group(zero_engine *e, const char *name, const zero_g
 zero_status zero_engine_set_param_group(zero_engine *e, int param, int group)
 {
     static const char what[] = "engine set_param_group";
-    ZERO_TRY(engine_check_usable(e, what, 0));
-    if (e->finalized)
-        return zero_fail(&e->err, ZERO_INVALID_STATE, "%s: groups are assigned before finalize", what);
+    ZERO_TRY(engine_check_usable(e, what, e && e->magic == ZERO_HANDLE_ENGINE ? e->finalized : 0)); /* before or after */
     if (param < 0 || param >= e->num_params)
         return zero_fail(&e->err, ZERO_NOT_FOUND, "%s: no parameter %d (the engine has %d)", what, param,
                          e->num_params);
     ZERO_TRY(check_group(e, group, what));
+    const int old = e->params[param].group;
     e->params[param].group = group;
+    if (e->finalized && old != group) {
+        zero_status st = groups_build_runs(e);
+        if (st != ZERO_OK) {
+            e->params[param].group = old;
+            return st;
+        }
+    }
     return ZERO_OK;
 }
 

@@ -584,8 +584,10 @@ typedef struct zero_group_hparams {
 ZERO_API zero_status zero_engine_add_group(zero_engine *e, const char *name, const zero_group_hparams *hparams,
                                            int *group_id);
 
-/* Put `param` in `group` (default 0). Before finalize only: the group is
- * part of the registration that finalize checks across ranks. */
+/* Put `param` in `group` (default 0). Before finalize, where the group is
+ * part of the registration that finalize checks across ranks, or between
+ * steps after it (not checked: do the same on every rank; Adam's moments
+ * stay with the parameter, as when a torch param moves between groups). */
 ZERO_API zero_status zero_engine_set_param_group(zero_engine *e, int param, int group);
 
 /* Change group `group`'s hyperparameters from the next step() on (negative

@@ -2,6 +2,9 @@
  * own sections, defaults, and the effective config (see train_config.h). */
 #include "train_config.h"
 
+#include "common/ds_keys.h"
+#include "common/suggest.h"
+
 #include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
@@ -25,14 +28,13 @@ const char train_default_config_json[] =
      * LayerNorm and bias vectors whole, so stage 3 really gathers per block. */
     "  \"zero_optimization\": {\"stage\": 3, \"overlap_comm\": true,\n"
     "                        \"stage3_param_persistence_threshold\": 4096},\n"
+    /* the GPT recipe: no weight decay on biases, LayerNorms and embeddings */
+    "  \"param_groups\": [{\"name\": \"no_decay\", \"params\": [\"*.bias\", \"*ln_*\", \"wte.*\", \"wpe.*\"],\n"
+    "                    \"weight_decay\": 0.0}],\n"
     "  \"model\": {\"n_layer\": 4, \"n_head\": 4, \"d_model\": 128, \"seq_len\": 64, \"vocab\": 256},\n"
     "  \"data\": {\"path\": \"auto\"},\n"
     "  \"train\": {\"steps\": 1000, \"seed\": 1234, \"log_every\": 50}\n"
     "}\n";
-
-/* Keys the engine checks itself (zero_config_from_json). */
-static const char *const engine_keys[] = {"optimizer", "gradient_clipping", "bf16", "fp16",
-                                          "zero_optimization", "aio", NULL};
 
 static int cfail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int cfail(char *err, size_t n, const char *fmt, ...)
@@ -79,7 +81,9 @@ static int check_keys(const json_t *obj, const char *prefix, const char *const *
                 strncat(list, *a, sizeof list - strlen(list) - 1);
                 if (a[1]) strncat(list, ", ", sizeof list - strlen(list) - 1);
             }
-            return cfail(err, n, "%s%s%s: unknown key (known: %s)", prefix, *prefix ? "." : "", key, list);
+            const char *close = zero_suggest_key(key, (const char *const *)allowed);
+            return cfail(err, n, "%s%s%s: unknown key%s%s%s (known: %s)", prefix, *prefix ? "." : "", key,
+                         close ? "; did you mean '" : "", close ? close : "", close ? "'?" : "", list);
         }
     }
     return 0;
@@ -446,18 +450,136 @@ static json_t *actckpt_json(const train_actckpt *a)
                      a->synchronize_checkpoint_boundary, "profile", a->profile);
 }
 
+/* ---------------------------------------------------------------- param_groups */
+
+static int parse_param_groups(train_config *c, json_t *v, char *err, size_t n)
+{
+    static const char pf[] = "param_groups";
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_array(v)) return cfail(err, n, "%s: expected an array of groups, got %s", pf, type_name(v));
+    if (json_array_size(v) > TRAIN_MAX_GROUPS)
+        return cfail(err, n, "%s: %zu groups, at most %d", pf, json_array_size(v), TRAIN_MAX_GROUPS);
+    static const char *const keys[] = {"name", "params", "lr_scale", "weight_decay", "betas", "eps", NULL};
+    size_t i;
+    json_t *g;
+    json_array_foreach(v, i, g) {
+        char at[48];
+        snprintf(at, sizeof at, "%s[%zu]", pf, i);
+        if (!json_is_object(g)) return cfail(err, n, "%s: expected an object, got %s", at, type_name(g));
+        if (check_keys(g, at, keys, err, n)) return -1;
+        train_group *tg = &c->groups[c->n_groups++];
+        tg->lr_scale = 1.0;
+        tg->weight_decay = tg->beta1 = tg->beta2 = tg->eps = -1.0;
+        json_t *name = json_object_get(g, "name");
+        if (!json_is_string(name) || !json_string_length(name) || json_string_length(name) >= sizeof tg->name)
+            return cfail(err, n, "%s.name: expected a string of 1..%zu bytes", at, sizeof tg->name - 1);
+        snprintf(tg->name, sizeof tg->name, "%s", json_string_value(name));
+        if (!strcmp(tg->name, "default"))
+            return cfail(err, n, "%s.name: \"default\" is the engine's group of every other parameter "
+                         "(optimizer.params); pick another name", at);
+        for (int k = 0; k < c->n_groups - 1; k++)
+            if (!strcmp(c->groups[k].name, tg->name)) return cfail(err, n, "%s.name: \"%s\" is used twice", at, tg->name);
+        json_t *pats = json_object_get(g, "params");
+        if (!json_is_array(pats) || !json_array_size(pats))
+            return cfail(err, n, "%s.params: expected a non-empty array of name patterns (fnmatch globs)", at);
+        tg->patterns = calloc(json_array_size(pats) + 1, sizeof *tg->patterns);
+        if (!tg->patterns) return cfail(err, n, "%s: out of memory", at);
+        for (size_t k = 0; k < json_array_size(pats); k++) {
+            json_t *p = json_array_get(pats, k);
+            if (!json_is_string(p)) return cfail(err, n, "%s.params[%zu]: expected a string, got %s", at, k, type_name(p));
+            tg->patterns[k] = strdup(json_string_value(p));
+        }
+        if (get_num(g, at, "lr_scale", &tg->lr_scale, 0, 1e6, err, n) ||
+            get_num(g, at, "weight_decay", &tg->weight_decay, 0, 1e6, err, n) ||
+            get_num(g, at, "eps", &tg->eps, 0, 1, err, n))
+            return -1;
+        json_t *b = json_object_get(g, "betas");
+        if (b) {
+            if (!json_is_array(b) || json_array_size(b) != 2 || !json_is_number(json_array_get(b, 0)) ||
+                !json_is_number(json_array_get(b, 1)))
+                return cfail(err, n, "%s.betas: expected two numbers in [0, 1)", at);
+            tg->beta1 = json_number_value(json_array_get(b, 0));
+            tg->beta2 = json_number_value(json_array_get(b, 1));
+            if (!(tg->beta1 >= 0 && tg->beta1 < 1 && tg->beta2 >= 0 && tg->beta2 < 1))
+                return cfail(err, n, "%s.betas: expected two numbers in [0, 1)", at);
+        }
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- parse */
+
+/* The top level: zero-train's and the engine's keys; DeepSpeed's other keys
+ * as the engine judges them (common/ds_keys.c: accepted when they leave the
+ * math alone - the engine's loader names them in its one warning - refused
+ * by name when they would change it); anything else is unknown, with the
+ * closest known key suggested. */
+static int check_top_keys(const json_t *root, char *err, size_t n)
+{
+    static const char *const top_keys[] = {"train_batch_size", "train_micro_batch_size_per_gpu",
+                                           "gradient_accumulation_steps", "optimizer", "scheduler",
+                                           "gradient_clipping", "bf16", "bfloat16", "fp16", "zero_optimization",
+                                           "steps_per_print", "aio", "model", "data", "train",
+                                           "activation_checkpointing", "param_groups", NULL};
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)root, key, v) {
+        if (in_list(key, top_keys)) continue;
+        const char *why = "";
+        zero_ds_verdict d = zero_ds_key("", key, v, &why);
+        if (d == ZERO_DS_ACCEPT) continue;
+        if (d == ZERO_DS_REFUSE)
+            return cfail(err, n, "%s: not implemented: %s (DeepSpeed's key, refused because it would change the "
+                         "training math)", key, why);
+        const char *names[128];
+        int k = 0;
+        for (const char *const *t = top_keys; *t; t++) names[k++] = *t;
+        int ds = zero_ds_section_keys("", names + k, 127 - k);
+        k += ds < 127 - k ? ds : 127 - k;
+        names[k] = NULL;
+        const char *close = zero_suggest_key(key, names);
+        return cfail(err, n, "%s: unknown key%s%s%s (zero-train's and the engine's: train_batch_size, "
+                     "train_micro_batch_size_per_gpu, gradient_accumulation_steps, optimizer, scheduler, "
+                     "gradient_clipping, bf16, fp16, zero_optimization, steps_per_print, aio, model, data, train, "
+                     "activation_checkpointing, param_groups; DeepSpeed's others: docs/zero-train.md)",
+                     key, close ? "; did you mean '" : "", close ? close : "", close ? "'?" : "");
+    }
+    return 0;
+}
+
+static int parse_clean(train_config *c, json_t *root, int world, char *err, size_t n);
 
 int train_config_parse(train_config *c, json_t *root, int world, char *err, size_t n)
 {
     memset(c, 0, sizeof *c);
     if (!json_is_object(root)) return cfail(err, n, "config: the top level must be a JSON object");
-    static const char *const top_keys[] = {"train_batch_size", "train_micro_batch_size_per_gpu",
-                                           "gradient_accumulation_steps", "optimizer", "scheduler",
-                                           "gradient_clipping", "bf16", "fp16", "zero_optimization",
-                                           "steps_per_print", "aio", "model", "data", "train",
-                                           "activation_checkpointing", NULL};
-    if (check_keys(root, "", top_keys, err, n)) return -1;
+    /* HF Trainer's "auto" values count as absent here (the engine's loader,
+     * which sees the document as given, names them in its warning) */
+    static const char *const own[] = {"model", "data", "train", "param_groups", NULL}; /* "auto" means more there */
+    json_t *clean = json_deep_copy(root);
+    if (!clean) return cfail(err, n, "config: out of memory");
+    const char *key;
+    json_t *v;
+    void *tmp;
+    char autos[8];
+    json_object_foreach_safe(clean, tmp, key, v) {
+        if (json_is_string(v) && !strcmp(json_string_value(v), "auto")) json_object_del(clean, key);
+        else if (!in_list(key, own)) zero_ds_strip_auto(v, autos, sizeof autos);
+    }
+    int rc = parse_clean(c, clean, world, err, n);
+    json_decref(clean);
+    if (rc == 0) {
+        /* the engine gets the document as given but for zero-train's own
+         * sections: its sections, and DeepSpeed's other keys to judge */
+        c->engine_json = json_deep_copy(root);
+        for (const char *const *k = own; *k; k++) json_object_del(c->engine_json, *k);
+    }
+    return rc;
+}
+
+static int parse_clean(train_config *c, json_t *root, int world, char *err, size_t n)
+{
+    if (check_top_keys(root, err, n)) return -1;
 
     /* defaults */
     c->n_layer = 4;
@@ -662,17 +784,12 @@ int train_config_parse(train_config *c, json_t *root, int world, char *err, size
             return -1;
     }
     if (parse_scheduler(c, sched, err, n)) return -1;
-
-    /* ------------------------------------------------ engine sections */
-    c->engine_json = json_object();
-    for (const char *const *k = engine_keys; *k; k++) {
-        json_t *v = json_object_get(root, *k);
-        if (v) json_object_set(c->engine_json, *k, v);
-    }
+    if (parse_param_groups(c, json_object_get(root, "param_groups"), err, n)) return -1;
 
     /* ------------------------------------------------ effective config */
     json_t *e = json_deep_copy(root);
     json_object_del(e, "steps_per_print");
+    json_object_del(e, "bfloat16"); /* the engine's effective section is written as bf16 */
     json_object_set_new(e, "train_micro_batch_size_per_gpu", json_integer(c->micro_batch));
     json_object_set_new(e, "gradient_accumulation_steps", json_integer(c->grad_accum));
     json_object_set_new(e, "model", json_pack("{s:i,s:i,s:i,s:i,s:i,s:i,s:i}", "n_layer", c->n_layer, "n_head",
@@ -697,6 +814,8 @@ int train_config_parse(train_config *c, json_t *root, int world, char *err, size
     json_object_set_new(e, "train_batch_size", json_integer((json_int_t)c->train_batch_size));
     json_object_set_new(e, "scheduler", train_sched_json(&c->sched));
     json_object_set_new(e, "activation_checkpointing", actckpt_json(&c->actckpt));
+    if (!json_object_get(e, "param_groups") || json_is_null(json_object_get(e, "param_groups")))
+        json_object_set_new(e, "param_groups", json_array()); /* none: every parameter in "default" */
     c->effective = e;
     return 0;
 }
@@ -712,6 +831,11 @@ void train_config_free(train_config *c)
     free(c->metrics_file);
     free(c->device);
     free(c->comm_backend);
+    for (int g = 0; g < c->n_groups; g++) {
+        if (c->groups[g].patterns)
+            for (char **p = c->groups[g].patterns; *p; p++) free(*p);
+        free(c->groups[g].patterns);
+    }
     json_decref(c->engine_json);
     json_decref(c->effective);
     memset(c, 0, sizeof *c);

@@ -46,6 +46,18 @@ typedef struct train_actckpt {
     char notes[1024];      /* keys accepted that change nothing on this run, one line each (printed by zero-train) */
 } train_actckpt;
 
+/* One entry of "param_groups" (a zero-train/libzero extension: DeepSpeed's
+ * config has no parameter groups): the parameters whose names match one of
+ * `patterns` (fnmatch globs; the first group that matches wins) train with
+ * these hyperparameters; the others stay in the engine's "default" group
+ * (optimizer.params). Negative: the optimizer's value. */
+#define TRAIN_MAX_GROUPS 16
+typedef struct train_group {
+    char name[64];
+    char **patterns; /* NULL-terminated */
+    double lr_scale, weight_decay, beta1, beta2, eps;
+} train_group;
+
 typedef struct train_config {
     /* batch: micro * accum * dp, checked in 64 bits (each factor is at most INT32_MAX) */
     int64_t train_batch_size;
@@ -77,7 +89,9 @@ typedef struct train_config {
     double lr;
     train_sched sched;
     train_actckpt actckpt;
-    /* The engine's sections, as given (owned), for zero_config_from_json. */
+    train_group groups[TRAIN_MAX_GROUPS];
+    int n_groups;
+    /* The document as given (owned), for zero_config_from_json: its sections, and DeepSpeed's keys to judge. */
     json_t *engine_json;
     /* The whole effective config: defaults filled in (owned). */
     json_t *effective;
@@ -113,6 +127,15 @@ json_t *train_sched_json(const train_sched *s);
  * been applied (zero_engine_scalars.step: fp16-skipped steps do not count),
  * step for step DeepSpeed's (see train_config.c). */
 double train_sched_lr(const train_sched *s, double base_lr, int64_t applied);
+
+/* Register cfg->groups with the engine (after the model registered its
+ * parameters; before or after finalize) and put each parameter whose name
+ * matches a group's pattern in it. Writes one summary line per group to
+ * `note` ("param group no_decay: 34 tensors, 6.5 k elements, weight_decay
+ * 0"). Returns 0, or -1 with the engine's message in err. */
+struct zero_engine;
+int train_param_groups_apply(const train_config *cfg, struct zero_engine *e, char *note, size_t note_size, char *err,
+                             size_t err_size);
 
 /* Resolve data.path "auto": the Python standard library of this machine
  * (/usr/lib/python3.N), else /usr/share/common-licenses. Writes the chosen

@@ -443,6 +443,15 @@ int main(int argc, char **argv)
         goto done;
     }
     {
+        /* after finalize, before resume: a checkpoint restores the groups' hyperparameters by name */
+        char gnote[2048];
+        if (train_param_groups_apply(&r.cfg, r.engine, gnote, sizeof gnote, err, sizeof err) != 0) {
+            fprintf(stderr, "zero-train: rank %d: %s\n", r.rank, err);
+            goto done;
+        }
+        if (gnote[0]) r0printf(&r, stdout, "%s", gnote);
+    }
+    {
         zero_plan_info plan;
         zero_engine_get_plan_info(r.engine, &plan);
         double full_numel = 0;

@@ -257,6 +257,54 @@ def test_sgd_step_through_grad_views(zero_mod, world, stage):
     eng.close()
 
 
+@pytest.mark.parametrize("stage", [0, 3])
+def test_param_groups(zero_mod, world, stage, tmp_path):
+    """Groups (engine.h "parameter groups"): a weight in "default" decays by
+    lr * wd, a bias in "no_decay" does not; hyperparameters change between
+    steps; a checkpoint restores them by group name."""
+    cfg = {"zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0},
+           "optimizer": {"type": "AdamW", "params": {"lr": 0.1, "weight_decay": 0.5}}}
+    eng = zero_mod.Engine(world, cfg)
+    nd = eng.add_group("no_decay", weight_decay=0.0)
+    assert nd == 1 and eng.groups == ["default", "no_decay"]
+    with pytest.raises(zero_mod.ZeroInvalidArgumentError, match="beta1 and beta2 must be < 1"):
+        eng.add_group("bad", betas=(1.0, 0.9))
+    m = eng.add_module("m")
+    w0, b0 = np.full(4, 2.0, np.float32), np.full(3, 2.0, np.float32)
+    eng.add_param(m, "m.w", init=w0)
+    eng.add_param(m, "m.b", init=b0, group="no_decay")
+    assert eng.param_group("m.w") == 0 and eng.param_group("m.b") == nd
+    eng.finalize()
+    with pytest.raises(zero_mod.ZeroInvalidStateError, match="add_group: not allowed after zero_engine_finalize"):
+        eng.add_group("late")
+
+    def step():  # zero gradients: AdamW moves the parameters by the decay only
+        eng.gather(m)
+        eng.grads_ready(m)
+        eng.release(m)
+        eng.step()
+
+    step()
+    assert np.array_equal(eng.read_param("m.w"), w0 * np.float32(1 - 0.1 * 0.5))
+    assert np.array_equal(eng.read_param("m.b"), b0)
+    eng.set_group_hparams("no_decay", weight_decay=0.25, lr_scale=2.0)
+    assert eng.group_hparams(nd) == {"lr_scale": 2.0, "weight_decay": 0.25, "betas": (0.9, 0.999), "eps": 1e-8}
+    step()
+    assert np.array_equal(eng.read_param("m.b"), b0 * np.float32(1 - 0.2 * 0.25))
+    eng.save_checkpoint(tmp_path / "ck", durable=False)
+    eng.close()
+
+    eng2 = zero_mod.Engine(world, cfg)
+    eng2.add_group("no_decay", weight_decay=0.0)
+    m2 = eng2.add_module("m")
+    eng2.add_param(m2, "m.w", init=w0)
+    eng2.add_param(m2, "m.b", init=b0, group="no_decay")
+    eng2.finalize()
+    eng2.load_checkpoint(tmp_path / "ck")
+    assert eng2.group_hparams("no_decay")["weight_decay"] == 0.25 and eng2.group_hparams(1)["lr_scale"] == 2.0
+    eng2.close()
+
+
 def test_close_with_a_live_view_defers_the_destroy(zero_mod, world):
     eng = zero_mod.Engine(world, stage=1)
     p = eng.add_param(eng.add_module("m"), "w", init=np.full(4, 3.0, np.float32))

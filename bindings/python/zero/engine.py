@@ -233,8 +233,9 @@ class Engine(_Resource):
                 self.add_param(m, f"{name}.{pname}", shape=spec)
         return m
 
-    def add_param(self, module, name, init=None, shape=None):
-        """Register a parameter of `module`. `init`:
+    def add_param(self, module, name, init=None, shape=None, group=None):
+        """Register a parameter of `module`, in parameter group `group` (a
+        name or id from add_group; None: "default"). `init`:
           * a zero.init spec (zero.init.normal(std, seed=...), uniform, constant,
             ones, zeros) with `shape`: each rank computes only what it keeps, at
             finalize; nothing is held before (zero_engine_add_param_init);
@@ -269,6 +270,8 @@ class Engine(_Resource):
         else:
             self._check(lib.zero_engine_add_param(self._live_handle(), m.id, name.encode(), len(shape), cshape,
                                                   buf, pid))
+        if group is not None:
+            self._check(lib.zero_engine_set_param_group(self._live_handle(), pid[0], self._group_id(group)))
         p = Param(pid[0], name, shape, m.id)
         self._params.append(p)
         m.params[m._short(name)] = p
@@ -467,6 +470,63 @@ class Engine(_Resource):
     @lr.setter
     def lr(self, value):
         self._check(lib.zero_engine_set_lr(self._live_handle(), float(value)))
+
+    # ================================================================ parameter groups
+    def _hparams(self, lr_scale, weight_decay, betas, eps):
+        h = ffi.new("zero_group_hparams *")
+        h.size = ffi.sizeof("zero_group_hparams")
+        h.lr_scale = float(lr_scale)
+        h.weight_decay = -1.0 if weight_decay is None else float(weight_decay)
+        h.beta1, h.beta2 = (-1.0, -1.0) if betas is None else (float(betas[0]), float(betas[1]))
+        h.eps = -1.0 if eps is None else float(eps)
+        return h
+
+    def add_group(self, name, lr_scale=1.0, weight_decay=None, betas=None, eps=None):
+        """A parameter group (torch's param_groups; engine.h "parameter
+        groups"): its lr is engine.lr * lr_scale; weight_decay, betas, eps
+        default to the config's. Before finalize. Returns its id (1, 2, ...);
+        group 0 is "default"."""
+        gid = ffi.new("int *")
+        self._check(lib.zero_engine_add_group(self._live_handle(), name.encode(),
+                                              self._hparams(lr_scale, weight_decay, betas, eps), gid))
+        return gid[0]
+
+    def _group_id(self, group):
+        if isinstance(group, str):
+            for g in range(lib.zero_engine_num_groups(self._live_handle())):
+                if string(lib.zero_engine_group_name(self._live_handle(), g)) == group:
+                    return g
+            raise ZeroNotFoundError(f"no parameter group named '{group}'")
+        return int(group)
+
+    @property
+    def groups(self):
+        """The group names, by id."""
+        h = self._live_handle()
+        return [string(lib.zero_engine_group_name(h, g)) for g in range(lib.zero_engine_num_groups(h))]
+
+    def set_group_hparams(self, group, lr_scale=None, weight_decay=None, betas=None, eps=None):
+        """Change a group's hyperparameters (name or id) from the next step
+        on; None leaves one unchanged. Any time between steps; the same on
+        every rank."""
+        gid = self._group_id(group)
+        if lr_scale is None:
+            lr_scale = self.group_hparams(gid)["lr_scale"]
+        self._check(lib.zero_engine_set_group_hparams(self._live_handle(), gid,
+                                                      self._hparams(lr_scale, weight_decay, betas, eps)))
+
+    def group_hparams(self, group):
+        """{"lr_scale", "weight_decay", "betas", "eps"} of a group (name or id)."""
+        h = ffi.new("zero_group_hparams *")
+        h.size = ffi.sizeof("zero_group_hparams")
+        self._check(lib.zero_engine_get_group_hparams(self._live_handle(), self._group_id(group), h))
+        return {"lr_scale": h.lr_scale, "weight_decay": h.weight_decay, "betas": (h.beta1, h.beta2), "eps": h.eps}
+
+    def param_group(self, param):
+        """The group id of a parameter."""
+        g = ffi.new("int *")
+        self._check(lib.zero_engine_param_group(self._live_handle(), self.param(param).id, g))
+        return g[0]
 
     @property
     def loss_scale(self):
