@@ -418,11 +418,12 @@ zero_status zero_engine_param_data(zero_engine *e, int param, void **out)
         *out = elem_ptr(e, e->persist, b->persist_off + p->in_bucket);
     } else {
         zero_module *m = &e->modules[p->module];
-        if (m->state != MODULE_GATHERED)
+        void *base = gather_module_params(m);
+        if (!base)
             return zero_fail(&e->err, ZERO_INVALID_STATE,
                              "engine param_data: parameter '%s' of module '%s' is not gathered (stage 3: call "
                              "zero_engine_gather first)", p->name, m->name);
-        *out = elem_ptr(e, m->gathered, b->gather_off + p->in_bucket);
+        *out = elem_ptr(e, base, b->gather_off + p->in_bucket);
     }
     return ZERO_OK;
 }

@@ -75,6 +75,10 @@ typedef struct zero_module {
     int state;             /* MODULE_* */
     void *gathered;        /* compute dtype, gather_numel elements */
     zero_request **reqs;   /* in-flight prefetch all-gathers, one per bucket */
+    /* untraced gathers (zero_engine_set_untraced): their own count, and
+     * their own buffer when the module was not gathered by the trace */
+    int ugather_count;
+    void *ugathered;
     /* gradient state */
     void *grad;            /* stages 2-3: live gradient buffer (grad_numel elements) */
     int ready_count;       /* grads_ready calls since the last step */
@@ -167,6 +171,7 @@ struct zero_engine {
     int *trace, trace_len, trace_cap;
     int *cur, cur_len, cur_cap;
     int have_trace, replay_ok;
+    int untraced;         /* zero_engine_set_untraced: gathers bypass the trace and the prefetcher */
     uint64_t inflight_numel, live_numel;
 
     zero_engine_stats stats;
@@ -332,6 +337,9 @@ zero_status grads_zero_all(zero_engine *e);
 zero_status gather_drop_prefetches(zero_engine *e, const char *what);
 void gather_end_step(zero_engine *e);
 void gather_free_all(zero_engine *e);
+/* Stage 3: module m's gathered parameters (its untraced buffer first), or
+ * NULL when it is not gathered. */
+void *gather_module_params(const zero_module *m);
 
 /* ---------------------------------------------------------------- step.c */
 /* Cast bucket b's updated fp32 region to the compute dtype and make the

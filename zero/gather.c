@@ -102,6 +102,61 @@ static zero_status prefetch_ahead(zero_engine *e, const char *what)
     return ZERO_OK;
 }
 
+/* ---------------------------------------------------------------- untraced gathers
+ * Outside the trace: no record, no order check, no prefetch, no stats. A
+ * module the trace holds gathered is used as it is; otherwise the gather
+ * is a synchronous all-gather into a buffer of its own, so a prefetch in
+ * flight for the module stays in flight, to be used (and counted) by the
+ * traced gather it was issued for. */
+static zero_status untraced_gather(zero_engine *e, zero_module *m, const char *what)
+{
+    if (m->ugather_count++ > 0 || m->gather_numel == 0 || m->state == MODULE_GATHERED) return ZERO_OK;
+    ZERO_TRY(engine_transient_get(e, ZERO_MEM_PARAMS, m->gather_numel * e->dsize, 0, &m->ugathered));
+    ZERO_TRY(engine_sync_device(e, what));
+    for (int i = 0; i < m->num_buckets; i++) {
+        const zero_bucket *b = &e->buckets[m->bucket_ids[i]];
+        if (b->persistent) continue;
+        const void *send = elem_ptr(e, e->params_shard, b->shard_off);
+        void *recv = elem_ptr(e, m->ugathered, b->gather_off);
+        if (e->poff_walk) {
+            send = elem_ptr(e, recv, b->chunk * (uint64_t)e->rank);
+            ZERO_TRY(poff_fetch(e, b, (void *)send, what));
+        }
+        zero_comm_set_label(e->dp, m->name);
+        zero_status st = zero_allgather(e->dp, send, recv, b->chunk, e->cfg.compute_dtype);
+        zero_comm_set_label(e->dp, NULL);
+        if (st != ZERO_OK) return engine_comm_failed(e, st, what);
+    }
+    return ZERO_OK;
+}
+
+static void untraced_free(zero_engine *e, zero_module *m)
+{
+    if (m->ugathered) engine_transient_put(e, ZERO_MEM_PARAMS, m->gather_numel * e->dsize, m->ugathered);
+    m->ugathered = NULL;
+}
+
+zero_status zero_engine_set_untraced(zero_engine *e, int untraced)
+{
+    ZERO_TRY(engine_check_usable(e, "engine set_untraced", 1));
+    if (!untraced && e->untraced)
+        for (int i = 0; i < e->num_modules; i++)
+            if (e->modules[i].ugather_count > 0)
+                return zero_fail(&e->err, ZERO_INVALID_STATE,
+                                 "engine set_untraced: module '%s' is still gathered untraced; release it first",
+                                 e->modules[i].name);
+    e->untraced = untraced != 0;
+    return ZERO_OK;
+}
+
+int zero_engine_get_untraced(const zero_engine *e) { return e ? e->untraced : 0; }
+
+void *gather_module_params(const zero_module *m)
+{
+    if (m->ugathered) return m->ugathered;
+    return m->state == MODULE_GATHERED ? m->gathered : NULL;
+}
+
 zero_status zero_engine_gather(zero_engine *e, int module)
 {
     ZERO_TRY(engine_check_usable(e, "engine gather", 1));
@@ -115,6 +170,7 @@ zero_status zero_engine_gather(zero_engine *e, int module)
     }
     char what[160];
     snprintf(what, sizeof what, "engine gather of module '%s'", m->name);
+    if (e->untraced) return untraced_gather(e, m, what);
 
     /* Gathers without a step in between (an evaluation loop) would grow the
      * record without bound: past TRACE_MAX the step is simply not recorded. */
@@ -152,6 +208,13 @@ zero_status zero_engine_release(zero_engine *e, int module)
         return zero_fail(&e->err, ZERO_NOT_FOUND, "engine release: unknown module %d (%d modules)", module,
                          e->num_modules);
     zero_module *m = &e->modules[module];
+    if (e->untraced && e->cfg.stage == 3) {
+        if (m->ugather_count == 0)
+            return zero_fail(&e->err, ZERO_INVALID_STATE, "engine release: module '%s' is not gathered untraced",
+                             m->name);
+        if (--m->ugather_count == 0) untraced_free(e, m);
+        return ZERO_OK;
+    }
     if (m->gather_count == 0)
         return zero_fail(&e->err, ZERO_INVALID_STATE, "engine release: module '%s' is not gathered", m->name);
     m->gather_count--;
@@ -212,6 +275,7 @@ void gather_free_all(zero_engine *e)
     for (int i = 0; i < e->num_modules; i++) {
         zero_module *m = &e->modules[i];
         if (m->gathered) free_gathered(e, m);
-        m->gather_count = 0;
+        untraced_free(e, m);
+        m->gather_count = m->ugather_count = 0;
     }
 }

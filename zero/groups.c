@@ -78,9 +78,7 @@ zero_status zero_engine_add_group(zero_engine *e, const char *name, const zero_g
 {
     static const char what[] = "engine add_group";
     if (group_id) *group_id = -1;
-    ZERO_TRY(engine_check_usable(e, what, 0));
-    if (e->finalized)
-        return zero_fail(&e->err, ZERO_INVALID_STATE, "%s: groups are added before finalize", what);
+    ZERO_TRY(engine_check_usable(e, what, e && e->magic == ZERO_HANDLE_ENGINE ? e->finalized : 0)); /* before or after */
     if (!name || !name[0]) return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: name is NULL or empty", what);
     for (int i = 0; i < e->num_groups; i++)
         if (!strcmp(e->groups[i].name, name))

@@ -99,6 +99,9 @@ static double norm_without_duplicates(zero_engine *e, const zero_bucket *b, doub
 zero_status zero_engine_step(zero_engine *e, zero_step_result *out)
 {
     ZERO_TRY(engine_check_usable(e, WHAT, 1));
+    if (e->untraced)
+        return zero_fail(&e->err, ZERO_INVALID_STATE,
+                         WHAT ": untraced mode is on (forwards outside training); zero_engine_set_untraced(e, 0) first");
     const zero_config *c = &e->cfg;
     for (int i = 0; i < e->num_modules; i++) {
         const zero_module *m = &e->modules[i];

@@ -362,6 +362,57 @@ ZERO_API zero_status zero_engine_add_param_init(zero_engine *e, int module, cons
 ZERO_API zero_status zero_init_generate(const zero_init_spec *spec, const char *name, uint64_t begin,
                                         uint64_t end, float *out);
 
+/* ----------------------------------------------------- contiguous layout
+ * The FLAT LAYOUT (see "the plan"): every bucket, padded with zeros to a
+ * multiple of the dp size N, one after another; parameters in registration
+ * order, each one's elements contiguous (a split one too) at its flat
+ * offset (zero_engine_param_flat_offset). Zero padding lies only at the end
+ * of a bucket, and a new bucket starts at a module change, at a change of
+ * stage-3 persistence, or when the next parameter does not fit. At N = 1
+ * there is no padding: the parameters are one dense block in registration
+ * order.
+ *
+ * Stages 0-1 keep the parameters AND the gradients whole in this layout,
+ * stage 2 the parameters only; zero_engine_flat_params / flat_grads return
+ * those buffers, so a trainer may keep pointer-arithmetic addressing
+ * (llm.c's one block of parameters and one of gradients). The views hold
+ * the compute dtype, are owned by the engine and valid until destroy; the
+ * same rules as param_data / param_grad apply (parameters read only;
+ * gradients accumulated with +=, zeroed by grads_ready / step). Stage 3
+ * keeps a shard only: ZERO_UNSUPPORTED, naming the stage.
+ *
+ * A STACKED (L, ...) tensor - layer l's slice used by layer l's module -
+ * registered whole would make its gradient complete only after the last
+ * layer's backward, defeating stages 2-3. zero_engine_add_param_stacked
+ * registers its L slices as L parameters "name[l]" (consecutive ids), slice
+ * l in modules[l], so every stage gathers and reduces it per layer. When a
+ * trainer registers its stacked tensors one after another over the same L
+ * modules (as llm.c's tensor-major layout does), each slice starts a
+ * bucket, so the slices of one tensor lie at the uniform stride
+ * roundup(slice numel, N) in the flat layout: slice l of tensor T is at
+ * flat_offset(T[0]) + l * stride, and at N = 1 the stacked tensor is dense,
+ * exactly llm.c's addressing. (Compute the offsets from the engine rather
+ * than assume them; tests/engine/test_engine_stacked.c does so, and trains
+ * bitwise as the per-layer registration at stages 0-3.) */
+
+/* L = shape[0] slices of shape[1 .. ndim-1] (ndim - 1 = 1..ZERO_MAX_DIMS
+ * dimensions), slice l in module modules[l] (L entries), named "name[l]";
+ * `init` (L x slice numel fp32 values in host memory, row-major) is copied
+ * as add_param copies it, NULL = zeros. *first_param_id = the id of slice 0
+ * (NULL accepted). Before finalize. The slices before a failing one (an
+ * already used name) stay registered. */
+ZERO_API zero_status zero_engine_add_param_stacked(zero_engine *e, const int *modules, const char *name, int ndim,
+                                                   const int64_t *shape, const float *init, int *first_param_id);
+
+/* The whole flat parameter buffer (stages 0-2) / gradient buffer (stages
+ * 0-1), compute dtype, *numel = plan.padded_numel elements (NULL
+ * accepted). After finalize; not collective. */
+ZERO_API zero_status zero_engine_flat_params(zero_engine *e, void **data, uint64_t *numel);
+ZERO_API zero_status zero_engine_flat_grads(zero_engine *e, void **grad, uint64_t *numel);
+/* Where element 0 of `param` lies in the flat layout (every stage; the
+ * views above exist at stages 0-2 / 0-1). After finalize. */
+ZERO_API zero_status zero_engine_param_flat_offset(const zero_engine *e, int param, uint64_t *offset);
+
 /* COLLECTIVE. Compute the plan, check it is the same on every rank (a
  * different registration fails with ZERO_MISMATCH naming the first differing
  * parameter and its index), check every rank was given the same init (below),
@@ -396,6 +447,40 @@ ZERO_API zero_status zero_engine_gather(zero_engine *e, int module);
 /* Stage 3: when the last gather is released, frees the module's full
  * parameters (persistent ones stay). Stages 0-2: validates only. Not collective. */
 ZERO_API zero_status zero_engine_release(zero_engine *e, int module);
+
+/* ----------------------------------------------------- untraced forwards
+ * Forwards that are not part of training - evaluation, generation - must
+ * not disturb the stage-3 machinery that replays the training order. With
+ * untraced on, gather/release still work at every stage (stage 3: a
+ * COLLECTIVE synchronous all-gather of the module, or the trace's buffer if
+ * the training step holds the module gathered right now), and param_data
+ * is valid between them as usual; but nothing is recorded, the order is not
+ * checked (no "order changed" warning), the prefetcher issues nothing, and
+ * zero_engine_stats does not change. A prefetch in flight for a module
+ * stays in flight for the training gather it was issued for, so an untraced
+ * pass may run between steps or in the middle of one (after a traced
+ * gather, before its release) and training goes on exactly as without it:
+ * bitwise the same parameters, the same stats.
+ *
+ * Pattern (llm.c's val loss and sampling): between two step() calls,
+ *   zero_engine_set_untraced(e, 1);
+ *   for each module m: gather(m), forward, release(m)   (any order, nested ok)
+ *   zero_engine_set_untraced(e, 0);
+ * At stage 3 EVERY RANK of the dp group must run the same untraced gathers
+ * in the same order (each is an all-gather): generate on every rank, with
+ * the same prompt and sampling seed, even if only rank 0 prints. No
+ * backward in the mode: step() refuses while it is on. Not collective
+ * itself; after finalize. Turning it off while a module is still gathered
+ * untraced fails with ZERO_INVALID_STATE naming the module.
+ *
+ * What a trainer misses without a log handler (zero_set_log_handler): the
+ * engine never prints, so the "stage-3 gather order changed" warnings (the
+ * prefetcher stopped for that step and records again: slower, never wrong),
+ * DeepSpeed keys accepted without effect, and a NUMA binding that failed
+ * are silent; zero_engine_stats.order_changes still counts the first. */
+ZERO_API zero_status zero_engine_set_untraced(zero_engine *e, int untraced);
+/* 1 while untraced mode is on; 0 otherwise or for NULL. */
+ZERO_API int zero_engine_get_untraced(const zero_engine *e);
 
 /* Device pointer to the full parameter `param` in the compute dtype (numel
  * elements, row-major). The engine owns it. Valid until destroy at stages
@@ -579,8 +664,9 @@ typedef struct zero_group_hparams {
 
 /* A new group named `name` (copied; unique) with `hparams` (NULL: the
  * config's, lr_scale 1); *group_id = 1, 2, ... in call order (NULL
- * accepted). Before finalize only. An out-of-range value fails with
- * ZERO_INVALID_ARGUMENT naming the field. */
+ * accepted). Before or after finalize (it holds no parameter until
+ * set_param_group); do the same on every rank. An out-of-range value fails
+ * with ZERO_INVALID_ARGUMENT naming the field. */
 ZERO_API zero_status zero_engine_add_group(zero_engine *e, const char *name, const zero_group_hparams *hparams,
                                            int *group_id);
 

@@ -111,6 +111,10 @@ typedef struct eng_run {
     int forward_reversed; /* forward visits the modules last to first (changes the stage-3 order) */
 } eng_run;
 
+/* Called in every micro-step's forward of eng_train_step right after the
+ * first module's gather (NULL: none), e.g. an untraced eval pass mid-step. */
+static zero_status (*eng_forward_hook)(zero_engine *e);
+
 /* One training step: gas * nranks micro-steps of forward + backward with
  * gathers/releases, then step(). */
 static inline zero_status eng_train_step(zero_engine *e, zero_device *dev, const zero_config *cfg,
@@ -130,6 +134,7 @@ static inline zero_status eng_train_step(zero_engine *e, zero_device *dev, const
         for (int mi = 0; mi < ENG_NMODULES; mi++) {
             int m = run->forward_reversed ? ENG_NMODULES - 1 - mi : mi;
             if ((st = zero_engine_gather(e, m)) != ZERO_OK) return st;
+            if (mi == 0 && eng_forward_hook && (st = eng_forward_hook(e)) != ZERO_OK) return st;
             for (int p = 0; p < nparams; p++) {
                 zero_param_info pi;
                 zero_engine_get_param_info(e, p, &pi);

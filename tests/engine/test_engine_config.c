@@ -60,7 +60,13 @@ int main(void)
     expect_error("{\"zero_optimization\": {\"stage\": 4}}", "zero_optimization.stage: expected an integer 0..3, got 4");
     expect_error("{\"zero_optimization\": {\"stage\": 1.5}}", "zero_optimization.stage: expected an integer 0..3, got 1.5");
     expect_error("{\"zero_optimization\": {\"stages\": 2}}", "zero_optimization.stages: unknown key");
-    expect_error("{\"zero_optimization\": {\"reduce_bucket_size\": \"auto\"}}",
+    /* HF Trainer's "auto" is a value the trainer fills in: here the default applies (issue 11) */
+    {
+        zero_config a = ZERO_CONFIG_INIT;
+        CHECK_OK(zero_config_from_json(&a, "{\"zero_optimization\": {\"reduce_bucket_size\": \"auto\"}}"));
+        CHECK(a.reduce_bucket_size == 500000000u);
+    }
+    expect_error("{\"zero_optimization\": {\"reduce_bucket_size\": \"big\"}}",
                  "zero_optimization.reduce_bucket_size: expected an integer 1..9223372036854775807");
     /* issue 10 B10: sizes beyond 2^63 or the NVMe store's range are refused here, naming the key */
     expect_error("{\"zero_optimization\": {\"reduce_bucket_size\": 1.7e19}}",
@@ -88,7 +94,8 @@ int main(void)
     expect_error("{\"optimizer\": {\"type\": \"AdamW\", \"extra\": 1}}", "optimizer.extra: unknown key");
     expect_error("{\"gradient_clipping\": \"1.0\"}", "gradient_clipping: expected a number");
     expect_error("{\"gradient_accumulation_steps\": 0}", "gradient_accumulation_steps: expected an integer 1..");
-    expect_error("{\"fp16\": {\"enabled\": true, \"auto_cast\": true}}", "fp16.auto_cast: unknown key");
+    expect_error("{\"fp16\": {\"enabled\": true, \"auto_casts\": true}}",
+                 "fp16.auto_casts: unknown key; did you mean 'auto_cast'?"); /* DeepSpeed's auto_cast is accepted */
     expect_error("{\"bf16\": {\"enabled\": \"yes\"}}", "bf16.enabled: expected true or false, got \"yes\"");
     expect_error("{\"bf16\": {\"enabled\": true}, \"fp16\": {\"enabled\": true}}", "both true");
     expect_error("{\"fp16\": {\"hysteresis\": 0}}", "fp16.hysteresis: expected an integer 1..");

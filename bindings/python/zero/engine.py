@@ -484,8 +484,8 @@ class Engine(_Resource):
     def add_group(self, name, lr_scale=1.0, weight_decay=None, betas=None, eps=None):
         """A parameter group (torch's param_groups; engine.h "parameter
         groups"): its lr is engine.lr * lr_scale; weight_decay, betas, eps
-        default to the config's. Before finalize. Returns its id (1, 2, ...);
-        group 0 is "default"."""
+        default to the config's. Returns its id (1, 2, ...); group 0 is
+        "default"."""
         gid = ffi.new("int *")
         self._check(lib.zero_engine_add_group(self._live_handle(), name.encode(),
                                               self._hparams(lr_scale, weight_decay, betas, eps), gid))
