@@ -111,7 +111,12 @@ static zero_status meta_groups(const ckpt_meta *m, zero_engine *e, int apply)
         for (int g = 0; g < zero_engine_num_groups(e); g++) {
             const char *gn = zero_engine_group_name(e, g);
             if (!gn || strcmp(gn, json_string_value(name))) continue;
-            zero_group_hparams h = {sizeof h, x[0], x[1], x[2], x[3], x[4]};
+            zero_group_hparams h = ZERO_GROUP_HPARAMS_INIT;
+            h.lr_scale = x[0];
+            h.weight_decay = x[1];
+            h.beta1 = x[2];
+            h.beta2 = x[3];
+            h.eps = x[4];
             zero_status st = zero_engine_set_group_hparams(e, g, &h);
             if (st != ZERO_OK) return zero_fail(NULL, st, "checkpoint load: %s", zero_engine_last_error(e));
         }

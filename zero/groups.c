@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/handle.h"
+#include "common/versioned.h"
 #include "engine_internal.h"
 
 zero_status groups_init(zero_engine *e)
@@ -38,19 +39,28 @@ void groups_free(zero_engine *e)
     e->num_groups = e->num_gruns = 0;
 }
 
-/* The fields of `in` the caller's struct holds (an older caller's smaller
- * size leaves the newer ones "keep"), validated, onto *g. */
+/* One row per ZERO_GROUP_HPARAMS_VERSION (engine.h lists each version's fields). */
+static const zero_struct_version hparams_versions[] = {
+    {ZERO_FIELD_END(zero_group_hparams, eps), "lr_scale"},
+};
+_Static_assert(sizeof hparams_versions / sizeof *hparams_versions == ZERO_GROUP_HPARAMS_VERSION,
+               "a new zero_group_hparams version needs its row above");
+ZERO_ASSERT_LAST_FIELD(zero_group_hparams, eps);
+static const zero_versioned_type hparams_type = {"zero_group_hparams", "ZERO_GROUP_HPARAMS_INIT", hparams_versions,
+                                                 ZERO_GROUP_HPARAMS_VERSION, sizeof(zero_group_hparams)};
+
+/* The fields of `in`'s version (a newer field an older caller lacks stays
+ * "keep"), validated, onto *g. */
 static zero_status apply(zero_engine *e, zero_group *g, const zero_group_hparams *in, const char *what)
 {
-    if (in->size < offsetof(zero_group_hparams, lr_scale) + sizeof in->lr_scale)
-        return zero_fail(&e->err, ZERO_INVALID_ARGUMENT,
-                         "%s: hparams.size %zu is too small (initialise with ZERO_GROUP_HPARAMS_INIT)", what, in->size);
-    zero_group_hparams h = ZERO_GROUP_HPARAMS_INIT;
-    memcpy(&h, in, in->size < sizeof h ? in->size : sizeof h);
+    const zero_group_hparams defaults = ZERO_GROUP_HPARAMS_INIT;
+    zero_group_hparams h;
+    memcpy(&h, &defaults, sizeof h);
+    ZERO_TRY(zero_versioned_read(&e->err, ZERO_INVALID_ARGUMENT, what, &hparams_type, in, &h));
     if (!(h.lr_scale >= 0) || !isfinite(h.lr_scale))
         return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: lr_scale must be finite and >= 0, got %g", what,
                          h.lr_scale);
-    if (!isfinite(h.weight_decay) || isnan(h.weight_decay))
+    if (!isfinite(h.weight_decay))
         return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: weight_decay must be finite, got %g", what,
                          h.weight_decay);
     if (!(h.beta1 < 1) || !(h.beta2 < 1))
@@ -148,13 +158,20 @@ zero_status zero_engine_get_group_hparams(const zero_engine *e, int group, zero_
     if (!e || !out) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "%s: NULL argument", what);
     ZERO_TRY(check_group(e, group, what));
     const zero_group *g = &e->groups[group];
-    zero_group_hparams h = {sizeof h, g->lr_scale, g->weight_decay, g->beta1, g->beta2, g->eps};
-    size_t n = out->size < sizeof h ? out->size : sizeof h;
-    if (n < sizeof(size_t)) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "%s: out->size is not set", what);
-    size_t keep = out->size;
-    memcpy(out, &h, n);
-    out->size = keep;
-    return ZERO_OK;
+    const zero_group_hparams defaults = ZERO_GROUP_HPARAMS_INIT;
+    zero_group_hparams h;
+    memcpy(&h, &defaults, sizeof h);
+    /* checks out's size and version, so the write below stays within the caller's fields */
+    ZERO_TRY(zero_versioned_read((zero_errbuf *)&e->err, ZERO_INVALID_ARGUMENT, what, &hparams_type, out, &h));
+    h.lr_scale = g->lr_scale;
+    h.weight_decay = g->weight_decay;
+    h.beta1 = g->beta1;
+    h.beta2 = g->beta2;
+    h.eps = g->eps;
+    /* a newer field the caller lacks would be refused here if it differed from its default */
+    zero_group_hparams keep;
+    memcpy(&keep, &h, sizeof keep);
+    return zero_versioned_write((zero_errbuf *)&e->err, ZERO_INVALID_ARGUMENT, what, &hparams_type, &h, &keep, out);
 }
 
 int zero_engine_num_groups(const zero_engine *e) { return e ? e->num_groups : 0; }

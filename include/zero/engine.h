@@ -647,8 +647,12 @@ ZERO_API double zero_engine_get_lr(const zero_engine *e);
  * and nesterov are the config's for every group (fixed at create: they
  * decide which buffers exist). Settings on every rank of the dp group must
  * be the same (they are not exchanged). */
+/* Versioned like zero_config (docs/abi.md): size and version set by
+ * ZERO_GROUP_HPARAMS_INIT; fields only appended. Versions: 1 = lr_scale ..
+ * eps. */
 typedef struct zero_group_hparams {
     size_t size;         /* sizeof(zero_group_hparams), set by ZERO_GROUP_HPARAMS_INIT */
+    uint32_t version;    /* ZERO_GROUP_HPARAMS_VERSION */
     double lr_scale;     /* group lr = zero_engine_get_lr() * lr_scale; finite, >= 0. INIT: 1 */
     /* For the fields below, a negative value means "keep": add_group takes
      * the config's value, set_group_hparams leaves the current one. INIT: -1 */
@@ -657,9 +661,10 @@ typedef struct zero_group_hparams {
     double eps;          /* AdamW */
 } zero_group_hparams;
 
+#define ZERO_GROUP_HPARAMS_VERSION 1u
 #define ZERO_GROUP_HPARAMS_INIT                                                                   \
     {                                                                                             \
-        sizeof(zero_group_hparams), 1.0, -1.0, -1.0, -1.0, -1.0                                   \
+        sizeof(zero_group_hparams), ZERO_GROUP_HPARAMS_VERSION, 1.0, -1.0, -1.0, -1.0, -1.0       \
     }
 
 /* A new group named `name` (copied; unique) with `hparams` (NULL: the
@@ -677,14 +682,14 @@ ZERO_API zero_status zero_engine_add_group(zero_engine *e, const char *name, con
 ZERO_API zero_status zero_engine_set_param_group(zero_engine *e, int param, int group);
 
 /* Change group `group`'s hyperparameters from the next step() on (negative
- * fields: unchanged; a caller compiled against an older, smaller struct
- * leaves the fields it does not know unchanged). Any time between steps,
+ * fields: unchanged; a caller of an older version leaves the fields it does
+ * not have unchanged). Any time between steps,
  * not collective: call it with the same values on every rank. Setting group
  * 0's weight_decay / betas / eps is how a trainer changes the config's. */
 ZERO_API zero_status zero_engine_set_group_hparams(zero_engine *e, int group, const zero_group_hparams *hparams);
 
-/* Group `group`'s current hyperparameters into *out; out->size must be set
- * (ZERO_GROUP_HPARAMS_INIT): only that many bytes are written. */
+/* Group `group`'s current hyperparameters into *out, initialised with
+ * ZERO_GROUP_HPARAMS_INIT: the fields of its version are written. */
 ZERO_API zero_status zero_engine_get_group_hparams(const zero_engine *e, int group, zero_group_hparams *out);
 
 /* Groups so far (>= 1: "default" always exists). */

@@ -475,6 +475,7 @@ class Engine(_Resource):
     def _hparams(self, lr_scale, weight_decay, betas, eps):
         h = ffi.new("zero_group_hparams *")
         h.size = ffi.sizeof("zero_group_hparams")
+        h.version = lib.ZERO_GROUP_HPARAMS_VERSION
         h.lr_scale = float(lr_scale)
         h.weight_decay = -1.0 if weight_decay is None else float(weight_decay)
         h.beta1, h.beta2 = (-1.0, -1.0) if betas is None else (float(betas[0]), float(betas[1]))
@@ -519,6 +520,7 @@ class Engine(_Resource):
         """{"lr_scale", "weight_decay", "betas", "eps"} of a group (name or id)."""
         h = ffi.new("zero_group_hparams *")
         h.size = ffi.sizeof("zero_group_hparams")
+        h.version = lib.ZERO_GROUP_HPARAMS_VERSION
         self._check(lib.zero_engine_get_group_hparams(self._live_handle(), self._group_id(group), h))
         return {"lr_scale": h.lr_scale, "weight_decay": h.weight_decay, "betas": (h.beta1, h.beta2), "eps": h.eps}
 
