@@ -50,7 +50,8 @@ int main(void)
     expect_reject("{\"model\": {\"d_model\": 130, \"n_head\": 4}}", 1, "model.d_model: 130 is not divisible");
     expect_reject("{\"train\": {\"device\": \"tpu\"}}", 1, "train.device");
     expect_reject("{\"data\": {\"suffixes\": [1]}}", 1, "data.suffixes[0]: expected a string");
-    expect_reject("{\"scheduler\": {\"type\": \"OneCycle\"}}", 1, "scheduler.type: unknown scheduler");
+    expect_reject("{\"scheduler\": {\"type\": \"OneCycles\"}}", 1, "scheduler.type: unknown scheduler");
+    expect_reject("{\"scheduler\": {\"type\": \"OneCycle\"}}", 1, "OneCycle needs cycle_min_lr and cycle_max_lr");
     expect_reject("{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": \"big\"}}}", 1,
                   "optimizer.params.lr: expected a number");
     expect_reject("{\"steps_per_print\": 5, \"train\": {\"log_every\": 5}}", 1, "steps_per_print: give either");

@@ -113,6 +113,49 @@ int main(void)
     replay("{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.003}},"
            "\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"warmup_num_steps\": 20,"
            "\"total_num_steps\": 1000, \"warmup_min_ratio\": 0.05}}}", &d, 1000);
+    /* OneCycle (DeepSpeed's OneCycle, its documented formulas): at construction
+     * lr = cycle_min_lr and betas = (cycle_min_mom, 0.99); scheduler step k
+     * (it = k) evaluates the triangle at it + 1 = b: cycle = floor(1 + b / T),
+     * x = 1 + b / T - cycle, scale = x / r if x <= r else (x - 1) / (r - 1)
+     * with T = first + second step size, r = first / T;
+     *   lr = min + (max - min) * scale, beta1 = max_mom - (max_mom - min_mom) * scale
+     * while it < T; after the cycle, with d = (it - T + 1) / decay_step_size:
+     *   lr = min / (1 + decay_lr_rate * d), beta1 = max_mom * (1 + decay_mom_rate * d)
+     * (no decay when decay_step_size or the rate is 0: lr = min, beta1 = max_mom). */
+    {
+        const char *text = "{\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0.0001,"
+                           "\"cycle_max_lr\": 0.001, \"cycle_first_step_size\": 10, \"cycle_second_step_size\": 6,"
+                           "\"decay_step_size\": 4, \"decay_lr_rate\": 0.5, \"decay_mom_rate\": 0.01,"
+                           "\"cycle_min_mom\": 0.85, \"cycle_max_mom\": 0.95}}}";
+        load(text, &c);
+        const double mn = 1e-4, mx = 1e-3, T = 16, r = 10.0 / 16, mmin = 0.85, mmax = 0.95;
+        double lr = mn, b1 = mmin; /* construction */
+        for (int k = 1; k <= 40; k++) {
+            double ours_b1 = -1, ours_b2 = -1;
+            CHECK(train_sched_betas(&c.sched, k - 1, &ours_b1, &ours_b2) == 1 && ours_b2 == 0.99);
+            CHECK_MSG(fabs(train_sched_lr(&c.sched, c.lr, k - 1) - lr) <= 1e-15 && fabs(ours_b1 - b1) <= 1e-15,
+                      "OneCycle update %d: lr %.17g (DeepSpeed %.17g), beta1 %.17g (DeepSpeed %.17g)", k,
+                      train_sched_lr(&c.sched, c.lr, k - 1), lr, ours_b1, b1);
+            long long it = k - 1; /* the scheduler steps after update k to it = k - 1 */
+            if (it < T) {
+                double b = (double)it + 1, cyc = floor(1 + b / T), x = 1 + b / T - cyc;
+                double scale = x <= r ? x / r : (x - 1) / (r - 1);
+                lr = mn + (mx - mn) * scale;
+                b1 = mmax - (mmax - mmin) * scale;
+            } else {
+                double d = ((double)it - T + 1) / 4.0;
+                lr = mn / (1 + 0.5 * d);
+                b1 = mmax * (1 + 0.01 * d);
+            }
+        }
+        train_config_free(&c);
+        load("{\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0.0001, \"cycle_max_lr\": 0.001,"
+             "\"cycle_momentum\": false}}}", &c);
+        double x1, x2;
+        CHECK(train_sched_betas(&c.sched, 3, &x1, &x2) == 0);
+        CHECK(c.sched.cycle_second_step_size == 2000 && train_sched_lr(&c.sched, c.lr, 5000) == 0.0001);
+        train_config_free(&c);
+    }
     /* no scheduler: the optimizer's lr from the first update on */
     load("{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.02}}}", &c);
     CHECK(train_sched_lr(&c.sched, c.lr, 0) == 0.02 && train_sched_lr(&c.sched, c.lr, 7) == 0.02);

@@ -149,6 +149,8 @@ static int get_str(json_t *obj, const char *prefix, const char *key, char **dst,
 
 /* ---------------------------------------------------------------- scheduler */
 
+static int get_bool(json_t *obj, const char *prefix, const char *key, int *dst, char *err, size_t n);
+
 static int parse_scheduler(train_config *c, json_t *s, char *err, size_t n)
 {
     train_sched *sc = &c->sched;
@@ -174,6 +176,11 @@ static int parse_scheduler(train_config *c, json_t *s, char *err, size_t n)
                                              "total_num_steps", NULL};
     static const char *const cos_keys[] = {"warmup_min_ratio", "warmup_num_steps", "warmup_type",
                                            "total_num_steps", "cos_min_ratio", NULL};
+    static const char *const cycle_keys[] = {"cycle_min_lr", "cycle_max_lr", "decay_lr_rate",
+                                             "cycle_first_step_size", "cycle_second_step_size",
+                                             "cycle_first_stair_count", "cycle_second_stair_count",
+                                             "decay_step_size", "cycle_momentum", "cycle_min_mom", "cycle_max_mom",
+                                             "decay_mom_rate", NULL};
     const char *const *allowed;
     if (strcmp(type, "WarmupLR") == 0) {
         sc->kind = TRAIN_SCHED_WARMUP_LR;
@@ -184,9 +191,12 @@ static int parse_scheduler(train_config *c, json_t *s, char *err, size_t n)
     } else if (strcmp(type, "WarmupCosineLR") == 0) {
         sc->kind = TRAIN_SCHED_WARMUP_COSINE_LR;
         allowed = cos_keys;
+    } else if (strcmp(type, "OneCycle") == 0) {
+        sc->kind = TRAIN_SCHED_ONE_CYCLE;
+        allowed = cycle_keys;
     } else {
-        return cfail(err, n, "scheduler.type: unknown scheduler \"%s\" (WarmupLR, WarmupDecayLR, WarmupCosineLR)",
-                     type);
+        return cfail(err, n, "scheduler.type: unknown scheduler \"%s\" (WarmupLR, WarmupDecayLR, WarmupCosineLR, "
+                     "OneCycle)", type);
     }
     if (p && check_keys(p, "scheduler.params", allowed, err, n)) return -1;
     const char *pf = "scheduler.params";
@@ -197,6 +207,37 @@ static int parse_scheduler(train_config *c, json_t *s, char *err, size_t n)
         get_int(p, pf, "warmup_num_steps", &sc->warmup_num_steps, 0, INT64_MAX / 2, err, n) ||
         get_int(p, pf, "total_num_steps", &sc->total_num_steps, 1, INT64_MAX / 2, err, n))
         return -1;
+    if (sc->kind == TRAIN_SCHED_ONE_CYCLE) {
+        /* DeepSpeed's OneCycle defaults; cycle_min_lr and cycle_max_lr have none there */
+        sc->cycle_first_step_size = 2000;
+        sc->cycle_second_step_size = -1; /* = cycle_first_step_size */
+        sc->cycle_second_stair_count = -1;
+        sc->cycle_momentum = 1;
+        sc->cycle_min_mom = 0.8;
+        sc->cycle_max_mom = 0.9;
+        if (!json_object_get(p, "cycle_min_lr") || !json_object_get(p, "cycle_max_lr"))
+            return cfail(err, n, "scheduler.params: OneCycle needs cycle_min_lr and cycle_max_lr");
+        int mom = sc->cycle_momentum;
+        if (get_num(p, pf, "cycle_min_lr", &sc->cycle_min_lr, 0, 1e3, err, n) ||
+            get_num(p, pf, "cycle_max_lr", &sc->cycle_max_lr, 0, 1e3, err, n) ||
+            get_num(p, pf, "decay_lr_rate", &sc->decay_lr_rate, 0, 1e6, err, n) ||
+            get_num(p, pf, "cycle_first_step_size", &sc->cycle_first_step_size, 1, 1e15, err, n) ||
+            get_num(p, pf, "cycle_second_step_size", &sc->cycle_second_step_size, 1, 1e15, err, n) ||
+            get_int(p, pf, "cycle_first_stair_count", &sc->cycle_first_stair_count, 0, INT64_MAX / 2, err, n) ||
+            get_int(p, pf, "cycle_second_stair_count", &sc->cycle_second_stair_count, 0, INT64_MAX / 2, err, n) ||
+            get_int(p, pf, "decay_step_size", &sc->decay_step_size, 0, INT64_MAX / 2, err, n) ||
+            get_bool(p, pf, "cycle_momentum", &mom, err, n) ||
+            get_num(p, pf, "cycle_min_mom", &sc->cycle_min_mom, 0, 0.999999, err, n) ||
+            get_num(p, pf, "cycle_max_mom", &sc->cycle_max_mom, 0, 0.999999, err, n) ||
+            get_num(p, pf, "decay_mom_rate", &sc->decay_mom_rate, 0, 1e6, err, n))
+            return -1;
+        sc->cycle_momentum = mom;
+        json_t *second = json_object_get(p, "cycle_second_step_size");
+        if (!second || json_is_null(second)) sc->cycle_second_step_size = sc->cycle_first_step_size;
+        json_t *stair2 = json_object_get(p, "cycle_second_stair_count");
+        if (!stair2 || json_is_null(stair2)) sc->cycle_second_stair_count = sc->cycle_first_stair_count;
+        return 0;
+    }
     json_t *wt = json_object_get(p, "warmup_type");
     if (wt) {
         if (!json_is_string(wt))
@@ -233,6 +274,34 @@ static double warmup_gamma(const train_sched *s, int64_t it)
     return (double)it / w;
 }
 
+/* OneCycle's triangle at last_batch_iteration `it`: DeepSpeed evaluates it
+ * at it + 1, rising over the first step size, falling over the second. */
+static double one_cycle_scale(const train_sched *s, int64_t it)
+{
+    const double total = s->cycle_first_step_size + s->cycle_second_step_size;
+    const double ratio = s->cycle_first_step_size / total;
+    const double bi = (double)it + 1.0;
+    const double cycle = floor(1.0 + bi / total);
+    const double x = 1.0 + bi / total - cycle;
+    return x <= ratio ? x / ratio : (x - 1.0) / (ratio - 1.0);
+}
+
+int train_sched_betas(const train_sched *s, int64_t applied, double *beta1, double *beta2)
+{
+    if (s->kind != TRAIN_SCHED_ONE_CYCLE || !s->cycle_momentum) return 0;
+    const int64_t it = applied - 1;
+    const double total = s->cycle_first_step_size + s->cycle_second_step_size;
+    *beta2 = 0.99; /* DeepSpeed's OneCycle pairs every beta1 with 0.99 */
+    if (it < 0) *beta1 = s->cycle_min_mom;
+    else if ((double)it < total)
+        *beta1 = s->cycle_max_mom - (s->cycle_max_mom - s->cycle_min_mom) * one_cycle_scale(s, it);
+    else if (s->decay_step_size == 0 || s->decay_mom_rate == 0)
+        *beta1 = s->cycle_max_mom;
+    else
+        *beta1 = s->cycle_max_mom * (1.0 + s->decay_mom_rate * (((double)it - total + 1.0) / (double)s->decay_step_size));
+    return 1;
+}
+
 /* The lr of the next optimizer update after `applied` updates (DeepSpeed
  * semantics, deepspeed/runtime/lr_schedules.py and engine.py):
  *   - its scheduler does NOT step at construction: it only sets the lr it has
@@ -249,10 +318,20 @@ double train_sched_lr(const train_sched *s, double base_lr, int64_t applied)
     const int64_t w = warmup_steps(s);
     const int in_warmup = it < w;
     if (s->kind == TRAIN_SCHED_CONSTANT) return base_lr;
+    if (s->kind == TRAIN_SCHED_ONE_CYCLE) {
+        if (it < 0) return s->cycle_min_lr; /* set at construction */
+        const double total = s->cycle_first_step_size + s->cycle_second_step_size;
+        if ((double)it < total)
+            return s->cycle_min_lr + (s->cycle_max_lr - s->cycle_min_lr) * one_cycle_scale(s, it);
+        if (s->decay_step_size == 0 || s->decay_lr_rate == 0) return s->cycle_min_lr;
+        const double interval = ((double)it - total + 1.0) / (double)s->decay_step_size;
+        return s->cycle_min_lr / (1.0 + s->decay_lr_rate * interval);
+    }
     if (it < 0) return s->kind == TRAIN_SCHED_WARMUP_COSINE_LR ? 0.0 : s->warmup_min_lr;
     switch (s->kind) {
     case TRAIN_SCHED_CONSTANT:
-        return base_lr;
+    case TRAIN_SCHED_ONE_CYCLE:
+        return base_lr; /* handled above */
     case TRAIN_SCHED_WARMUP_LR:
         return s->warmup_min_lr + (s->warmup_max_lr - s->warmup_min_lr) * (in_warmup ? warmup_gamma(s, it) : 1.0);
     case TRAIN_SCHED_WARMUP_DECAY_LR: {
@@ -301,6 +380,18 @@ json_t *train_sched_json(const train_sched *s)
                          s->warmup_min_lr, "warmup_max_lr", s->warmup_max_lr, "warmup_num_steps",
                          (json_int_t)s->warmup_num_steps, "total_num_steps", (json_int_t)s->total_num_steps,
                          "warmup_type", wt);
+    case TRAIN_SCHED_ONE_CYCLE: {
+        json_t *p = json_pack("{s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:I,s:b,s:f,s:f,s:f}", "cycle_min_lr", s->cycle_min_lr,
+                              "cycle_max_lr", s->cycle_max_lr, "decay_lr_rate", s->decay_lr_rate,
+                              "cycle_first_step_size", s->cycle_first_step_size, "cycle_second_step_size",
+                              s->cycle_second_step_size, "cycle_first_stair_count",
+                              (json_int_t)s->cycle_first_stair_count, "cycle_second_stair_count",
+                              (json_int_t)s->cycle_second_stair_count, "decay_step_size",
+                              (json_int_t)s->decay_step_size, "cycle_momentum", s->cycle_momentum, "cycle_min_mom",
+                              s->cycle_min_mom, "cycle_max_mom", s->cycle_max_mom, "decay_mom_rate",
+                              s->decay_mom_rate);
+        return json_pack("{s:s,s:o}", "type", "OneCycle", "params", p);
+    }
     case TRAIN_SCHED_WARMUP_COSINE_LR:
         return json_pack("{s:s,s:{s:f,s:I,s:I,s:f,s:s}}", "type", "WarmupCosineLR", "params", "warmup_min_ratio",
                          s->warmup_min_ratio, "warmup_num_steps", (json_int_t)s->warmup_num_steps, "total_num_steps",

@@ -21,6 +21,7 @@ typedef enum train_sched_kind {
     TRAIN_SCHED_WARMUP_LR,        /* DeepSpeed WarmupLR: warm up, then constant */
     TRAIN_SCHED_WARMUP_DECAY_LR,  /* DeepSpeed WarmupDecayLR: warm up, then linear decay to 0 */
     TRAIN_SCHED_WARMUP_COSINE_LR, /* DeepSpeed WarmupCosineLR: warm up, then cosine decay */
+    TRAIN_SCHED_ONE_CYCLE,        /* DeepSpeed OneCycle: triangular lr (and AdamW beta1) cycle, then decay */
 } train_sched_kind;
 
 typedef struct train_sched {
@@ -31,6 +32,12 @@ typedef struct train_sched {
     double warmup_min_ratio, cos_min_ratio;
     int64_t warmup_num_steps, total_num_steps;
     int warmup_log; /* warmup_type "log" (DeepSpeed's default) or "linear" */
+    /* OneCycle (DeepSpeed's names and defaults; the stair counts are
+     * accepted and, as in DeepSpeed, unused) */
+    double cycle_min_lr, cycle_max_lr, decay_lr_rate, cycle_first_step_size, cycle_second_step_size;
+    double cycle_min_mom, cycle_max_mom, decay_mom_rate;
+    int64_t cycle_first_stair_count, cycle_second_stair_count, decay_step_size;
+    int cycle_momentum;
 } train_sched;
 
 /* DeepSpeed's activation_checkpointing section, as the model applies it
@@ -127,6 +134,11 @@ json_t *train_sched_json(const train_sched *s);
  * been applied (zero_engine_scalars.step: fp16-skipped steps do not count),
  * step for step DeepSpeed's (see train_config.c). */
 double train_sched_lr(const train_sched *s, double base_lr, int64_t applied);
+
+/* OneCycle with cycle_momentum: the AdamW betas DeepSpeed's scheduler sets
+ * for the next update after `applied` updates (beta2 is DeepSpeed's fixed
+ * 0.99); returns 0 (betas untouched) for every other schedule. */
+int train_sched_betas(const train_sched *s, int64_t applied, double *beta1, double *beta2);
 
 /* Register cfg->groups with the engine (after the model registered its
  * parameters; before or after finalize) and put each parameter whose name

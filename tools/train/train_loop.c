@@ -153,6 +153,15 @@ int train_loop(run *r)
         if (zero_engine_get_scalars(r->engine, &sc) != ZERO_OK) sc.step = r->step;
         double lr = train_sched_lr(&c->sched, c->lr, sc.step);
         zero_engine_set_lr(r->engine, lr);
+        double b1, b2; /* OneCycle's cyclic momentum: AdamW's betas of every group, as DeepSpeed sets them */
+        if (r->zcfg.optimizer == ZERO_OPTIM_ADAMW && train_sched_betas(&c->sched, sc.step, &b1, &b2))
+            for (int g = 0; g < zero_engine_num_groups(r->engine); g++) {
+                zero_group_hparams h = ZERO_GROUP_HPARAMS_INIT;
+                zero_engine_get_group_hparams(r->engine, g, &h);
+                h.beta1 = b1;
+                h.beta2 = b2;
+                zero_engine_set_group_hparams(r->engine, g, &h);
+            }
         float dloss = (float)zero_engine_get_loss_scale(r->engine);
         double loss_sum = 0;
         if (r->par) {

@@ -306,6 +306,24 @@ def test_param_groups(zero_mod, world, stage, tmp_path):
     eng2.close()
 
 
+def test_untraced_eval_leaves_the_stats(zero_mod, world):
+    """An eval pass under eng.untraced() sees the current parameters and
+    changes neither the stats nor the recorded order."""
+    eng, fc1, fc2 = small_engine(zero_mod, world, stage=3, overlap_comm=True)
+    eng.finalize()
+    _train(zero_mod, eng, [fc1, fc2], 2, seed=1)
+    before = eng.stats()
+    with eng.untraced():
+        for m in (fc2, fc1):  # another order than training's
+            with eng.gathered(m) as P:
+                for name in P:
+                    assert np.array_equal(P[name], eng.read_param(f"{m.name}.{name}"))
+    assert eng.stats() == before
+    _train(zero_mod, eng, [fc1, fc2], 1, seed=2)
+    assert eng.stats()["order_changes"] == 0
+    eng.close()
+
+
 def test_close_with_a_live_view_defers_the_destroy(zero_mod, world):
     eng = zero_mod.Engine(world, stage=1)
     p = eng.add_param(eng.add_module("m"), "w", init=np.full(4, 3.0, np.float32))

@@ -428,6 +428,18 @@ class Engine(_Resource):
         views._close()
         self.release(m)
 
+    @contextlib.contextmanager
+    def untraced(self):
+        """Forwards outside training (eval, generation; engine.h "untraced
+        forwards"): gathers inside work as usual but leave the stage-3
+        recorded order, the prefetcher and stats() untouched. At stage 3
+        every rank must make the same gathers (generate on every rank)."""
+        self._check(lib.zero_engine_set_untraced(self._live_handle(), 1))
+        try:
+            yield self
+        finally:
+            self._check(lib.zero_engine_set_untraced(self._live_handle(), 0))
+
     def grads_ready(self, module):
         """COLLECTIVE: the module's micro-step gradients are complete."""
         m = self.module(module)
