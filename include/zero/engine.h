@@ -502,6 +502,16 @@ ZERO_API zero_status zero_engine_param_data(zero_engine *e, int param, void **ou
  * again on every micro-step; the pointer is valid until that grads_ready. */
 ZERO_API zero_status zero_engine_param_grad(zero_engine *e, int param, void **out);
 
+/* Tied weights (a tensor read by two modules, as GPT's wte by the embedding
+ * and the LM head): register it once, in the module that uses it first in
+ * the forward, and accumulate every use's gradient into its param_grad; at
+ * stages 2-3 that buffer lives only until the module's grads_ready, so call
+ * grads_ready for that module after the LAST use's backward (the embedding's,
+ * at the very end of backward), gathering it again for the other use at
+ * stage 3. no_sync: local_accumulation (the config) is the stages 0-1
+ * form; stages 2-3 always reduce per micro-step. docs/engine.md has both
+ * patterns. */
+
 /* COLLECTIVE. The module's gradients for this micro-step are complete:
  * reduce-scatter them (fp32, bucket by bucket; asynchronously with
  * overlap_comm, waited before the next use of the buffers) into this rank's
