@@ -108,8 +108,8 @@ static zero_status meta_groups(const ckpt_meta *m, zero_engine *e, int apply)
         if (!apply) continue;
         /* by name: a group the engine does not have (it was registered
          * without it) keeps nothing to restore */
-        for (int g = 0; g < zero_engine_num_groups(e); g++) {
-            const char *gn = zero_engine_group_name(e, g);
+        for (int g = 0; g < zero_engine_get_num_groups(e); g++) {
+            const char *gn = zero_engine_get_group_name(e, g);
             if (!gn || strcmp(gn, json_string_value(name))) continue;
             zero_group_hparams h = ZERO_GROUP_HPARAMS_INIT;
             h.lr_scale = x[0];

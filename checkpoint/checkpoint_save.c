@@ -158,8 +158,8 @@ static zero_status build_meta(zero_engine *e, const zero_plan_info *plan, int64_
         for (int d = 0; d < pi.ndim; d++) json_array_append_new(shape, json_integer(pi.shape[d]));
         const char *mod = zero_engine_get_module_name(e, pi.module);
         int group = 0;
-        (void)zero_engine_param_group(e, p, &group);
-        const char *gname = zero_engine_group_name(e, group);
+        (void)zero_engine_get_param_group(e, p, &group);
+        const char *gname = zero_engine_get_group_name(e, group);
         json_array_append_new(params, json_pack("{s:s,s:o,s:s,s:s}", "name", pi.name, "shape", shape, "module",
                                                 mod ? mod : "", "group", gname ? gname : "default"));
     }
@@ -167,7 +167,7 @@ static zero_status build_meta(zero_engine *e, const zero_plan_info *plan, int64_
     /* the groups' hyperparameters, restored by load (torch's optimizer
      * state_dict keeps its param_groups' too) */
     json_t *groups = json_array();
-    for (int g = 0; g < zero_engine_num_groups(e); g++) {
+    for (int g = 0; g < zero_engine_get_num_groups(e); g++) {
         zero_group_hparams h = ZERO_GROUP_HPARAMS_INIT;
         zero_status s = zero_engine_get_group_hparams(e, g, &h);
         if (s != ZERO_OK) {
@@ -175,7 +175,7 @@ static zero_status build_meta(zero_engine *e, const zero_plan_info *plan, int64_
             json_decref(m);
             return s;
         }
-        json_array_append_new(groups, json_pack("{s:s,s:f,s:f,s:f,s:f,s:f}", "name", zero_engine_group_name(e, g),
+        json_array_append_new(groups, json_pack("{s:s,s:f,s:f,s:f,s:f,s:f}", "name", zero_engine_get_group_name(e, g),
                                                 "lr_scale", h.lr_scale, "weight_decay", h.weight_decay, "beta1",
                                                 h.beta1, "beta2", h.beta2, "eps", h.eps));
     }

@@ -79,7 +79,7 @@ zero_status zero_engine_flat_grads(zero_engine *e, void **grad, uint64_t *numel)
     return ZERO_OK;
 }
 
-zero_status zero_engine_param_flat_offset(const zero_engine *e, int param, uint64_t *offset)
+zero_status zero_engine_get_param_flat_offset(const zero_engine *e, int param, uint64_t *offset)
 {
     if (!e || !offset) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine param_flat_offset: NULL argument");
     if (!e->finalized)

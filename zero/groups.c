@@ -174,15 +174,15 @@ zero_status zero_engine_get_group_hparams(const zero_engine *e, int group, zero_
     return zero_versioned_write((zero_errbuf *)&e->err, ZERO_INVALID_ARGUMENT, what, &hparams_type, &h, &keep, out);
 }
 
-int zero_engine_num_groups(const zero_engine *e) { return e ? e->num_groups : 0; }
+int zero_engine_get_num_groups(const zero_engine *e) { return e ? e->num_groups : 0; }
 
-const char *zero_engine_group_name(const zero_engine *e, int group)
+const char *zero_engine_get_group_name(const zero_engine *e, int group)
 {
     if (!e || group < 0 || group >= e->num_groups) return NULL;
     return e->groups[group].name;
 }
 
-zero_status zero_engine_param_group(const zero_engine *e, int param, int *group)
+zero_status zero_engine_get_param_group(const zero_engine *e, int param, int *group)
 {
     if (!e || !group) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine param_group: NULL argument");
     if (param < 0 || param >= e->num_params)

@@ -366,7 +366,7 @@ ZERO_API zero_status zero_init_generate(const zero_init_spec *spec, const char *
  * The FLAT LAYOUT (see "the plan"): every bucket, padded with zeros to a
  * multiple of the dp size N, one after another; parameters in registration
  * order, each one's elements contiguous (a split one too) at its flat
- * offset (zero_engine_param_flat_offset). Zero padding lies only at the end
+ * offset (zero_engine_get_param_flat_offset). Zero padding lies only at the end
  * of a bucket, and a new bucket starts at a module change, at a change of
  * stage-3 persistence, or when the next parameter does not fit. At N = 1
  * there is no padding: the parameters are one dense block in registration
@@ -411,7 +411,7 @@ ZERO_API zero_status zero_engine_flat_params(zero_engine *e, void **data, uint64
 ZERO_API zero_status zero_engine_flat_grads(zero_engine *e, void **grad, uint64_t *numel);
 /* Where element 0 of `param` lies in the flat layout (every stage; the
  * views above exist at stages 0-2 / 0-1). After finalize. */
-ZERO_API zero_status zero_engine_param_flat_offset(const zero_engine *e, int param, uint64_t *offset);
+ZERO_API zero_status zero_engine_get_param_flat_offset(const zero_engine *e, int param, uint64_t *offset);
 
 /* COLLECTIVE. Compute the plan, check it is the same on every rank (a
  * different registration fails with ZERO_MISMATCH naming the first differing
@@ -703,11 +703,11 @@ ZERO_API zero_status zero_engine_set_group_hparams(zero_engine *e, int group, co
 ZERO_API zero_status zero_engine_get_group_hparams(const zero_engine *e, int group, zero_group_hparams *out);
 
 /* Groups so far (>= 1: "default" always exists). */
-ZERO_API int zero_engine_num_groups(const zero_engine *e);
+ZERO_API int zero_engine_get_num_groups(const zero_engine *e);
 /* Owned by the engine, valid until destroy; NULL for an unknown group. */
-ZERO_API const char *zero_engine_group_name(const zero_engine *e, int group);
+ZERO_API const char *zero_engine_get_group_name(const zero_engine *e, int group);
 /* The group of `param` into *group. */
-ZERO_API zero_status zero_engine_param_group(const zero_engine *e, int param, int *group);
+ZERO_API zero_status zero_engine_get_param_group(const zero_engine *e, int param, int *group);
 
 /* The factor to multiply the loss by before backward (fp16 dynamic or static
  * loss scaling); 1.0 for f32 and bf16. */

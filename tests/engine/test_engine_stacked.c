@@ -114,7 +114,7 @@ static float *train(zero_comm *comm, zero_device *dev, int stage, int stacked, u
     CHECK_OK(build(e, stacked, mods));
     CHECK_OK(zero_engine_finalize(e));
     flat f = {0};
-    for (int p = 0; p < 1 + NT * L; p++) CHECK_OK(zero_engine_param_flat_offset(e, p, &f.off[p]));
+    for (int p = 0; p < 1 + NT * L; p++) CHECK_OK(zero_engine_get_param_flat_offset(e, p, &f.off[p]));
     if (stacked) {
         /* the stride of each stacked tensor's slices: uniform, roundup(slice numel, N) */
         for (int t = 0; t < NT; t++) {

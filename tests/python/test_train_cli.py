@@ -389,3 +389,25 @@ def test_engine_finalize_error_names_the_call_once(tmp_path):
     assert p.returncode != 0
     assert p.stderr.count("engine finalize") == 1, p.stderr
     assert str(missing) in p.stderr, p.stderr
+
+
+DS_CONFIGS = ["hf_ds_config_zero2.json", "hf_ds_config_zero3.json", "dsexamples_gpt_zero2.json",
+              "dsexamples_gpt_zero3_bf16.json"]
+
+
+@pytest.mark.parametrize("name", DS_CONFIGS)
+def test_deepspeed_config_runs_unchanged(tmp_path, name):
+    """Issue 11: a DeepSpeed config file (HF Trainer's with "auto" values,
+    DeepSpeedExamples-style GPT ones with monitors and profilers) trains as it
+    is, the model shape and step count given on the command line, at 2 ranks;
+    its accepted-without-effect keys and "auto" values are named in one
+    warning per rank, and the loss is finite."""
+    path = os.path.join(os.path.dirname(__file__), "..", "train", "ds_configs", name)
+    m = tmp_path / "m.jsonl"
+    p = run_train(["--config", path, "--data", corpus(tmp_path), "--steps", "2", "--metrics", str(m),
+                   "--set", "model.n_layer=1", "--set", "model.n_head=2", "--set", "model.d_model=32",
+                   "--set", "model.seq_len=16"], ranks=2)
+    warnings = [ln for ln in p.stderr.splitlines() if "libzero[warn]: config:" in ln]
+    assert len(warnings) == 2, p.stderr  # one per rank
+    rows = metrics(m)
+    assert len(rows) == 2 and all(r["loss"] == r["loss"] and r["loss"] < 10 for r in rows)

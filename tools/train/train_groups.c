@@ -52,7 +52,7 @@ int train_param_groups_apply(const train_config *cfg, zero_engine *e, char *note
         used += (size_t)snprintf(note + used, note_size - used,
                                  "param group %s: %d tensors, %llu elements, lr x %g, weight_decay %g, betas (%g, %g), "
                                  "eps %g\n",
-                                 zero_engine_group_name(e, g), tensors[g], elems[g], h.lr_scale, h.weight_decay,
+                                 zero_engine_get_group_name(e, g), tensors[g], elems[g], h.lr_scale, h.weight_decay,
                                  h.beta1, h.beta2, h.eps);
     }
     return 0;

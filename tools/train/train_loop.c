@@ -155,7 +155,7 @@ int train_loop(run *r)
         zero_engine_set_lr(r->engine, lr);
         double b1, b2; /* OneCycle's cyclic momentum: AdamW's betas of every group, as DeepSpeed sets them */
         if (r->zcfg.optimizer == ZERO_OPTIM_ADAMW && train_sched_betas(&c->sched, sc.step, &b1, &b2))
-            for (int g = 0; g < zero_engine_num_groups(r->engine); g++) {
+            for (int g = 0; g < zero_engine_get_num_groups(r->engine); g++) {
                 zero_group_hparams h = ZERO_GROUP_HPARAMS_INIT;
                 zero_engine_get_group_hparams(r->engine, g, &h);
                 h.beta1 = b1;

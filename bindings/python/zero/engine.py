@@ -506,8 +506,8 @@ class Engine(_Resource):
 
     def _group_id(self, group):
         if isinstance(group, str):
-            for g in range(lib.zero_engine_num_groups(self._live_handle())):
-                if string(lib.zero_engine_group_name(self._live_handle(), g)) == group:
+            for g in range(lib.zero_engine_get_num_groups(self._live_handle())):
+                if string(lib.zero_engine_get_group_name(self._live_handle(), g)) == group:
                     return g
             raise ZeroNotFoundError(f"no parameter group named '{group}'")
         return int(group)
@@ -516,7 +516,7 @@ class Engine(_Resource):
     def groups(self):
         """The group names, by id."""
         h = self._live_handle()
-        return [string(lib.zero_engine_group_name(h, g)) for g in range(lib.zero_engine_num_groups(h))]
+        return [string(lib.zero_engine_get_group_name(h, g)) for g in range(lib.zero_engine_get_num_groups(h))]
 
     def set_group_hparams(self, group, lr_scale=None, weight_decay=None, betas=None, eps=None):
         """Change a group's hyperparameters (name or id) from the next step
@@ -539,7 +539,7 @@ class Engine(_Resource):
     def param_group(self, param):
         """The group id of a parameter."""
         g = ffi.new("int *")
-        self._check(lib.zero_engine_param_group(self._live_handle(), self.param(param).id, g))
+        self._check(lib.zero_engine_get_param_group(self._live_handle(), self.param(param).id, g))
         return g[0]
 
     @property
