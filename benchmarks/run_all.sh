@@ -16,7 +16,11 @@ run estimate   "$b/benchmarks/memory/zero-bench" estimate --params 7.5e9 --dp 64
 run memory     tests/mpirun.sh 2 "$b/benchmarks/memory/zero-bench" memory --params 1e7 --world 2 --json "$out/memory.json"
 /usr/bin/python3 benchmarks/plot_memory.py "$out/memory.json" "$out/memory.png" || true
 run steptime   tests/mpirun.sh 2 "$b/benchmarks/memory/zero-bench" steptime --json "$out/steptime.json"
-run train      /usr/bin/python3 benchmarks/train/bench_train.py --build "$b" --steps 40 --repeats 3 --json "$out/train.json"
+# TORCH_PYTHONS: more interpreters whose torch is a peer too (e.g. a venv with a current torch from PyPI)
+peers=(); for p in ${TORCH_PYTHONS:-}; do peers+=(--torch-python "$p"); done
+[ ${#peers[@]} -gt 0 ] && peers=(--torch-python /usr/bin/python3 "${peers[@]}")
+run train      /usr/bin/python3 benchmarks/train/bench_train.py --build "$b" --steps 40 --repeats 3 "${peers[@]}" --json "$out/train.json"
+run gemm       /usr/bin/python3 benchmarks/gemm/bench_gemm.py --build "$b" --rounds 3 --json "$out/gemm.json"
 mkdir -p "${TMPDIR:-/tmp}/zero-bench-offload"
 run offload    "$b/benchmarks/offload/zero-bench-offload" --dir "${TMPDIR:-/tmp}/zero-bench-offload" --json "$out/offload.json"
 echo "results: $out"

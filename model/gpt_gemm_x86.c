@@ -117,6 +117,11 @@ TARGET_F32 static void kernel_f32(int kc, const void *a_panel, const void *b_pan
 {
     const float *a = a_panel, *b = b_panel;
     __m512 c0[MR], c1[MR];
+    /* C's tile is in memory far from here (C is MBs): ask for it now, use it after the K loop */
+    for (int r = 0; r < mr; r++) {
+        _mm_prefetch((const char *)(C + r * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(C + r * ldc + 16), _MM_HINT_T0);
+    }
 #pragma GCC unroll 12
     for (int r = 0; r < MR; r++) c0[r] = c1[r] = _mm512_setzero_ps();
     for (int k = 0; k < kc; k++, a += MR, b += NR) {

@@ -3,6 +3,7 @@
 on the CPU, with the same number of threads, measured in one run.
 
   /usr/bin/python3 benchmarks/train/bench_train.py [--build build] [--steps 40] [--json FILE]
+        [--torch-python PYTHON ...]
 
 Cases (threads in total are equal on both sides):
   1 rank x 1 thread      vs  torch, 1 thread,  batch = micro
@@ -10,7 +11,9 @@ Cases (threads in total are equal on both sides):
 zero-train: its built-in model (4 layers, 4 heads, d_model 128, seq 64, vocab 256)
 and AdamW + clipping, step time from its metrics file (each step includes the
 gradient reduction, clipping, AdamW, the stage-3 gathers and the loss/memory
-all-reduces). PyTorch 1.13 (Debian), in a subprocess with OMP_NUM_THREADS = torch threads = the
+all-reduces). PyTorch: each --torch-python interpreter's torch (default: this
+interpreter's, Debian's 1.13; add e.g. a venv with a current torch from PyPI to
+compare against both in the same run), in a subprocess with OMP_NUM_THREADS = torch threads = the
 thread count and a single-threaded BLAS under it (its fastest setting here; zero-train's
 ranks run with 1 thread each): the independent reference model of
 tests/python/model_torch_ref.py, torch.optim.AdamW, clip_grad_norm_; one step =
@@ -77,20 +80,15 @@ def torch_worker(threads, batch, steps, warmup):
                           version=torch.__version__, threads=torch.get_num_threads())))
 
 
-def torch_train(threads, batch, steps, warmup):
+def torch_train(python, threads, batch, steps, warmup):
     # torch spreads each op over `threads` intra-op threads; the BLAS under it
     # stays single-threaded, as nested BLAS threads double its step time here
     # (2 threads, batch 16: 208 ms with OPENBLAS_NUM_THREADS=2, 103 ms with 1)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-worker", str(threads), str(batch),
+    out = subprocess.run([python, os.path.abspath(__file__), "--torch-worker", str(threads), str(batch),
                           str(steps), str(warmup)], check=True, env=env, capture_output=True, text=True).stdout
     r = json.loads(out.strip().splitlines()[-1])
-    return batch * MODEL["seq_len"] / r["step_s"], r["step_s"], r["cpu_s"]
-
-
-def torch_version():
-    import torch
-    return torch.__version__
+    return batch * MODEL["seq_len"] / r["step_s"], r["step_s"], r["cpu_s"], r["version"]
 
 
 def main():
@@ -104,30 +102,38 @@ def main():
     ap.add_argument("--repeats", type=int, default=2,
                     help="alternate the two sides this many times and keep each side's best (a shared machine)")
     ap.add_argument("--json", default=None, help="default: BUILD/bench_train.json")
+    ap.add_argument("--torch-python", action="append", default=None,
+                    help="an interpreter whose torch is a peer (repeat for several; default: this one)")
     a = ap.parse_args()
+    pythons = a.torch_python or [sys.executable]
     out = a.json or os.path.join(a.build, "bench_train.json")
     cases = []
     for ranks, stage in ((1, 3), (2, 3)):
-        z, t = [], []
-        for _ in range(a.repeats):
+        z, t = [], {p: [] for p in pythons}
+        for _ in range(a.repeats):  # alternate: zero-train, then each peer
             z.append(zero_train(a.build, ranks, a.steps, a.warmup, stage))
-            t.append(torch_train(ranks, MICRO * ranks, a.steps, a.warmup))
+            for p in pythons:
+                t[p].append(torch_train(p, ranks, MICRO * ranks, a.steps, a.warmup))
         z_tps, z_step, _ = max(z)
-        t_tps, t_step, _ = max(t)
-        z_cpu, t_cpu = min(x[2] for x in z), min(x[2] for x in t)
+        z_cpu = min(x[2] for x in z)
+        peers = []
+        for p in pythons:
+            t_tps, t_step, _, version = max(t[p])
+            t_cpu = min(x[2] for x in t[p])
+            peers.append(dict(python=p, torch=version, torch_tokens_per_s=t_tps, torch_step_s=t_step,
+                              ratio=z_tps / t_tps, torch_cpu_s_per_step=t_cpu, cpu_ratio=t_cpu / z_cpu))
         cases.append(dict(ranks=ranks, threads_total=ranks, stage=stage, batch=MICRO * ranks,
                           seq=MODEL["seq_len"], zero_tokens_per_s=z_tps, zero_step_s=z_step,
-                          torch_tokens_per_s=t_tps, torch_step_s=t_step, ratio=z_tps / t_tps,
-                          zero_cpu_s_per_step=z_cpu, torch_cpu_s_per_step=t_cpu, cpu_ratio=t_cpu / z_cpu,
-                          torch=torch_version()))
+                          zero_cpu_s_per_step=z_cpu, peers=peers))
     print(f"GPT {MODEL}, AdamW + clipping, CPU; medians over {a.steps - a.warmup} steps after {a.warmup} warm-up")
-    print(f"{'case':<44} {'zero-train tok/s':>16} {'PyTorch tok/s':>14} {'ratio':>7}   "
+    print(f"{'case':<40} {'torch':<14} {'zero-train tok/s':>16} {'PyTorch tok/s':>14} {'ratio':>7}   "
           f"{'CPU ms/step zero':>16} {'torch':>7} {'ratio':>7}")
     for c in cases:
         name = f"{c['ranks']} rank(s) stage {c['stage']}, {c['threads_total']} thread(s), batch {c['batch']}"
-        print(f"{name:<44} {c['zero_tokens_per_s']:>16.0f} {c['torch_tokens_per_s']:>14.0f} {c['ratio']:>6.2f}x   "
-              f"{1e3 * c['zero_cpu_s_per_step']:>16.1f} {1e3 * c['torch_cpu_s_per_step']:>7.1f} "
-              f"{c['cpu_ratio']:>6.2f}x")
+        for pr in c["peers"]:
+            print(f"{name:<40} {pr['torch']:<14} {c['zero_tokens_per_s']:>16.0f} {pr['torch_tokens_per_s']:>14.0f} "
+                  f"{pr['ratio']:>6.2f}x   {1e3 * c['zero_cpu_s_per_step']:>16.1f} "
+                  f"{1e3 * pr['torch_cpu_s_per_step']:>7.1f} {pr['cpu_ratio']:>6.2f}x")
     print("ratio: wall-clock tokens/s, best run of each side; CPU ratio: CPU seconds per step (all threads and "
           "ranks), PyTorch / zero-train, the figure that a busy shared machine disturbs least")
     with open(out, "w") as f:

@@ -97,11 +97,11 @@ static double run_case(gpt_gemm_math math, int ta, int tb, int M, int N, int K, 
 
 static void test_shapes(gpt_gemm_math math)
 {
-    /* edges of the 12 x 32 and 32 x 32 tiles, of KC = 256 and of NC = 768; odd K for bf16 pairs,
+    /* edges of the 12 x 32 and 32 x 32 tiles, of KC = 256 and of NC = 768 (1536 for bf16); odd K for bf16 pairs,
      * K off the AMX tile depth (32) */
     static const int dims[][3] = {{1, 1, 1},     {12, 32, 16},  {13, 33, 17},   {11, 31, 255},  {25, 65, 256},
                                   {40, 70, 257}, {7, 800, 300}, {130, 40, 513}, {64, 96, 64},   {3, 5, 1000},
-                                  {33, 64, 33},  {96, 33, 31}};
+                                  {33, 64, 33},  {96, 33, 31},   {5, 1600, 40}};
     for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
         for (int t = 0; t < 4; t++) {
             int M = dims[d][0], N = dims[d][1], K = dims[d][2], ta = t & 1, tb = t >> 1;
