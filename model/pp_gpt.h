@@ -29,6 +29,7 @@
 #include <zero/comm.h>
 
 #include "gpt.h"
+#include "pp_plan.h"
 #include "tp_gpt.h"
 
 #ifdef __cplusplus
@@ -72,10 +73,44 @@ typedef struct pp_step_args {
 
 /* COLLECTIVE over `pp` (NULL or one rank: the whole model on this rank) and
  * the workspace's tp group: forward and backward of M micro-batches with
- * schedule `kind`. `loss` (may be NULL) receives the mean over the
+ * schedule `kind` (the plan pp_plan_generate makes, run by pp_run_plan). `loss` (may be NULL) receives the mean over the
  * micro-batches of their mean losses on EVERY stage (broadcast from the last).
  * Does not sum the tied gradient: call pp_tied_grad_allreduce after. */
 zero_status pp_train_step(tp_workspace *ws, zero_comm *pp, pp_schedule kind, const pp_step_args *args, float *loss);
+
+/* ------------------------------------------------------------ schedules as data
+ * (pp_plan.h: GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-H2, or any checked plan) */
+
+/* Blocks [*begin, *end) of chunk `chunk` of stage `stage` when the model is
+ * cut into pp_size * chunks virtual stages (chunk c of stage s is virtual
+ * stage c * pp_size + s; balanced, the first ones one block longer).
+ * chunks 1 is pp_stage_layers. ZERO_CONFIG when there are fewer blocks than
+ * virtual stages. */
+zero_status pp_chunk_layers(const gpt_config *cfg, int pp_size, int chunks, int stage, int chunk, int *begin,
+                            int *end);
+/* pp_stage_holds for a stage with `chunks` chunks: block i's tensors on the
+ * stage one of whose chunks has i (embedding and head as pp_stage_holds). */
+int pp_stage_holds_chunks(const gpt_config *cfg, int pp_size, int chunks, int pp_rank, int module, int index);
+
+typedef struct pp_trace pp_trace;
+
+typedef struct pp_run_opts {
+    pp_trace *trace;        /* NULL, or spans of every op and communication wait are appended (pp_trace.h) */
+    double simulate_op_s;   /* > 0: F, B and W each sleep this long instead of computing (B+W unsplit: twice);
+                             * the messages still move. For measuring a schedule's bubble on clean timings. */
+} pp_run_opts;
+
+/* COLLECTIVE over `pp` (NULL or one rank: one stage) and the workspaces' tp
+ * group: run this stage's list of `plan` (checked; plan->stages = the pp
+ * size, plan->micro_batches = args->micro_batches). ws[c] is chunk c's
+ * workspace: blocks pp_chunk_layers(c), at least plan->slots[stage * chunks
+ * + c] slots; a plan that splits B and W allocates each workspace's W stash
+ * on first use (tp_workspace_split_backward). Gradients accumulate in
+ * micro-batch order per tensor in every schedule the generators make, so
+ * their gradients are bitwise those of GPipe. `opts` may be NULL. `loss` as
+ * pp_train_step. Errors name the transfer, micro-batch and stage. */
+zero_status pp_run_plan(tp_workspace *const *ws, zero_comm *pp, const pp_plan *plan, const pp_step_args *args,
+                        const pp_run_opts *opts, float *loss);
 
 #ifdef __cplusplus
 }

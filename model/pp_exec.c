@@ -1,0 +1,336 @@
+/* The pipeline runtime: one stage executes its list of a checked plan
+ * (pp_plan.h) over its chunks' workspaces (pp_gpt.h, pp_run_plan).
+ *
+ * Communication follows the rules the checker simulated: every send and
+ * receive is issued asynchronously where the plan puts it, a group of them
+ * between zero_comm_group_begin/end (one NCCL group), and nothing waits
+ * until a compute op needs the data: F waits for its activation's receive
+ * (into a landing buffer, copied into the slot's input), B for its
+ * gradient's receive; a slot's previous holder's sends are waited before
+ * the slot is overwritten. B followed at once by its W is one unsplit
+ * backward (tp_backward_block), else tp_backward_block_input now and
+ * tp_backward_block_weight at the W. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpt_internal.h"
+#include "pp_gpt.h"
+#include "pp_plan.h"
+#include "pp_trace.h"
+
+typedef struct run {
+    tp_workspace *const *ws;
+    zero_comm *pp;
+    const pp_plan *plan;
+    const pp_step_args *a;
+    const pp_run_opts *o;
+    int s, P, V, M, last, module_final;
+    size_t N, C;
+    zero_request **req;   /* [op index]: the stage's comm requests */
+    int *op_of[7];        /* [kind][c * M + m]: op index on this stage, -1 */
+    int *prev;            /* [c * M + m]: micro-batch that held the slot before, -1 */
+    float **landing;      /* [c][j]: incoming activations */
+    float **gin, **gout;  /* [c][slot]: incoming / outgoing gradients */
+    double loss_sum;
+} run;
+
+static zero_status comm_fail(const run *r, zero_status st, const char *what, int micro)
+{
+    return gpt_fail(st, "pipeline %s of micro-batch %d at stage %d of %d (group %s): %s", what, micro, r->s, r->P,
+                    r->pp ? zero_comm_get_name(r->pp) : "none", r->pp ? zero_comm_last_error(r->pp) : "");
+}
+
+static const char *what_of(int kind)
+{
+    switch (kind) {
+    case PP_OP_SEND_ACT: return "send of the activations";
+    case PP_OP_RECV_ACT: return "receive of the activations";
+    case PP_OP_SEND_GRAD: return "send of the input gradient";
+    default: return "receive of the output gradient";
+    }
+}
+
+static int key(const run *r, int c, int m) { return c * r->M + m; }
+static int slot_of(const run *r, int c, int m) { return r->plan->slot_of[(r->s * r->V + c) * r->M + m]; }
+static int vstage(const run *r, int c) { return c * r->P + r->s; }
+
+/* Wait for comm op i (if it was issued and not yet waited). */
+static zero_status wait_op(run *r, int i)
+{
+    if (i < 0 || !r->req[i]) return ZERO_OK;
+    double t0 = pp_now();
+    zero_status st = zero_wait(r->req[i]);
+    r->req[i] = NULL;
+    if (r->o && r->o->trace && pp_now() - t0 > 1e-6) {
+        const pp_op *op = &r->plan->ops[r->s][i];
+        pp_trace_add(r->o->trace, PP_SPAN_COMM, op->micro, op->chunk, t0, pp_now());
+    }
+    if (st != ZERO_OK) {
+        const pp_op *op = &r->plan->ops[r->s][i];
+        return comm_fail(r, st, what_of(op->kind), op->micro);
+    }
+    return ZERO_OK;
+}
+
+static zero_status issue(run *r, int i)
+{
+    const pp_op *op = &r->plan->ops[r->s][i];
+    int c = op->chunk, m = op->micro, q = vstage(r, c);
+    size_t n = r->N * r->C;
+    zero_status st;
+    switch (op->kind) {
+    case PP_OP_SEND_ACT:
+        st = zero_send_async(r->pp, tp_workspace_output(r->ws[c], slot_of(r, c, m)), n, ZERO_F32, (q + 1) % r->P,
+                             &r->req[i]);
+        break;
+    case PP_OP_RECV_ACT:
+        st = zero_recv_async(r->pp, r->landing[c] + (size_t)r->plan->landing_of[(r->s * r->V + c) * r->M + m] * n, n,
+                             ZERO_F32, (q - 1 + r->P) % r->P, &r->req[i]);
+        break;
+    case PP_OP_SEND_GRAD:
+        st = zero_send_async(r->pp, r->gout[c] + (size_t)slot_of(r, c, m) * n, n, ZERO_F32, (q - 1 + r->P) % r->P,
+                             &r->req[i]);
+        break;
+    default:
+        st = zero_recv_async(r->pp, r->gin[c] + (size_t)slot_of(r, c, m) * n, n, ZERO_F32, (q + 1) % r->P, &r->req[i]);
+        break;
+    }
+    return st == ZERO_OK ? ZERO_OK : comm_fail(r, st, what_of(op->kind), m);
+}
+
+/* ------------------------------------------------------------ compute */
+static void sim_sleep(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+static zero_status forward(run *r, int c, int m)
+{
+    const pp_step_args *a = r->a;
+    tp_workspace *ws = r->ws[c];
+    int slot = slot_of(r, c, m), q = vstage(r, c), b, e, pk = r->prev[key(r, c, m)];
+    if (pk >= 0) GPT_TRY(wait_op(r, r->op_of[PP_OP_SEND_ACT][key(r, c, pk)])); /* the slot's output is rewritten */
+    if (q > 0) {
+        int ri = r->op_of[PP_OP_RECV_ACT][key(r, c, m)];
+        GPT_TRY(wait_op(r, ri));
+        size_t n = r->N * r->C;
+        memcpy(tp_workspace_input(ws, slot), r->landing[c] + (size_t)r->plan->landing_of[(r->s * r->V + c) * r->M + m] * n,
+               sizeof(float) * n);
+    }
+    double t0 = pp_now();
+    if (r->o && r->o->simulate_op_s > 0) {
+        sim_sleep(r->o->simulate_op_s);
+        pp_trace_add(r->o ? r->o->trace : NULL, PP_SPAN_FORWARD, m, c, t0, pp_now());
+        return ZERO_OK;
+    }
+    if (q == 0) GPT_TRY(tp_forward_embed(ws, slot, a->tokens + (size_t)m * r->N, &a->params[GPT_MODULE_EMBED]));
+    tp_workspace_range(ws, &b, &e);
+    for (int l = b; l < e; l++) GPT_TRY(tp_forward_block(ws, slot, l, &a->params[gpt_module_block(l)]));
+    if (q == r->last) {
+        float loss = 0.0f;
+        GPT_TRY(tp_forward_head(ws, slot, a->targets + (size_t)m * r->N, &a->params[r->module_final],
+                                &a->params[GPT_MODULE_EMBED], &loss));
+        r->loss_sum += loss;
+    }
+    pp_trace_add(r->o ? r->o->trace : NULL, PP_SPAN_FORWARD, m, c, t0, pp_now());
+    return ZERO_OK;
+}
+
+/* B (whole = 1: with its W, the unsplit backward). */
+static zero_status backward(run *r, int c, int m, int whole)
+{
+    const pp_step_args *a = r->a;
+    tp_workspace *ws = r->ws[c];
+    int slot = slot_of(r, c, m), q = vstage(r, c), b, e, pk = r->prev[key(r, c, m)];
+    size_t n = r->N * r->C;
+    float *dres = tp_workspace_dresid(ws);
+    if (pk >= 0) GPT_TRY(wait_op(r, r->op_of[PP_OP_SEND_GRAD][key(r, c, pk)])); /* gout[slot] is rewritten */
+    if (q < r->last) {
+        GPT_TRY(wait_op(r, r->op_of[PP_OP_RECV_GRAD][key(r, c, m)]));
+        memcpy(dres, r->gin[c] + (size_t)slot * n, sizeof(float) * n);
+    }
+    double t0 = pp_now();
+    if (r->o && r->o->simulate_op_s > 0) {
+        sim_sleep(r->o->simulate_op_s * (whole ? 2 : 1));
+        pp_trace_add(r->o->trace, PP_SPAN_BACKWARD, m, c, t0, pp_now());
+        return ZERO_OK;
+    }
+    if (q == r->last)
+        GPT_TRY(tp_backward_head(ws, slot, a->dloss, &a->params[r->module_final], &a->grads[r->module_final],
+                                 &a->params[GPT_MODULE_EMBED], &a->grads[GPT_MODULE_EMBED]));
+    tp_workspace_range(ws, &b, &e);
+    for (int l = e - 1; l >= b; l--) {
+        int mod = gpt_module_block(l);
+        if (whole) GPT_TRY(tp_backward_block(ws, slot, l, &a->params[mod], &a->grads[mod]));
+        else GPT_TRY(tp_backward_block_input(ws, slot, l, &a->params[mod], &a->grads[mod]));
+    }
+    if (q == 0) GPT_TRY(tp_backward_embed(ws, slot, &a->grads[GPT_MODULE_EMBED]));
+    else memcpy(r->gout[c] + (size_t)slot * n, dres, sizeof(float) * n);
+    pp_trace_add(r->o ? r->o->trace : NULL, PP_SPAN_BACKWARD, m, c, t0, pp_now());
+    return ZERO_OK;
+}
+
+static zero_status weight(run *r, int c, int m)
+{
+    tp_workspace *ws = r->ws[c];
+    int slot = slot_of(r, c, m), b, e;
+    double t0 = pp_now();
+    if (r->o && r->o->simulate_op_s > 0) {
+        sim_sleep(r->o->simulate_op_s);
+    } else {
+        tp_workspace_range(ws, &b, &e);
+        for (int l = e - 1; l >= b; l--) GPT_TRY(tp_backward_block_weight(ws, slot, l, &r->a->grads[gpt_module_block(l)]));
+    }
+    pp_trace_add(r->o ? r->o->trace : NULL, PP_SPAN_WEIGHT_GRAD, m, c, t0, pp_now());
+    return ZERO_OK;
+}
+
+/* ------------------------------------------------------------ the stage's list */
+static zero_status execute(run *r)
+{
+    const pp_op *ops = r->plan->ops[r->s];
+    const int n = r->plan->count[r->s];
+    for (int i = 0; i < n; i++) {
+        const pp_op *op = &ops[i];
+        if (op->kind >= PP_OP_SEND_ACT) {
+            int end = i + 1;
+            while (end < n && ops[end].group) end++;
+            int grouped = end - i > 1;
+            zero_status st = ZERO_OK;
+            if (grouped) {
+                st = zero_comm_group_begin(r->pp);
+                if (st != ZERO_OK) return comm_fail(r, st, what_of(op->kind), op->micro);
+            }
+            for (int j = i; j < end && st == ZERO_OK; j++) st = issue(r, j);
+            if (grouped) {
+                zero_status e = zero_comm_group_end(r->pp); /* only async ops inside: launches, waits for nothing */
+                if (st == ZERO_OK && e != ZERO_OK) st = comm_fail(r, e, what_of(op->kind), op->micro);
+            }
+            if (st != ZERO_OK) return st;
+            i = end - 1;
+        } else if (op->kind == PP_OP_F) {
+            GPT_TRY(forward(r, op->chunk, op->micro));
+        } else if (op->kind == PP_OP_B) {
+            int whole = i + 1 < n && ops[i + 1].kind == PP_OP_W && ops[i + 1].micro == op->micro &&
+                        ops[i + 1].chunk == op->chunk;
+            GPT_TRY(backward(r, op->chunk, op->micro, whole));
+            if (whole) i++;
+        } else {
+            GPT_TRY(weight(r, op->chunk, op->micro));
+        }
+    }
+    return ZERO_OK;
+}
+
+static void free_run(run *r)
+{
+    for (int k = 0; k < 7; k++) free(r->op_of[k]);
+    free(r->prev);
+    for (int c = 0; c < r->V; c++) {
+        if (r->landing) free(r->landing[c]);
+        if (r->gin) free(r->gin[c]);
+        if (r->gout) free(r->gout[c]);
+    }
+    free(r->landing), free(r->gin), free(r->gout), free(r->req);
+}
+
+zero_status pp_run_plan(tp_workspace *const *ws, zero_comm *pp, const pp_plan *plan, const pp_step_args *a,
+                        const pp_run_opts *opts, float *loss)
+{
+    if (!ws || !plan || !a || !a->params || !a->grads)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_run_plan: workspaces, plan, args, params or grads is NULL");
+    if (!plan->checked)
+        return gpt_fail(ZERO_INVALID_STATE, "pp_run_plan: schedule '%s' was not checked (pp_plan_check)", plan->name);
+    run r;
+    memset(&r, 0, sizeof r);
+    r.ws = ws, r.plan = plan, r.a = a, r.o = opts;
+    r.pp = pp && zero_comm_get_size(pp) > 1 ? pp : NULL;
+    r.P = r.pp ? zero_comm_get_size(pp) : 1;
+    r.s = r.pp ? zero_comm_get_rank(pp) : 0;
+    r.V = plan->chunks, r.M = plan->micro_batches, r.last = r.P * r.V - 1;
+    if (plan->stages != r.P || a->micro_batches != r.M)
+        return gpt_fail(ZERO_INVALID_ARGUMENT,
+                        "pp_run_plan: schedule '%s' is for %d stages and %d micro-batches; the group has %d stages and "
+                        "the step %d micro-batches",
+                        plan->name, plan->stages, plan->micro_batches, r.P, a->micro_batches);
+    const gpt_config *cfg = tp_workspace_config(ws[0]);
+    if (!cfg) return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_run_plan: workspace of chunk 0 is NULL");
+    r.module_final = gpt_module_final(cfg);
+    r.N = tp_workspace_rows(ws[0]);
+    r.C = (size_t)cfg->d_model;
+    for (int c = 0; c < r.V; c++) {
+        int b, e, wb, we;
+        GPT_TRY(pp_chunk_layers(cfg, r.P, r.V, r.s, c, &b, &e));
+        if (!ws[c] || tp_workspace_rows(ws[c]) != r.N)
+            return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_run_plan: workspace of chunk %d is NULL or of another shape", c);
+        tp_workspace_range(ws[c], &wb, &we);
+        int need = plan->slots[r.s * r.V + c];
+        if (wb != b || we != e || tp_workspace_slots(ws[c]) < need)
+            return gpt_fail(ZERO_INVALID_ARGUMENT,
+                            "pp_run_plan: chunk %d of stage %d runs blocks [%d, %d) with %d activation slots (schedule "
+                            "'%s'); its workspace has blocks [%d, %d) and %d slots",
+                            c, r.s, b, e, need, plan->name, wb, we, tp_workspace_slots(ws[c]));
+        if (plan->split && !(opts && opts->simulate_op_s > 0)) GPT_TRY(tp_workspace_split_backward(ws[c]));
+    }
+    int q0 = vstage(&r, 0);
+    if ((q0 == 0 && !a->tokens) || (r.s == r.P - 1 && !a->targets))
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_run_plan: stage %d needs %s", r.s, q0 == 0 ? "tokens" : "targets");
+
+    const int n = plan->count[r.s];
+    size_t nk = (size_t)r.V * r.M, nc = r.N * r.C;
+    int bad = 0;
+    r.req = calloc((size_t)n + 1, sizeof *r.req);
+    r.prev = malloc(sizeof(int) * nk);
+    for (int k = 0; k < 7; k++) bad |= !(r.op_of[k] = malloc(sizeof(int) * nk));
+    r.landing = calloc((size_t)r.V, sizeof *r.landing);
+    r.gin = calloc((size_t)r.V, sizeof *r.gin);
+    r.gout = calloc((size_t)r.V, sizeof *r.gout);
+    bad |= !r.req || !r.prev || !r.landing || !r.gin || !r.gout;
+    for (int c = 0; c < r.V && !bad; c++) {
+        int land = plan->landing[r.s * r.V + c], slots = plan->slots[r.s * r.V + c];
+        r.landing[c] = malloc(sizeof(float) * nc * (size_t)(land ? land : 1));
+        r.gin[c] = malloc(sizeof(float) * nc * (size_t)slots);
+        r.gout[c] = malloc(sizeof(float) * nc * (size_t)slots);
+        bad |= !r.landing[c] || !r.gin[c] || !r.gout[c];
+    }
+    if (bad) {
+        free_run(&r);
+        return gpt_fail(ZERO_OUT_OF_MEMORY, "pp_run_plan: out of memory for the stage's transfer buffers");
+    }
+    for (size_t i = 0; i < nk; i++) {
+        r.prev[i] = -1;
+        for (int k = 0; k < 7; k++) r.op_of[k][i] = -1;
+    }
+    int *last_in = malloc(sizeof(int) * nk); /* [c * M + slot]: last micro-batch in that slot */
+    for (size_t i = 0; last_in && i < nk; i++) last_in[i] = -1;
+    for (int i = 0; i < n; i++) {
+        const pp_op *op = &plan->ops[r.s][i];
+        r.op_of[op->kind][key(&r, op->chunk, op->micro)] = i;
+        if (op->kind == PP_OP_F && last_in) {
+            int sl = op->chunk * r.M + slot_of(&r, op->chunk, op->micro);
+            r.prev[key(&r, op->chunk, op->micro)] = last_in[sl];
+            last_in[sl] = op->micro;
+        }
+    }
+    free(last_in);
+
+    zero_status st = execute(&r);
+    /* what is still in flight completes (or fails) before its buffers go */
+    for (int i = 0; i < n; i++)
+        if (r.req[i]) {
+            zero_status w = wait_op(&r, i);
+            if (st == ZERO_OK) st = w;
+        }
+    free_run(&r);
+    if (st != ZERO_OK) return st;
+    float mean = (float)(r.loss_sum / a->micro_batches);
+    if (r.pp) {
+        st = zero_broadcast(r.pp, &mean, &mean, 1, ZERO_F32, r.last % r.P);
+        if (st != ZERO_OK) return comm_fail(&r, st, "broadcast of the loss", -1);
+    }
+    if (loss) *loss = mean;
+    return ZERO_OK;
+}

@@ -1,0 +1,272 @@
+/* Every pipeline schedule (model/pp_plan.h) run by the runtime (pp_run_plan)
+ * on real ranks (np = stages, tp 1), against the single-rank model:
+ *   - GPipe's loss within 1e-5 relative of the single-rank model's and every
+ *     gradient (summed over the stages: the tied wte's two halves) within
+ *     2e-5 * max|ref| + 1e-4 * |ref| - the tolerance of the tp/pp tests;
+ *   - 1F1B, interleaved 1F1B (2 chunks per stage), ZB-H1 and ZB-H2: loss and
+ *     every gradient BITWISE those of GPipe (each tensor accumulates its
+ *     micro-batches in the same order in every schedule);
+ *   - on one rank, a plan that runs every W long after its B (the W-split
+ *     backward, with its stash) gives bitwise the unsplit backward's
+ *     gradients;
+ *   - the trace: one forward, backward and (split) weight-gradient span per
+ *     op, and a Chrome trace JSON naming every rank's track;
+ *   - a plan the runtime was not given checked, or for another group size,
+ *     is refused by name. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <zero/zero.h>
+
+#include "check.h"
+#include "gpt.h"
+#include "pp_gpt.h"
+#include "pp_plan.h"
+#include "pp_trace.h"
+#include "tp_gpt.h"
+
+/* 8 blocks: 4 stages x 2 chunks. A stage message is 3*8*64 floats = 6 KiB,
+ * above Open MPI's shared-memory eager limit (4 KiB): sends really wait. */
+static const gpt_config g_cfg = {8, 4, 64, 12, 64};
+enum { BATCH = 3, SEQ = 8, MICRO = 4 };
+static int g_rank;
+
+#define TRY(call)                                                                                              \
+    do {                                                                                                       \
+        zero_status st_ = (call);                                                                              \
+        if (st_ != ZERO_OK) {                                                                                  \
+            fprintf(stderr, "[rank %d] %s:%d: %s: %s: %s\n", g_rank, __FILE__, __LINE__, #call, zero_status_name(st_), \
+                    gpt_last_error());                                                                         \
+            return 1;                                                                                          \
+        }                                                                                                      \
+    } while (0)
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 33;
+}
+
+typedef struct model {
+    size_t np;
+    float **p, **g;
+    gpt_tensors *ps, *gs;
+} model;
+
+static void model_make(model *m, uint64_t seed)
+{
+    m->np = gpt_num_params(&g_cfg);
+    m->p = calloc(m->np, sizeof *m->p);
+    m->g = calloc(m->np, sizeof *m->g);
+    int nm = gpt_num_modules(&g_cfg);
+    m->ps = calloc((size_t)nm, sizeof *m->ps);
+    m->gs = calloc((size_t)nm, sizeof *m->gs);
+    uint64_t s = seed;
+    for (size_t i = 0; i < m->np; i++) {
+        gpt_param_info info;
+        gpt_param_info_get(&g_cfg, i, &info);
+        m->p[i] = malloc(sizeof(float) * info.numel);
+        m->g[i] = calloc(info.numel, sizeof(float));
+        float base = info.init == GPT_INIT_ONES ? 1.0f : 0.0f, amp = info.init == GPT_INIT_NORMAL ? 0.15f : 0.1f;
+        for (size_t k = 0; k < info.numel; k++)
+            m->p[i][k] = base + amp * ((float)rng_next(&s) / 2147483648.0f * 2.0f - 1.0f);
+        m->ps[info.module].t[info.index] = m->p[i];
+        m->gs[info.module].t[info.index] = m->g[i];
+    }
+}
+
+static void model_free(model *m)
+{
+    for (size_t i = 0; i < m->np; i++) free(m->p[i]), free(m->g[i]);
+    free(m->p), free(m->g), free(m->ps), free(m->gs);
+}
+
+static void zero_grads(model *m)
+{
+    for (size_t i = 0; i < m->np; i++) {
+        gpt_param_info info;
+        gpt_param_info_get(&g_cfg, i, &info);
+        memset(m->g[i], 0, sizeof(float) * info.numel);
+    }
+}
+
+/* Run `plan` over `pp` with fresh workspaces; gradients summed over pp into m->g. */
+static int run(zero_comm *pp, const pp_plan *plan, model *m, const int32_t *tok, const int32_t *tgt, float *loss,
+               pp_trace *trace)
+{
+    int P = pp ? zero_comm_get_size(pp) : 1, s = pp ? zero_comm_get_rank(pp) : 0;
+    tp_workspace *ws[8] = {0};
+    for (int c = 0; c < plan->chunks; c++) {
+        int b, e;
+        TRY(pp_chunk_layers(&g_cfg, P, plan->chunks, s, c, &b, &e));
+        TRY(tp_workspace_create(&ws[c], &g_cfg, NULL, BATCH, SEQ, b, e, plan->slots[s * plan->chunks + c]));
+    }
+    zero_grads(m);
+    pp_step_args a = {MICRO, tok, tgt, 1.0f / MICRO, m->ps, m->gs};
+    pp_run_opts o = {trace, 0.0};
+    TRY(pp_run_plan(ws, pp, plan, &a, &o, loss));
+    for (int c = 0; c < plan->chunks; c++) tp_workspace_destroy(ws[c]);
+    if (pp)
+        for (size_t i = 0; i < m->np; i++) {
+            gpt_param_info info;
+            gpt_param_info_get(&g_cfg, i, &info);
+            TRY(zero_allreduce(pp, m->g[i], m->g[i], info.numel, ZERO_F32, ZERO_SUM));
+        }
+    return 0;
+}
+
+static int same_grads(const model *a, const model *b)
+{
+    for (size_t i = 0; i < a->np; i++) {
+        gpt_param_info info;
+        gpt_param_info_get(&g_cfg, i, &info);
+        if (memcmp(a->g[i], b->g[i], sizeof(float) * info.numel) != 0) return 0;
+    }
+    return 1;
+}
+
+static void close_grads(const model *got, const model *ref, double *worst)
+{
+    for (size_t i = 0; i < got->np; i++) {
+        gpt_param_info info;
+        gpt_param_info_get(&g_cfg, i, &info);
+        float maxref = 0;
+        for (size_t k = 0; k < info.numel; k++) maxref = fmaxf(maxref, fabsf(ref->g[i][k]));
+        for (size_t k = 0; k < info.numel; k++) {
+            float err = fabsf(got->g[i][k] - ref->g[i][k]);
+            if (maxref > 0 && err / maxref > *worst) *worst = err / maxref;
+            if (!(err <= 2e-5f * maxref + 1e-4f * fabsf(ref->g[i][k]))) {
+                CHECK_MSG(0, "%s[%zu]: %g vs single-rank %g", info.name, k, got->g[i][k], ref->g[i][k]);
+                return;
+            }
+        }
+    }
+}
+
+/* One rank: every W deferred to the end of the step (a split backward). */
+static int split_vs_unsplit(model *m, const int32_t *tok, const int32_t *tgt)
+{
+    pp_plan split, whole;
+    TRY(pp_plan_generate(&whole, PP_SCHED_GPIPE, 1, MICRO, 1));
+    TRY(pp_plan_init(&split, 1, 1, MICRO, "w-deferred"));
+    for (int k = 0; k < MICRO; k++) TRY(pp_plan_add(&split, 0, PP_OP_F, k, 0, 0));
+    for (int k = 0; k < MICRO; k++) TRY(pp_plan_add(&split, 0, PP_OP_B, k, 0, 0));
+    for (int k = 0; k < MICRO; k++) TRY(pp_plan_add(&split, 0, PP_OP_W, k, 0, 0));
+    TRY(pp_plan_check(&split));
+    CHECK(split.split && !whole.split);
+    model ref;
+    model_make(&ref, 11);
+    float l1, l2;
+    pp_trace tr = {0};
+    if (run(NULL, &whole, &ref, tok, tgt, &l1, NULL) || run(NULL, &split, m, tok, tgt, &l2, &tr)) return 1;
+    CHECK_MSG(l1 == l2 && same_grads(m, &ref), "W-split backward differs from the unsplit one (loss %.9g vs %.9g)", l2,
+              l1);
+    int nf = 0, nb = 0, nw = 0;
+    for (int i = 0; i < tr.n; i++) {
+        nf += tr.spans[i].kind == PP_SPAN_FORWARD;
+        nb += tr.spans[i].kind == PP_SPAN_BACKWARD;
+        nw += tr.spans[i].kind == PP_SPAN_WEIGHT_GRAD;
+    }
+    CHECK_MSG(nf == MICRO && nb == MICRO && nw == MICRO, "trace: %d forward, %d backward, %d weight-grad spans", nf,
+              nb, nw);
+    /* an unchecked plan is refused */
+    pp_plan raw;
+    TRY(pp_plan_init(&raw, 1, 1, MICRO, "raw"));
+    pp_step_args a = {MICRO, tok, tgt, 1.0f / MICRO, m->ps, m->gs};
+    tp_workspace *ws = NULL;
+    TRY(tp_workspace_create(&ws, &g_cfg, NULL, BATCH, SEQ, 0, g_cfg.n_layer, MICRO));
+    CHECK(pp_run_plan(&ws, NULL, &raw, &a, NULL, NULL) == ZERO_INVALID_STATE &&
+          strstr(gpt_last_error(), "was not checked"));
+    /* a plan for 2 stages on one */
+    pp_plan two;
+    TRY(pp_plan_generate(&two, PP_SCHED_1F1B, 2, MICRO, 1));
+    CHECK(pp_run_plan(&ws, NULL, &two, &a, NULL, NULL) == ZERO_INVALID_ARGUMENT &&
+          strstr(gpt_last_error(), "is for 2 stages"));
+    tp_workspace_destroy(ws);
+    pp_plan_free(&raw), pp_plan_free(&two), pp_plan_free(&split), pp_plan_free(&whole);
+    pp_trace_free(&tr);
+    model_free(&ref);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *trace_path = argc > 1 ? argv[1] : NULL;
+    zero_comm *world = NULL;
+    if (zero_comm_create_world(&world, NULL) != ZERO_OK) {
+        fprintf(stderr, "init_world: %s\n", zero_last_error());
+        return 1;
+    }
+    g_rank = zero_comm_get_rank(world);
+    check_set_rank(g_rank);
+    int P = zero_comm_get_size(world);
+    zero_comm *pp = P > 1 ? world : NULL;
+    size_t N = (size_t)MICRO * BATCH * SEQ;
+    int32_t *tok = malloc(sizeof(int32_t) * N), *tgt = malloc(sizeof(int32_t) * N);
+    uint64_t s = 5;
+    for (size_t i = 0; i < N; i++) {
+        tok[i] = (int32_t)(rng_next(&s) % (uint64_t)g_cfg.vocab);
+        tgt[i] = (int32_t)(rng_next(&s) % (uint64_t)g_cfg.vocab);
+    }
+    tgt[3] = -1; /* an ignored target */
+    int rc = 0;
+    model single, gp, other;
+    model_make(&single, 11), model_make(&gp, 11), model_make(&other, 11);
+    float l_single, l_gp;
+    pp_plan plan;
+    if (pp_plan_generate(&plan, PP_SCHED_GPIPE, 1, MICRO, 1) != ZERO_OK || run(NULL, &plan, &single, tok, tgt, &l_single, NULL))
+        rc = 1;
+    pp_plan_free(&plan);
+    if (!rc && (pp_plan_generate(&plan, PP_SCHED_GPIPE, P, MICRO, 1) != ZERO_OK || run(pp, &plan, &gp, tok, tgt, &l_gp, NULL)))
+        rc = 1;
+    pp_plan_free(&plan);
+    if (!rc) {
+        CHECK_MSG(fabs(l_gp - l_single) <= 1e-5 * fabs(l_single), "GPipe loss %.9g vs single rank %.9g", l_gp,
+                  l_single);
+        double worst = 0;
+        close_grads(&gp, &single, &worst);
+        if (g_rank == 0) printf("pp %d gpipe: loss %.7f (single rank %.7f), largest gradient error / max|ref| %.2e\n", P,
+                                l_gp, l_single, worst);
+    }
+    for (int k = PP_SCHED_1F1B; k < PP_SCHED_COUNT && !rc && P > 1; k++) {
+        int v = k == PP_SCHED_INTERLEAVED ? 2 : 1;
+        float l;
+        pp_trace tr = {0};
+        if (pp_plan_generate(&plan, (pp_schedule_kind)k, P, MICRO, v) != ZERO_OK ||
+            run(pp, &plan, &other, tok, tgt, &l, &tr)) {
+            fprintf(stderr, "[rank %d] %s: %s\n", g_rank, pp_schedule_name((pp_schedule_kind)k), gpt_last_error());
+            rc = 1;
+            break;
+        }
+        CHECK_MSG(l == l_gp && same_grads(&other, &gp), "%s: loss %.9g vs GPipe %.9g, gradients %s", plan.name, l, l_gp,
+                  same_grads(&other, &gp) ? "equal" : "differ");
+        int nf = 0;
+        for (int i = 0; i < tr.n; i++) nf += tr.spans[i].kind == PP_SPAN_FORWARD;
+        CHECK_MSG(nf == MICRO * v, "%s: %d forward spans on stage %d (expected %d)", plan.name, nf, g_rank, MICRO * v);
+        if (k == PP_SCHED_ZB_H1 && trace_path) {
+            CHECK_OK(pp_trace_write(world, &tr, g_rank, trace_path, "zb-h1"));
+            if (g_rank == 0) {
+                FILE *f = fopen(trace_path, "r");
+                char buf[1 << 16];
+                size_t got = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+                buf[got] = 0;
+                if (f) fclose(f);
+                char want[64];
+                snprintf(want, sizeof want, "\"rank %d (pp stage %d)\"", P - 1, P - 1);
+                CHECK_MSG(strstr(buf, "\"traceEvents\"") && strstr(buf, want) && strstr(buf, "\"weight-grad\""),
+                          "trace file %s lacks the tracks or spans", trace_path);
+            }
+        }
+        pp_trace_free(&tr);
+        pp_plan_free(&plan);
+        if (g_rank == 0) printf("pp %d %s: bitwise GPipe\n", P, pp_schedule_name((pp_schedule_kind)k));
+    }
+    if (!rc && g_rank == 0) rc = split_vs_unsplit(&other, tok, tgt);
+    model_free(&single), model_free(&gp), model_free(&other);
+    free(tok), free(tgt);
+    zero_comm_destroy(world);
+    return rc ? 1 : check_exit();
+}
