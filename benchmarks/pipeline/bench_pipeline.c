@@ -171,12 +171,12 @@ int main(int argc, char **argv)
         }
     }
     zero_comm *world = NULL;
-    if (zero_comm_init_world(&world, NULL) != ZERO_OK) {
+    if (zero_comm_create_world(&world, NULL) != ZERO_OK) {
         fprintf(stderr, "init_world: %s\n", zero_last_error());
         return 1;
     }
-    g_rank = zero_comm_rank(world);
-    b.P = zero_comm_size(world), b.s = g_rank;
+    g_rank = zero_comm_get_rank(world);
+    b.P = zero_comm_get_size(world), b.s = g_rank;
     /* simulated: the model only sizes the messages; real: big enough that compute dominates */
     b.cfg = b.real ? (gpt_config){8, 4, 128, 64, 256} : (gpt_config){8, 4, 64, 8, 64};
     b.B = b.real ? 4 : 2, b.T = b.real ? 64 : 8;
