@@ -688,6 +688,8 @@ static int parse_clean(train_config *c, json_t *root, int world, char *err, size
     c->data_path = strdup("auto");
     c->data_suffixes_auto = 1;
     c->tp = c->pp = 1;
+    c->pp_schedule = strdup("1f1b");
+    c->pp_virtual = 1;
 
     /* ------------------------------------------------ model parallelism: the dp size comes first */
     {
@@ -768,14 +770,19 @@ static int parse_clean(train_config *c, json_t *root, int world, char *err, size
         get_section(root, "optimizer", &opt, err, n))
         return -1;
     if (model) {
-        static const char *const keys[] = {"n_layer", "n_head", "d_model", "seq_len", "vocab", "tp", "pp", NULL};
+        static const char *const keys[] = {"n_layer",     "n_head", "d_model", "seq_len", "vocab", "tp", "pp",
+                                           "pp_schedule", "pp_virtual", NULL};
         if (check_keys(model, "model", keys, err, n) ||
             get_int32(model, "model", "n_layer", &c->n_layer, 1, 1024, err, n) ||
             get_int32(model, "model", "n_head", &c->n_head, 1, 1024, err, n) ||
             get_int32(model, "model", "d_model", &c->d_model, 1, 1 << 16, err, n) ||
             get_int32(model, "model", "seq_len", &c->seq_len, 1, 1 << 20, err, n) ||
-            get_int32(model, "model", "vocab", &c->vocab, 256, 1 << 20, err, n))
+            get_int32(model, "model", "vocab", &c->vocab, 256, 1 << 20, err, n) ||
+            get_str(model, "model", "pp_schedule", &c->pp_schedule, err, n) ||
+            get_int32(model, "model", "pp_virtual", &c->pp_virtual, 1, 64, err, n))
             return -1;
+        /* the name itself is checked where the schedule is built (train_parallel.c) */
+        if (!c->pp_schedule) return cfail(err, n, "model.pp_schedule: expected a schedule name, got null");
     }
     if (c->d_model % c->n_head)
         return cfail(err, n, "model.d_model: %d is not divisible by model.n_head %d", c->d_model, c->n_head);
@@ -883,9 +890,10 @@ static int parse_clean(train_config *c, json_t *root, int world, char *err, size
     json_object_del(e, "bfloat16"); /* the engine's effective section is written as bf16 */
     json_object_set_new(e, "train_micro_batch_size_per_gpu", json_integer(c->micro_batch));
     json_object_set_new(e, "gradient_accumulation_steps", json_integer(c->grad_accum));
-    json_object_set_new(e, "model", json_pack("{s:i,s:i,s:i,s:i,s:i,s:i,s:i}", "n_layer", c->n_layer, "n_head",
-                                              c->n_head, "d_model", c->d_model, "seq_len", c->seq_len, "vocab",
-                                              c->vocab, "tp", c->tp, "pp", c->pp));
+    json_object_set_new(e, "model", json_pack("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:i}", "n_layer", c->n_layer,
+                                              "n_head", c->n_head, "d_model", c->d_model, "seq_len", c->seq_len,
+                                              "vocab", c->vocab, "tp", c->tp, "pp", c->pp, "pp_schedule",
+                                              c->pp_schedule, "pp_virtual", c->pp_virtual));
     json_t *sfx = json_array();
     if (c->data_suffixes)
         for (char **s = c->data_suffixes; *s; s++) json_array_append_new(sfx, json_string(*s));
@@ -914,6 +922,7 @@ static int parse_clean(train_config *c, json_t *root, int world, char *err, size
 void train_config_free(train_config *c)
 {
     free(c->data_path);
+    free(c->pp_schedule);
     if (c->data_suffixes)
         for (char **s = c->data_suffixes; *s; s++) free(*s);
     free(c->data_suffixes);

@@ -73,6 +73,8 @@ typedef struct train_config {
     int n_layer, n_head, d_model, seq_len, vocab;
     /* model parallelism (model.tp, model.pp; Megatron's grid order); dp = world / (tp * pp) */
     int tp, pp, dp;
+    char *pp_schedule;  /* model.pp_schedule: "1f1b" (default), "gpipe", "interleaved", "zb-h1", "zb-h2" (docs/pipeline.md) */
+    int pp_virtual;     /* model.pp_virtual: chunks per stage; >= 2 for "interleaved", else 1 */
     /* data */
     char *data_path;          /* "auto" = the default corpus */
     char **data_suffixes;     /* NULL-terminated; NULL with data_suffixes_auto */

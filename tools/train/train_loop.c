@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "pp_trace.h"
 #include "train_run.h"
 
 static double cpu_s(void)
@@ -188,7 +189,10 @@ int train_loop(run *r)
             loss_sum += loss;
         }
         zero_step_result res;
-        if (zero_engine_step(r->engine, &res) != ZERO_OK) {
+        double t_opt = pp_now();
+        zero_status step_st = zero_engine_step(r->engine, &res);
+        if (r->par) train_parallel_trace_optimizer(r->par, t_opt, pp_now());
+        if (step_st != ZERO_OK) {
             fprintf(stderr, "zero-train: rank %d, step %lld: %s\n", r->rank, (long long)r->step + 1,
                     zero_engine_last_error(r->engine));
             rc = -1;

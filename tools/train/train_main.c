@@ -49,6 +49,9 @@ static void usage(FILE *f)
           "  --comm-timeout S       train.comm_timeout_s: deadline of every collective (default 120)\n"
           "  --check-collectives    train.check_collectives: debug mode; every collective's fingerprint\n"
           "                         (op, count, dtype, group, sequence) is checked across the group\n"
+          "  --trace FILE           write the steps' timeline (pipeline ops, communication waits, optimizer;\n"
+          "                         one track per rank) as Chrome trace-event JSON (Perfetto); needs\n"
+          "                         model.tp or model.pp > 1 (the pipeline runtime); docs/pipeline.md\n"
           "  --plain                no progress bar even on a terminal\n"
           "  --dump-logits FILE     after training, rank 0 writes the logits of one fixed batch:\n"
           "                         i32 batch, seq, vocab; i32 tokens[batch*seq]; f32 logits[batch*seq*vocab]\n"
@@ -193,7 +196,7 @@ void rank_error(const run *r, const char *fmt, ...)
 
 int main(int argc, char **argv)
 {
-    const char *config_path = NULL, *dump_logits = NULL;
+    const char *config_path = NULL, *dump_logits = NULL, *trace_path = NULL;
     int print_config = 0, plain = 0;
     char err[ERRMAX];
     json_t *sets = json_array();
@@ -251,6 +254,9 @@ int main(int argc, char **argv)
             print_config = 1;
         } else if (strcmp(a, "--dump-logits") == 0 && v) {
             dump_logits = v;
+            i++;
+        } else if (strcmp(a, "--trace") == 0 && v) {
+            trace_path = v;
             i++;
         } else if (strcmp(a, "--plain") == 0) {
             plain = 1;
@@ -332,6 +338,11 @@ int main(int argc, char **argv)
         r0printf(&r, stderr, "zero-train: config: %s.enabled: model.tp / model.pp > 1 compute in fp32 only "
                              "(the tensor/pipeline runtime has no 16-bit path)\n",
                  r.zcfg.compute_dtype == ZERO_F16 ? "fp16" : "bf16");
+        goto done;
+    }
+    if (!model_parallel && trace_path) {
+        r0printf(&r, stderr, "zero-train: --trace records the pipeline runtime's timeline: it needs model.tp or "
+                             "model.pp > 1\n");
         goto done;
     }
     if (model_parallel && dump_logits) {
@@ -426,6 +437,9 @@ int main(int argc, char **argv)
         int ok = train_parallel_create(&r.par, r.host_comm, &g, r.cfg.tp, r.cfg.pp, r.cfg.micro_batch,
                                        r.cfg.grad_accum, r.cfg.seed, &r.zcfg, r.dev, &r.engine, &ckpt, err,
                                        sizeof err) == 0;
+        if (ok && train_parallel_set_schedule(r.par, r.cfg.pp_schedule, r.cfg.pp_virtual, err, sizeof err) != 0)
+            ok = 0;
+        if (ok && trace_path) train_parallel_enable_trace(r.par);
         if (!ok) rank_error(&r, "%s", err);
         if (!all_ok(&r, ok)) goto done;
         r.dp = train_parallel_dp_size(r.par);
@@ -530,6 +544,10 @@ int main(int argc, char **argv)
     if (rc == 0 && r.stopped_by) rc = 128 + r.stopped_by;
     train_progress_close(&r.progress);
     if (rc == 0 && dump_logits && train_write_logits(&r, dump_logits) != 0) rc = 1;
+    if (rc == 0 && trace_path && r.par && train_parallel_write_trace(r.par, r.host_comm, trace_path, err, sizeof err) != 0) {
+        r0printf(&r, stderr, "zero-train: %s\n", err);
+        rc = 1;
+    }
 
 done:
     train_model_destroy(r.model);

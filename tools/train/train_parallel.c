@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "pp_gpt.h"
+#include "pp_trace.h"
 #include "tp_engine.h"
 #include "tp_gpt.h"
 
@@ -20,6 +21,10 @@ struct train_parallel {
     tp_workspace *ws;
     int *param_ids, *module_ids;
     gpt_tensors *params, *grads;
+    gpt_checkpointing ck;
+    pp_plan plan;        /* model.pp_schedule (has_plan), else pp_train_step's 1F1B */
+    int has_plan, tracing;
+    pp_trace trace;
 };
 
 static int pfail(char *err, size_t n, const char *fmt, ...)
@@ -49,6 +54,7 @@ int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_conf
     if (!p) return pfail(err, en, "model parallel: out of memory");
     p->cfg = *cfg;
     p->micro_batches = micro_batches;
+    if (ck) p->ck = *ck;
     const int nm = gpt_num_modules(cfg);
     p->param_ids = calloc(gpt_num_params(cfg), sizeof *p->param_ids);
     p->module_ids = calloc((size_t)nm, sizeof *p->module_ids);
@@ -92,6 +98,8 @@ void train_parallel_destroy(train_parallel *p)
     zero_comm_destroy(p->mp);
     zero_comm_destroy(p->embed);
     zero_grid_destroy(&p->grid);
+    pp_plan_free(&p->plan);
+    pp_trace_free(&p->trace);
     free(p->param_ids);
     free(p->module_ids);
     free(p->params);
@@ -145,11 +153,67 @@ int train_parallel_micro_steps(train_parallel *p, const int32_t *tokens, const i
     if (tp_engine_sets(p->engine, &p->cfg, p->param_ids, p->params, p->grads) != ZERO_OK)
         return pfail(err, en, "%s", gpt_last_error());
     pp_step_args a = {p->micro_batches, tokens, targets, 1.0f / (float)p->micro_batches, p->params, p->grads};
-    if (pp_train_step(p->ws, p->grid.pp, PP_1F1B, &a, loss) != ZERO_OK)
-        return pfail(err, en, "pipeline step: %s", gpt_last_error());
+    pp_run_opts o = {p->tracing ? &p->trace : NULL, 0.0};
+    zero_status st = p->has_plan ? pp_run_plan(&p->ws, p->grid.pp, &p->plan, &a, &o, loss)
+                                 : pp_train_step(p->ws, p->grid.pp, PP_1F1B, &a, loss);
+    if (st != ZERO_OK) return pfail(err, en, "pipeline step: %s", gpt_last_error());
     if (pp_tied_grad_allreduce(p->embed, &p->cfg, &p->grads[GPT_MODULE_EMBED]) != ZERO_OK)
         return pfail(err, en, "tied embedding gradient: %s", gpt_last_error());
     if (tp_engine_grads_ready(p->engine, &p->cfg, p->module_ids) != ZERO_OK)
         return pfail(err, en, "%s", gpt_last_error());
     return gather_all(p, 0, err, en);
+}
+
+/* ------------------------------------------------------------ schedules (docs/pipeline.md) */
+int train_parallel_set_schedule(train_parallel *p, const char *schedule, int chunks, char *err, size_t en)
+{
+    pp_schedule_kind kind;
+    if (pp_schedule_parse(schedule, &kind) != ZERO_OK) return pfail(err, en, "model.pp_schedule: %s", gpt_last_error());
+    if (kind == PP_SCHED_INTERLEAVED && chunks < 2)
+        return pfail(err, en, "model.pp_schedule \"interleaved\" needs model.pp_virtual >= 2 (chunks per stage), got %d",
+                     chunks);
+    if (kind != PP_SCHED_INTERLEAVED && chunks != 1)
+        return pfail(err, en, "model.pp_virtual %d: only model.pp_schedule \"interleaved\" has chunks per stage", chunks);
+    if (chunks > 1) /* the engine registered the contiguous stage's blocks */
+        return pfail(err, en, "model.pp_schedule \"interleaved\": not in zero-train yet (the engine registers one "
+                              "contiguous block range per stage); pp_run_plan runs it (docs/pipeline.md)");
+    pp_plan plan;
+    if (pp_plan_generate(&plan, kind, p->grid.pp_size, p->micro_batches, chunks) != ZERO_OK)
+        return pfail(err, en, "model.pp_schedule \"%s\": %s", schedule, gpt_last_error());
+    int need = plan.slots[p->grid.pp_rank];
+    if (need > tp_workspace_slots(p->ws)) {
+        int b, e;
+        tp_workspace *ws = NULL;
+        tp_workspace_range(p->ws, &b, &e);
+        if (tp_workspace_create_ckpt(&ws, &p->cfg, p->grid.tp, (int)(tp_workspace_rows(p->ws) / (size_t)p->cfg.seq_len),
+                                     p->cfg.seq_len, b, e, need, p->ck.blocks ? &p->ck : NULL) != ZERO_OK) {
+            pp_plan_free(&plan);
+            return pfail(err, en, "model.pp_schedule \"%s\": workspace of %d slots: %s", schedule, need, gpt_last_error());
+        }
+        tp_workspace_destroy(p->ws);
+        p->ws = ws;
+    }
+    pp_plan_free(&p->plan);
+    p->plan = plan;
+    p->has_plan = 1;
+    return 0;
+}
+
+void train_parallel_enable_trace(train_parallel *p) { p->tracing = 1; }
+
+void train_parallel_trace_optimizer(train_parallel *p, double t0, double t1)
+{
+    if (!p || !p->tracing) return;
+    pp_trace_add(&p->trace, PP_SPAN_OPTIMIZER, -1, 0, t0, t1);
+    p->trace.step++;
+}
+
+int train_parallel_write_trace(train_parallel *p, zero_comm *world, const char *path, char *err, size_t en)
+{
+    char label[96];
+    snprintf(label, sizeof label, "zero-train %s, pp %d, tp %d, dp %d", p->has_plan ? p->plan.name : "1f1b",
+             p->grid.pp_size, p->grid.tp_size, p->grid.dp_size);
+    if (pp_trace_write(world, &p->trace, p->grid.pp_rank, path, label) != ZERO_OK)
+        return pfail(err, en, "--trace %s: %s", path, gpt_last_error());
+    return 0;
 }

@@ -23,6 +23,16 @@ typedef struct train_parallel train_parallel;
 int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_config *cfg, int tp, int pp,
                           int micro, int micro_batches, uint64_t seed, const zero_config *zc, zero_device *dev,
                           zero_engine **engine, const gpt_checkpointing *ck, char *err, size_t err_size);
+/* Before the first step: the pipeline schedule by name (model.pp_schedule; pp_plan.h) with `chunks`
+ * chunks per stage (model.pp_virtual). Without this call zero-train runs 1F1B. Builds and checks the
+ * plan and the chunks' workspaces; -1 with the checker's or generator's message in err. */
+int train_parallel_set_schedule(train_parallel *p, const char *schedule, int chunks, char *err, size_t err_size);
+/* --trace: record every step's spans (pipeline ops, communication waits, the optimizer). */
+void train_parallel_enable_trace(train_parallel *p);
+/* The optimizer's span of this step (train_loop around zero_engine_step). */
+void train_parallel_trace_optimizer(train_parallel *p, double t0, double t1);
+/* COLLECTIVE over world: write the recorded spans as Chrome trace JSON to path (rank 0 writes). */
+int train_parallel_write_trace(train_parallel *p, zero_comm *world, const char *path, char *err, size_t err_size);
 void train_parallel_destroy(train_parallel *p); /* NULL accepted */
 
 int train_parallel_dp_size(const train_parallel *p);

@@ -1,0 +1,56 @@
+"""zero-train's pipeline schedules (model.pp_schedule, docs/pipeline.md) and --trace: at
+pp 2 x dp 2 every schedule zero-train runs trains bitwise like 1F1B (the same loss text
+every step: each tensor accumulates its micro-batches in the same order), --trace writes
+Chrome trace-event JSON with one track per rank and forward, backward, weight-grad and
+optimizer spans, and bad schedules are rejected naming the key."""
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from train_helpers import TINY, corpus, metrics, run_train  # noqa: E402
+
+GRID = TINY + ["--steps", "3", "--log-every", "1", "--set", "model.pp=2", "--grad-accum", "4", "--stage", "1"]
+
+
+def run(tmp_path, name, extra):
+    m = tmp_path / f"{name}.jsonl"
+    p = run_train(GRID + ["--data", corpus(tmp_path), "--metrics", str(m)] + extra, ranks=4)
+    return metrics(m), p
+
+
+def test_schedules_train_bitwise_like_1f1b_and_trace(tmp_path):
+    ref, _ = run(tmp_path, "1f1b", [])
+    for sched in ("gpipe", "zb-h1", "zb-h2"):
+        trace = tmp_path / f"{sched}.json"
+        got, _ = run(tmp_path, sched, ["--set", f"model.pp_schedule={sched}", "--trace", str(trace)])
+        assert [r["loss_text"] for r in got] == [r["loss_text"] for r in ref], sched
+        doc = json.loads(trace.read_text())
+        ev = doc["traceEvents"]
+        tracks = {e["args"]["name"] for e in ev if e.get("name") == "process_name"}
+        assert tracks == {"rank 0 (pp stage 0)", "rank 1 (pp stage 0)", "rank 2 (pp stage 1)",
+                          "rank 3 (pp stage 1)"}, tracks
+        cats = {e.get("cat") for e in ev if e.get("ph") == "X"}
+        assert {"forward", "backward", "optimizer"} <= cats, cats
+        if sched != "gpipe":
+            assert "weight-grad" in cats  # B and W apart
+        # 3 steps x 4 micro-batches forward on each of the 4 ranks
+        assert sum(1 for e in ev if e.get("cat") == "forward") == 3 * 4 * 4
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--set", "model.pp_schedule=zb"], "model.pp_schedule: pipeline schedule 'zb' is not one of"),
+    (["--set", "model.pp_virtual=2"], "model.pp_virtual 2: only model.pp_schedule \"interleaved\""),
+    (["--set", "model.pp_schedule=interleaved"], "needs model.pp_virtual >= 2"),
+])
+def test_bad_schedule_is_rejected(tmp_path, extra, needle):
+    p = run_train(GRID + ["--data", corpus(tmp_path)] + extra, ranks=4, check=False)
+    assert p.returncode != 0 and needle in p.stderr, p.stderr
+
+
+def test_trace_needs_the_pipeline_runtime(tmp_path):
+    p = run_train(TINY + ["--steps", "1", "--data", corpus(tmp_path), "--trace", str(tmp_path / "t.json")],
+                  check=False)
+    assert p.returncode != 0 and "--trace records the pipeline runtime's timeline" in p.stderr, p.stderr
