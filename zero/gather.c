@@ -112,7 +112,7 @@ static zero_status untraced_gather(zero_engine *e, zero_module *m, const char *w
 {
     if (m->ugather_count++ > 0 || m->gather_numel == 0 || m->state == MODULE_GATHERED) return ZERO_OK;
     ZERO_TRY(engine_transient_get(e, ZERO_MEM_PARAMS, m->gather_numel * e->dsize, 0, &m->ugathered));
-    ZERO_TRY(engine_sync_device(e, what));
+    ZERO_TRY(engine_sync_stream(e, what));
     for (int i = 0; i < m->num_buckets; i++) {
         const zero_bucket *b = &e->buckets[m->bucket_ids[i]];
         if (b->persistent) continue;
