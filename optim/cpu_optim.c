@@ -1,112 +1,246 @@
 /* Vectorized CPU optimizer kernels: the "CPU Adam" that ZeRO-Offload runs on
- * the host. AdamW uses SSE intrinsics (see adamw_range), SGD a plain loop the
- * compiler vectorizes (omp simd); both split across threads with OpenMP for
- * large arrays. Memory-bound: AdamW moves 28 bytes per element.
+ * the host. One kernel body per optimizer, written once over GCC vector
+ * types and instantiated for AVX-512 (16 lanes), AVX2 (8), SSE2 (4) and
+ * plain scalar code; the widest one the CPU supports is chosen once, at the
+ * first call (CPUID through __builtin_cpu_supports, which also checks that
+ * the OS saves the wide registers). ZERO_CPU_ISA=avx512|avx2|sse2|scalar
+ * caps the choice (tests run every variant; a user can rule one out).
+ * Large arrays are split across OpenMP threads.
  *
- * Every element's result depends only on that element, and the library is
- * built with -std=c11 (no floating-point contraction, no fast-math), so the
- * vector body, the scalar remainder and any thread split round identically:
- * updating a chunk or a whole bucket gives the same bits, which the stage
- * equivalence relies on. */
+ * Every variant gives the same bits. Each element's result depends only on
+ * that element, and every variant performs the same IEEE single-precision
+ * operations (multiply, add, divide, square root, each correctly rounded)
+ * in the same order: a vector lane rounds exactly as a scalar does. The
+ * library is built with -std=c11, so GCC contracts nothing into fused
+ * multiply-adds (which round once instead of twice), even in the AVX-512
+ * variant whose target includes FMA; and vector types are used through
+ * operators, never through reciprocal or rsqrt approximations. So the
+ * vector body, the scalar remainder, any thread split and any variant round
+ * identically: updating a chunk or a whole bucket gives the same bits,
+ * which the stage equivalence relies on (tests/optim/test_cpu_optim.c
+ * checks every variant against the scalar reference bit for bit, NaN,
+ * infinities and subnormals included).
+ *
+ * Why not faster in cache: AdamW needs two correctly rounded divisions and
+ * a square root per element to give torch's bits (fl(sqrt(v)/bc2) and
+ * fl(fl(-lr*m)/denom)); on this class of core those run on one divider unit
+ * whose throughput, not the caches, bounds the kernel when its arrays fit in
+ * L2. Out of cache the kernel moves 28 bytes per element and memory bounds
+ * it (docs/BENCHMARKS.md has both figures). */
 #include "cpu_optim.h"
 
+/* No fused multiply-adds whatever the build's language mode (see above):
+ * GCC contracts only outside ISO mode, clang within expressions by default. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "zero_build_config.h"
 
-#if defined(__SSE2__)
-#include <immintrin.h>
-#endif
 #if ZERO_HAVE_OPENMP
 #include <omp.h>
+#endif
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#define ZERO_OPTIM_X86 1
+#include <immintrin.h>
+#else
+#define ZERO_OPTIM_X86 0
 #endif
 
 /* Below this many elements a parallel region costs more than it saves. */
 #define PAR_MIN 32768
 
-/* One thread's part of the AdamW update. The loop is written with SSE
- * intrinsics because GCC will not vectorize sqrtf without -fno-math-errno
- * (it keeps a libm call for negative inputs); the vector and scalar paths
- * perform the same IEEE single-precision operations in the same order, so
- * they give the same bits. */
-static void adamw_range(const zero_optim_hyper *h, float *restrict p, const float *restrict g, float *restrict m,
-                        float *restrict v, size_t lo, size_t hi)
-{
-    const float gs = h->grad_scale, decay = h->decay, b1 = h->beta1, omb1 = h->one_minus_beta1;
-    const float b2 = h->beta2, omb2 = h->one_minus_beta2, nss = h->neg_step_size, bc2 = h->bc2_sqrt;
-    const float eps = h->eps;
-    size_t i = lo;
-#if defined(__SSE2__)
-    const __m128 vgs = _mm_set1_ps(gs), vdecay = _mm_set1_ps(decay), vb1 = _mm_set1_ps(b1);
-    const __m128 vomb1 = _mm_set1_ps(omb1), vb2 = _mm_set1_ps(b2), vomb2 = _mm_set1_ps(omb2);
-    const __m128 vnss = _mm_set1_ps(nss), vbc2 = _mm_set1_ps(bc2), veps = _mm_set1_ps(eps);
-    for (; i + 4 <= hi; i += 4) {
-        __m128 gi = _mm_mul_ps(_mm_loadu_ps(g + i), vgs);
-        __m128 pi = _mm_mul_ps(_mm_loadu_ps(p + i), vdecay);
-        __m128 mi = _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(m + i), vb1), _mm_mul_ps(vomb1, gi));
-        __m128 vi = _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(v + i), vb2), _mm_mul_ps(_mm_mul_ps(vomb2, gi), gi));
-        __m128 denom = _mm_add_ps(_mm_div_ps(_mm_sqrt_ps(vi), vbc2), veps);
-        _mm_storeu_ps(p + i, _mm_add_ps(pi, _mm_div_ps(_mm_mul_ps(vnss, mi), denom)));
-        _mm_storeu_ps(m + i, mi);
-        _mm_storeu_ps(v + i, vi);
+/* ---------------------------------------------------------------- kernel bodies
+ * VT is a vector type (or float for the scalar variant); LOAD/STORE move one
+ * VT through memcpy (unaligned vector moves); SQRT is the correctly rounded
+ * square root of one VT. Scalars combine with vectors lane by lane (GCC
+ * broadcasts them), so the vector loop reads exactly like the scalar one.
+ * Each body ends with the scalar loop for the remainder. */
+
+#define ADAMW_STEP(T, SQRTF, gv, pv, mv, vv, pout, mout, vout)                                 \
+    do {                                                                                       \
+        T gi_ = (gv) * gs;                                                                     \
+        T pi_ = (pv) * decay;                /* param.mul_(1 - lr * wd) */                     \
+        T mi_ = (mv) * b1 + omb1 * gi_;      /* exp_avg.mul_(b1).add_(g, alpha=1-b1) */        \
+        T vi_ = (vv) * b2 + omb2 * gi_ * gi_; /* exp_avg_sq.mul_(b2).addcmul_(g, g, 1-b2) */   \
+        T denom_ = SQRTF(vi_) / bc2 + eps;   /* (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps) */    \
+        pout = pi_ + nss * mi_ / denom_;     /* param.addcdiv_(exp_avg, denom, -step_size) */  \
+        mout = mi_;                                                                            \
+        vout = vi_;                                                                            \
+    } while (0)
+
+#define ADAMW_BODY(VT, SQRTV)                                                                  \
+    const float gs = h->grad_scale, decay = h->decay, b1 = h->beta1, omb1 = h->one_minus_beta1; \
+    const float b2 = h->beta2, omb2 = h->one_minus_beta2, nss = h->neg_step_size, bc2 = h->bc2_sqrt; \
+    const float eps = h->eps;                                                                  \
+    const size_t W = sizeof(VT) / sizeof(float);                                               \
+    size_t i = lo;                                                                             \
+    for (; W > 1 && i + W <= hi; i += W) {                                                     \
+        VT gv, pv, mv, vv, po, mo, vo;                                                         \
+        memcpy(&gv, g + i, sizeof gv);                                                         \
+        memcpy(&pv, p + i, sizeof pv);                                                         \
+        memcpy(&mv, m + i, sizeof mv);                                                         \
+        memcpy(&vv, v + i, sizeof vv);                                                         \
+        ADAMW_STEP(VT, SQRTV, gv, pv, mv, vv, po, mo, vo);                                     \
+        memcpy(p + i, &po, sizeof po);                                                         \
+        memcpy(m + i, &mo, sizeof mo);                                                         \
+        memcpy(v + i, &vo, sizeof vo);                                                         \
+    }                                                                                          \
+    for (; i < hi; i++) ADAMW_STEP(float, sqrtf, g[i], p[i], m[i], v[i], p[i], m[i], v[i]);
+
+/* torch.optim.SGD: d = g + wd * p; momentum: b = first ? d : mom * b + (1 - dampening) * d;
+ * nesterov: d = d + mom * b, else d = b; p = p - lr * d. */
+#define SGD_STEP(T, gv, pv, bv, pout, bout, has_buf)                                           \
+    do {                                                                                       \
+        T d_ = (gv) * gs + wd * (pv);                                                          \
+        if (has_buf) {                                                                         \
+            T b_ = d_;                                                                         \
+            if (!first) b_ = (bv) * mom + omd * d_;                                            \
+            bout = b_;                                                                         \
+            if (nesterov) d_ = d_ + mom * b_;                                                  \
+            else d_ = b_;                                                                      \
+        }                                                                                      \
+        pout = (pv) + nlr * d_;                                                                \
+    } while (0)
+
+#define SGD_BODY(VT)                                                                           \
+    const float gs = h->grad_scale, wd = h->weight_decay, mom = h->momentum;                   \
+    const float omd = h->one_minus_dampening, nlr = h->neg_lr;                                 \
+    const int nesterov = h->nesterov, first = h->first;                                        \
+    const size_t W = sizeof(VT) / sizeof(float);                                               \
+    size_t i = lo;                                                                             \
+    for (; W > 1 && i + W <= hi; i += W) {                                                     \
+        VT gv, pv, bv = {0}, po, bo = {0};                                                     \
+        memcpy(&gv, g + i, sizeof gv);                                                         \
+        memcpy(&pv, p + i, sizeof pv);                                                         \
+        if (buf) memcpy(&bv, buf + i, sizeof bv);                                              \
+        SGD_STEP(VT, gv, pv, bv, po, bo, buf != NULL);                                         \
+        memcpy(p + i, &po, sizeof po);                                                         \
+        if (buf) memcpy(buf + i, &bo, sizeof bo);                                              \
+    }                                                                                          \
+    for (; i < hi; i++) {                                                                      \
+        float bnew = 0.0f;                                                                     \
+        SGD_STEP(float, g[i], p[i], buf ? buf[i] : 0.0f, p[i], bnew, buf != NULL);             \
+        if (buf) buf[i] = bnew;                                                                \
     }
+
+#define ADAMW_ARGS                                                                             \
+    const zero_optim_hyper *h, float *restrict p, const float *restrict g, float *restrict m,  \
+        float *restrict v, size_t lo, size_t hi
+#define SGD_ARGS                                                                               \
+    const zero_optim_hyper *h, float *restrict p, const float *restrict g, float *restrict buf, \
+        size_t lo, size_t hi
+
+/* The scalar reference: every other variant must give its bits. */
+static void adamw_scalar(ADAMW_ARGS) { ADAMW_BODY(float, sqrtf) }
+static void sgd_scalar(SGD_ARGS) { SGD_BODY(float) }
+
+#if ZERO_OPTIM_X86
+/* In the scalar variant a vector "sqrt" is never reached (W == 1 skips the
+ * vector loop), so only the x86 variants need one. */
+__attribute__((target("avx512f"))) static inline __m512 sqrt16(__m512 x) { return _mm512_sqrt_ps(x); }
+__attribute__((target("avx"))) static inline __m256 sqrt8(__m256 x) { return _mm256_sqrt_ps(x); }
+static inline __m128 sqrt4(__m128 x) { return _mm_sqrt_ps(x); }
+
+__attribute__((target("avx512f"))) static void adamw_avx512(ADAMW_ARGS) { ADAMW_BODY(__m512, sqrt16) }
+__attribute__((target("avx2"))) static void adamw_avx2(ADAMW_ARGS) { ADAMW_BODY(__m256, sqrt8) }
+static void adamw_sse2(ADAMW_ARGS) { ADAMW_BODY(__m128, sqrt4) }
+__attribute__((target("avx512f"))) static void sgd_avx512(SGD_ARGS) { SGD_BODY(__m512) }
+__attribute__((target("avx2"))) static void sgd_avx2(SGD_ARGS) { SGD_BODY(__m256) }
+static void sgd_sse2(SGD_ARGS) { SGD_BODY(__m128) }
 #endif
-    for (; i < hi; i++) {
-        float gi = g[i] * gs;
-        float pi = p[i] * decay;               /* param.mul_(1 - lr * wd) */
-        float mi = m[i] * b1 + omb1 * gi;      /* exp_avg.mul_(b1).add_(g, alpha=1-b1) */
-        float vi = v[i] * b2 + omb2 * gi * gi; /* exp_avg_sq.mul_(b2).addcmul_(g, g, value=1-b2) */
-        float denom = sqrtf(vi) / bc2 + eps;   /* (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps) */
-        p[i] = pi + nss * mi / denom;          /* param.addcdiv_(exp_avg, denom, value=-step_size) */
-        m[i] = mi;
-        v[i] = vi;
-    }
+
+/* ---------------------------------------------------------------- dispatch */
+
+static const zero_cpu_optim_variant variants[] = {
+#if ZERO_OPTIM_X86
+    {"avx512", adamw_avx512, sgd_avx512},
+    {"avx2", adamw_avx2, sgd_avx2},
+    {"sse2", adamw_sse2, sgd_sse2},
+#endif
+    {"scalar", adamw_scalar, sgd_scalar},
+};
+#define NUM_VARIANTS ((int)(sizeof variants / sizeof variants[0]))
+
+int zero_cpu_optim_supported(const zero_cpu_optim_variant *v)
+{
+#if ZERO_OPTIM_X86
+    if (!strcmp(v->name, "avx512")) return __builtin_cpu_supports("avx512f");
+    if (!strcmp(v->name, "avx2")) return __builtin_cpu_supports("avx2");
+#endif
+    (void)v;
+    return 1;
 }
+
+const zero_cpu_optim_variant *zero_cpu_optim_variant_at(int i)
+{
+    return i >= 0 && i < NUM_VARIANTS ? &variants[i] : NULL;
+}
+
+/* The widest supported variant at or below ZERO_CPU_ISA's (an unknown name
+ * caps nothing). Idempotent, so a race between first callers is harmless. */
+static const zero_cpu_optim_variant *choose(void)
+{
+    const char *cap = getenv("ZERO_CPU_ISA");
+    int start = 0;
+    for (int i = 0; cap && i < NUM_VARIANTS; i++)
+        if (!strcmp(cap, variants[i].name)) start = i;
+    for (int i = start; i < NUM_VARIANTS; i++)
+        if (zero_cpu_optim_supported(&variants[i])) return &variants[i];
+    return &variants[NUM_VARIANTS - 1];
+}
+
+const zero_cpu_optim_variant *zero_cpu_optim_active(void)
+{
+    static const zero_cpu_optim_variant *active;
+    const zero_cpu_optim_variant *a = __atomic_load_n(&active, __ATOMIC_ACQUIRE);
+    if (!a) {
+        a = choose();
+        __atomic_store_n(&active, a, __ATOMIC_RELEASE);
+    }
+    return a;
+}
+
+/* Contiguous per-thread ranges, multiples of 16 elements (whole vectors of
+ * every variant, and whole cache lines when the arrays are aligned). */
+#if ZERO_HAVE_OPENMP
+#define SPLIT(n, call)                                                                         \
+    do {                                                                                       \
+        if ((n) > PAR_MIN) {                                                                   \
+            _Pragma("omp parallel")                                                            \
+            {                                                                                  \
+                size_t nt_ = (size_t)omp_get_num_threads(), t_ = (size_t)omp_get_thread_num(); \
+                size_t per_ = ((n) / nt_ + 15) / 16 * 16;                                      \
+                size_t lo = t_ * per_ < (n) ? t_ * per_ : (n);                                 \
+                size_t hi = lo + per_ < (n) ? lo + per_ : (n);                                 \
+                call;                                                                          \
+            }                                                                                  \
+            return;                                                                            \
+        }                                                                                      \
+    } while (0)
+#else
+#define SPLIT(n, call) (void)0
+#endif
 
 void zero_cpu_adamw(const zero_optim_hyper *h, float *restrict p, const float *restrict g, float *restrict m,
                     float *restrict v, size_t n)
 {
-#if ZERO_HAVE_OPENMP
-    if (n > PAR_MIN) {
-#pragma omp parallel
-        {
-            /* contiguous per-thread ranges, multiples of 16 elements */
-            size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
-            size_t per = (n / nt + 15) / 16 * 16;
-            size_t lo = t * per < n ? t * per : n, hi = lo + per < n ? lo + per : n;
-            adamw_range(h, p, g, m, v, lo, hi);
-        }
-        return;
-    }
-#endif
-    adamw_range(h, p, g, m, v, 0, n);
+    const zero_cpu_optim_variant *k = zero_cpu_optim_active();
+    SPLIT(n, k->adamw(h, p, g, m, v, lo, hi));
+    k->adamw(h, p, g, m, v, 0, n);
 }
 
 void zero_cpu_sgd(const zero_optim_hyper *h, float *restrict p, const float *restrict g, float *restrict buf,
                   size_t n)
 {
-    const float gs = h->grad_scale, wd = h->weight_decay, mom = h->momentum, omd = h->one_minus_dampening;
-    const float nlr = h->neg_lr;
-    const int nesterov = h->nesterov, first = h->first;
-    const long long nn = (long long)n;
-    if (!buf) {
-#if ZERO_HAVE_OPENMP
-#pragma omp parallel for simd schedule(static) if (nn > PAR_MIN)
-#endif
-        for (long long i = 0; i < nn; i++) {
-            float d = g[i] * gs + wd * p[i]; /* grad.add(param, alpha=wd) */
-            p[i] = p[i] + nlr * d;           /* param.add_(d, alpha=-lr) */
-        }
-        return;
-    }
-#if ZERO_HAVE_OPENMP
-#pragma omp parallel for simd schedule(static) if (nn > PAR_MIN)
-#endif
-    for (long long i = 0; i < nn; i++) {
-        float d = g[i] * gs + wd * p[i];
-        float b = first ? d : buf[i] * mom + omd * d; /* buf.mul_(mom).add_(d, alpha=1-dampening) */
-        buf[i] = b;
-        d = nesterov ? d + mom * b : b;
-        p[i] = p[i] + nlr * d;
-    }
+    const zero_cpu_optim_variant *k = zero_cpu_optim_active();
+    SPLIT(n, k->sgd(h, p, g, buf, lo, hi));
+    k->sgd(h, p, g, buf, 0, n);
 }

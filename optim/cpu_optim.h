@@ -27,9 +27,27 @@ typedef struct zero_optim_hyper {
     int first; /* first update: the momentum buffer starts as the gradient */
 } zero_optim_hyper;
 
-/* p, g, m, v: n floats each. In place on p, m, v. */
+/* p, g, m, v: n floats each. In place on p, m, v. Run by the widest
+ * supported variant below (chosen once; ZERO_CPU_ISA caps it), split over
+ * OpenMP threads for large n; every variant and split gives the same bits. */
 void zero_cpu_adamw(const zero_optim_hyper *h, float *p, const float *g, float *m, float *v, size_t n);
 /* buf may be NULL (momentum 0). */
 void zero_cpu_sgd(const zero_optim_hyper *h, float *p, const float *g, float *buf, size_t n);
+
+
+/* One instruction-set variant of the kernels, over [lo, hi) on one thread.
+ * Internal, for the dispatcher, the bitwise tests and the benchmark. */
+typedef struct zero_cpu_optim_variant {
+    const char *name; /* "avx512", "avx2", "sse2", "scalar" (the reference) */
+    void (*adamw)(const zero_optim_hyper *h, float *p, const float *g, float *m, float *v, size_t lo, size_t hi);
+    void (*sgd)(const zero_optim_hyper *h, float *p, const float *g, float *buf, size_t lo, size_t hi);
+} zero_cpu_optim_variant;
+
+/* The i-th variant, widest first, the scalar reference last; NULL past the end. */
+const zero_cpu_optim_variant *zero_cpu_optim_variant_at(int i);
+/* Whether this CPU (and OS) can run variant v. */
+int zero_cpu_optim_supported(const zero_cpu_optim_variant *v);
+/* The variant zero_cpu_adamw / zero_cpu_sgd use. */
+const zero_cpu_optim_variant *zero_cpu_optim_active(void);
 
 #endif

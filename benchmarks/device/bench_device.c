@@ -4,9 +4,19 @@
  * so the ratio says how close it gets to what the memory system gives).
  *
  *   zero-bench-device [--device cpu|cuda] [--n ELEMENTS] [--iters N] [--json FILE]
+ *                     [--optim-only]
  *
  * GB/s counts bytes read plus bytes written. Each op's output is checked
- * against the scalar reference on a sample of 4096 elements (#wrong). */
+ * against the scalar reference on a sample of 4096 elements (#wrong).
+ *
+ * On the CPU device a second table puts the optimizer kernels (optim/, built
+ * into this program from their sources: they are internal) beside a loop
+ * with the same memory traffic and no arithmetic to speak of (AdamW: read
+ * p, g, m, v, write p, m, v; SGD with momentum: read p, g, b, write p, b),
+ * the widest vector ISA the CPU has, split over the same threads the same
+ * way: in cache (arrays of 64 Ki elements, 1 MiB for AdamW, which fits a
+ * core's L2) and out of cache (32 Mi elements, 512 MiB), at 1 and 2
+ * threads, kernel and peer alternated, best of 5 rounds each. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +25,12 @@
 #include <time.h>
 #include <zero/device.h>
 #include <zero/experimental.h>
+
+#include "optim/cpu_optim.h"
+#include "zero_build_config.h"
+#if ZERO_HAVE_OPENMP
+#include <omp.h>
+#endif
 
 static double now(void)
 {
@@ -113,22 +129,162 @@ static long check(bench *B, const spec *s)
     return wrong;
 }
 
+/* ---------------------------------------------------------------- optimizer vs same-traffic loop */
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#define PEER_AVX512 __attribute__((target("avx512f")))
+#else
+#define PEER_AVX512
+#endif
+
+/* The peer: one add per stream, vectorized, the same bytes in and out. */
+#define PEER_BODY                                                                                  \
+    if (m2) {                                                                                      \
+        _Pragma("omp simd") for (size_t i = lo; i < hi; i++) {                                     \
+            float x = g[i];                                                                        \
+            p[i] += x, m1[i] += x, m2[i] += x;                                                     \
+        }                                                                                          \
+    } else {                                                                                       \
+        _Pragma("omp simd") for (size_t i = lo; i < hi; i++) {                                     \
+            float x = g[i];                                                                        \
+            p[i] += x, m1[i] += x;                                                                 \
+        }                                                                                          \
+    }
+PEER_AVX512 static void peer_wide(float *restrict p, const float *restrict g, float *restrict m1,
+                                  float *restrict m2, size_t lo, size_t hi)
+{
+    PEER_BODY
+}
+static void peer_base(float *restrict p, const float *restrict g, float *restrict m1, float *restrict m2, size_t lo,
+                      size_t hi)
+{
+    PEER_BODY
+}
+
+typedef struct optim_arrays {
+    float *p, *g, *m1, *m2;
+    size_t n;
+} optim_arrays;
+
+/* One pass of the kernel (kind 0 AdamW, 1 SGD+momentum) or of its peer,
+ * split over the threads like zero_cpu_adamw splits (16-element multiples). */
+static void optim_pass(optim_arrays *A, int kind, int peer, const zero_optim_hyper *h, int wide)
+{
+    const size_t n = A->n;
+    float *m2 = kind == 0 ? A->m2 : NULL;
+    if (!peer) {
+        if (kind == 0) zero_cpu_adamw(h, A->p, A->g, A->m1, A->m2, n);
+        else zero_cpu_sgd(h, A->p, A->g, A->m1, n);
+        return;
+    }
+#if ZERO_HAVE_OPENMP
+#pragma omp parallel if (n > 32768)
+#endif
+    {
+        size_t nt = 1, t = 0;
+#if ZERO_HAVE_OPENMP
+        nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
+#endif
+        size_t per = (n / nt + 15) / 16 * 16;
+        size_t lo = t * per < n ? t * per : n, hi = lo + per < n ? lo + per : n;
+        if (wide) peer_wide(A->p, A->g, A->m1, m2, lo, hi);
+        else peer_base(A->p, A->g, A->m1, m2, lo, hi);
+    }
+}
+
+static double optim_time(optim_arrays *A, int kind, int peer, const zero_optim_hyper *h, int wide, int reps)
+{
+    double t0 = now();
+    for (int r = 0; r < reps; r++) optim_pass(A, kind, peer, h, wide);
+    return (now() - t0) / reps;
+}
+
+/* Prints the table and appends JSON rows to f; returns the number of rows. */
+static int bench_optim(FILE *f, int first_row)
+{
+    int wide = 1;
+#if defined(__GNUC__) && defined(__x86_64__)
+    wide = __builtin_cpu_supports("avx512f");
+#endif
+    zero_optim_hyper h = {.grad_scale = 1.0f, .decay = 0.99999f, .beta1 = 0.9f, .one_minus_beta1 = 0.1f,
+                          .beta2 = 0.999f, .one_minus_beta2 = 0.001f, .neg_step_size = -1e-3f, .bc2_sqrt = 0.5f,
+                          .eps = 1e-8f, .neg_lr = -1e-3f, .weight_decay = 1e-5f, .momentum = 0.9f,
+                          .one_minus_dampening = 1.0f};
+    const size_t sizes[2] = {(size_t)1 << 16, (size_t)1 << 25};
+    const char *where[2] = {"in cache", "out of cache"};
+    int rows = 0;
+    printf("\noptimizer kernels (variant %s) vs a same-traffic loop (%s), best of 5, alternated\n",
+           zero_cpu_optim_active()->name, wide ? "avx512f" : "baseline");
+    printf("%-6s %-13s %7s %10s %10s %10s %7s\n", "kernel", "arrays", "threads", "kern GB/s", "peer GB/s", "time(us)",
+           "ratio");
+    for (int si = 0; si < 2; si++) {
+        size_t n = sizes[si];
+        optim_arrays A = {.n = n};
+        A.p = malloc(n * 4), A.g = malloc(n * 4), A.m1 = malloc(n * 4), A.m2 = malloc(n * 4);
+        if (!A.p || !A.g || !A.m1 || !A.m2) {
+            fprintf(stderr, "zero-bench-device: out of memory for the optimizer table\n");
+            exit(1);
+        }
+        for (size_t i = 0; i < n; i++) A.p[i] = 1.0f, A.g[i] = 1e-3f * (float)(i % 7), A.m1[i] = 0.0f, A.m2[i] = 0.0f;
+        int reps = si == 0 ? 2000 : 6;
+        for (int kind = 0; kind < 2; kind++) {
+            double bytes = (kind == 0 ? 28.0 : 20.0) * (double)n;
+            for (int threads = 1; threads <= 2; threads++) {
+#if ZERO_HAVE_OPENMP
+                omp_set_num_threads(threads);
+#else
+                if (threads > 1) break;
+#endif
+                double bk = 1e30, bp = 1e30;
+                optim_pass(&A, kind, 0, &h, wide), optim_pass(&A, kind, 1, &h, wide); /* warm up */
+                for (int round = 0; round < 5; round++) {
+                    double tk = optim_time(&A, kind, 0, &h, wide, reps);
+                    double tp = optim_time(&A, kind, 1, &h, wide, reps);
+                    bk = tk < bk ? tk : bk;
+                    bp = tp < bp ? tp : bp;
+                }
+                double gk = bytes / bk / 1e9, gp = bytes / bp / 1e9;
+                printf("%-6s %-13s %7d %10.2f %10.2f %10.1f %7.2f\n", kind == 0 ? "adamw" : "sgd", where[si], threads,
+                       gk, gp, bk * 1e6, gk / gp);
+                if (f)
+                    fprintf(f, "%s  {\"kernel\": \"%s\", \"variant\": \"%s\", \"n\": %zu, \"threads\": %d, "
+                               "\"kernel_gbps\": %.4f, \"peer_gbps\": %.4f, \"ratio\": %.4f}",
+                            first_row + rows ? ",\n" : "", kind == 0 ? "adamw" : "sgd", zero_cpu_optim_active()->name,
+                            n, threads, gk, gp, gk / gp);
+                rows++;
+            }
+        }
+        free(A.p), free(A.g), free(A.m1), free(A.m2);
+    }
+    return rows;
+}
+
 int main(int argc, char **argv)
 {
     const char *device = "cpu", *json = "bench_device.json";
     size_t n = (size_t)1 << 24;
-    int iters = 20;
+    int iters = 20, optim_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--n") && i + 1 < argc) n = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        else if (!strcmp(argv[i], "--optim-only")) optim_only = 1;
         else {
-            fprintf(stderr, "usage: %s [--device cpu|cuda] [--n ELEMENTS] [--iters N] [--json FILE]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--device cpu|cuda] [--n ELEMENTS] [--iters N] [--json FILE] [--optim-only]\n",
+                    argv[0]);
             return 2;
         }
     }
     if (n == 0 || iters < 1) return 2;
+    if (optim_only) {
+        if (strcmp(device, "cpu")) return 2;
+        FILE *f = fopen(json, "w");
+        if (f) fprintf(f, "{\"device\": \"cpu\", \"optim\": [\n");
+        bench_optim(f, 0);
+        if (f) fprintf(f, "\n]}\n"), fclose(f), printf("wrote %s\n", json);
+        return 0;
+    }
     bench B = {.n = n, .iters = iters};
     zero_status st = zero_device_create(&B.dev, strcmp(device, "cuda") ? ZERO_DEVICE_CPU : ZERO_DEVICE_CUDA, -1);
     if (st != ZERO_OK) {
@@ -199,7 +355,15 @@ int main(int argc, char **argv)
             fprintf(f, "  {\"op\": \"%s\", \"seconds\": %.9g, \"gbps\": %.4f, \"vs_copy\": %.4f, \"wrong\": %ld}%s\n",
                     res[k].name, res[k].seconds, gbs, gbs / peer, res[k].wrong, k + 1 < nspec ? "," : "");
         }
-        fprintf(f, "]}\n");
+        fprintf(f, "]");
+    }
+    if (!strcmp(device, "cpu")) {
+        if (f) fprintf(f, ",\n\"optim\": [\n");
+        bench_optim(f, 0);
+        if (f) fprintf(f, "\n]");
+    }
+    if (f) {
+        fprintf(f, "}\n");
         fclose(f);
         printf("wrote %s\n", json);
     }

@@ -1,0 +1,167 @@
+/* Every instruction-set variant of the CPU AdamW/SGD kernels gives the bits
+ * of the scalar reference (optim/cpu_optim.c), on every element: random
+ * values over many magnitudes, with zeros of both signs, subnormals,
+ * infinities and NaNs mixed in; sizes and start offsets that leave vector
+ * remainders and misaligned loads; SGD with and without momentum, nesterov
+ * and the first step; and the threaded entry points (zero_cpu_adamw/sgd,
+ * whatever variant is active) give the same bits as one scalar pass.
+ * Variants the CPU cannot run are reported and skipped; on this project's
+ * x86-64 CI every variant but avx512 (where the CPU lacks it) runs. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "optim/cpu_optim.h"
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t next32(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint32_t)(rng >> 32);
+}
+
+/* Mostly ordinary values over a wide range of magnitudes, some special. */
+static float random_value(int nonneg)
+{
+    uint32_t k = next32() % 64;
+    float x;
+    uint32_t bits;
+    switch (k) {
+    case 0: x = 0.0f; break;
+    case 1: x = -0.0f; break;
+    case 2: bits = next32() & 0x007FFFFFu; memcpy(&x, &bits, 4); break; /* subnormal */
+    case 3: x = INFINITY; break;
+    case 4: x = -INFINITY; break;
+    case 5: x = NAN; break;
+    default: {
+        double mant = (double)(next32() % 1000000) / 1000000.0 + 0.5;
+        int e = (int)(next32() % 40) - 30;
+        x = (float)ldexp(next32() & 1 ? -mant : mant, e);
+    }
+    }
+    if (nonneg && (signbit(x) || isnan(x))) x = k == 5 ? x : -x; /* v is >= 0 or NaN in real use */
+    return x;
+}
+
+static void fill(float *a, size_t n, int nonneg)
+{
+    for (size_t i = 0; i < n; i++) a[i] = random_value(nonneg);
+}
+
+/* Bit for bit, except that any NaN equals any NaN: when two NaNs meet in a
+ * commutative operation, x86 returns the first operand's, and which operand
+ * comes first is the compiler's choice per variant. Every finite, infinite
+ * and zero result (sign included) must match exactly. */
+static int same_bits(const float *a, const float *b, size_t n, size_t *where)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(a + i, b + i, 4) != 0 && !(isnan(a[i]) && isnan(b[i]))) {
+            *where = i;
+            return 0;
+        }
+    return 1;
+}
+
+static zero_optim_hyper hyper(int step, int nesterov, int with_wd)
+{
+    const double lr = 1e-3, b1 = 0.9, b2 = 0.999, wd = with_wd ? 0.01 : 0.0, t = step;
+    zero_optim_hyper h = {0};
+    h.grad_scale = 0.37f;
+    h.decay = (float)(1.0 - lr * wd);
+    h.beta1 = (float)b1, h.one_minus_beta1 = (float)(1.0 - b1);
+    h.beta2 = (float)b2, h.one_minus_beta2 = (float)(1.0 - b2);
+    h.neg_step_size = (float)(-(lr / (1.0 - pow(b1, t))));
+    h.bc2_sqrt = (float)sqrt(1.0 - pow(b2, t));
+    h.eps = 1e-8f;
+    h.neg_lr = (float)-lr;
+    h.weight_decay = (float)wd;
+    h.momentum = 0.9f;
+    h.one_minus_dampening = 0.75f;
+    h.nesterov = nesterov;
+    h.first = step == 1;
+    return h;
+}
+
+#define N 70001 /* not a multiple of any vector width; > the kernels' threading threshold */
+
+int main(void)
+{
+    float *p0 = malloc(N * 4), *g = malloc(N * 4), *m0 = malloc(N * 4), *v0 = malloc(N * 4);
+    float *pr = malloc(N * 4), *mr = malloc(N * 4), *vr = malloc(N * 4);
+    float *pt = malloc(N * 4), *mt = malloc(N * 4), *vt = malloc(N * 4);
+    if (!p0 || !g || !m0 || !v0 || !pr || !mr || !vr || !pt || !mt || !vt) return 1;
+    fill(p0, N, 0), fill(g, N, 0), fill(m0, N, 0), fill(v0, N, 1);
+    const zero_cpu_optim_variant *ref = NULL;
+    for (int i = 0; zero_cpu_optim_variant_at(i); i++) ref = zero_cpu_optim_variant_at(i);
+    CHECK(ref && !strcmp(ref->name, "scalar"));
+    const size_t offsets[] = {0, 1, 3, 7, 13};
+    const size_t sizes[] = {1, 5, 15, 16, 17, 33, 255, 4099};
+    int tested = 0;
+    for (int vi = 0; zero_cpu_optim_variant_at(vi); vi++) {
+        const zero_cpu_optim_variant *k = zero_cpu_optim_variant_at(vi);
+        if (!zero_cpu_optim_supported(k)) {
+            printf("variant %s: not supported by this CPU, skipped\n", k->name);
+            continue;
+        }
+        tested++;
+        for (int step = 1; step <= 3; step++) {
+            for (int wd = 0; wd <= 1; wd++) {
+                zero_optim_hyper h = hyper(step, 0, wd);
+                for (size_t oi = 0; oi < sizeof offsets / sizeof *offsets; oi++) {
+                    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+                        size_t lo = offsets[oi], hi = lo + sizes[si], at = 0;
+                        memcpy(pr, p0, N * 4), memcpy(mr, m0, N * 4), memcpy(vr, v0, N * 4);
+                        memcpy(pt, p0, N * 4), memcpy(mt, m0, N * 4), memcpy(vt, v0, N * 4);
+                        ref->adamw(&h, pr, g, mr, vr, lo, hi);
+                        k->adamw(&h, pt, g, mt, vt, lo, hi);
+                        CHECK_MSG(same_bits(pr, pt, N, &at) && same_bits(mr, mt, N, &at) && same_bits(vr, vt, N, &at),
+                                  "adamw %s step %d wd %d [%zu, %zu): element %zu differs", k->name, step, wd, lo, hi,
+                                  at);
+                        for (int mode = 0; mode < 3; mode++) { /* no momentum, momentum, nesterov */
+                            zero_optim_hyper hs = hyper(step, mode == 2, wd);
+                            memcpy(pr, p0, N * 4), memcpy(mr, m0, N * 4);
+                            memcpy(pt, p0, N * 4), memcpy(mt, m0, N * 4);
+                            ref->sgd(&hs, pr, g, mode ? mr : NULL, lo, hi);
+                            k->sgd(&hs, pt, g, mode ? mt : NULL, lo, hi);
+                            CHECK_MSG(same_bits(pr, pt, N, &at) && same_bits(mr, mt, N, &at),
+                                      "sgd %s mode %d step %d [%zu, %zu): element %zu differs", k->name, mode, step,
+                                      lo, hi, at);
+                        }
+                    }
+                }
+            }
+        }
+        printf("variant %s: bitwise equal to the scalar reference\n", k->name);
+    }
+    CHECK(tested >= 2 || zero_cpu_optim_variant_at(1) == NULL); /* on x86-64 at least sse2 + scalar */
+
+    /* The threaded entry points, through the active variant, over the whole array. */
+    zero_optim_hyper h = hyper(2, 0, 1);
+    size_t at = 0;
+    memcpy(pr, p0, N * 4), memcpy(mr, m0, N * 4), memcpy(vr, v0, N * 4);
+    memcpy(pt, p0, N * 4), memcpy(mt, m0, N * 4), memcpy(vt, v0, N * 4);
+    ref->adamw(&h, pr, g, mr, vr, 0, N);
+    zero_cpu_adamw(&h, pt, g, mt, vt, N);
+    CHECK_MSG(same_bits(pr, pt, N, &at) && same_bits(mr, mt, N, &at) && same_bits(vr, vt, N, &at),
+              "zero_cpu_adamw (%s, threaded) element %zu differs", zero_cpu_optim_active()->name, at);
+    h = hyper(2, 1, 1);
+    memcpy(pr, p0, N * 4), memcpy(mr, m0, N * 4);
+    memcpy(pt, p0, N * 4), memcpy(mt, m0, N * 4);
+    ref->sgd(&h, pr, g, mr, 0, N);
+    zero_cpu_sgd(&h, pt, g, mt, N);
+    CHECK_MSG(same_bits(pr, pt, N, &at) && same_bits(mr, mt, N, &at), "zero_cpu_sgd (%s, threaded) element %zu differs",
+              zero_cpu_optim_active()->name, at);
+    printf("active variant: %s\n", zero_cpu_optim_active()->name);
+
+    /* ZERO_CPU_ISA caps the choice (read once, so checked in a fresh process by meson: see meson.build). */
+    const char *cap = getenv("ZERO_CPU_ISA");
+    const zero_cpu_optim_variant *capped = NULL;
+    for (int i = 0; cap && zero_cpu_optim_variant_at(i); i++)
+        if (!strcmp(zero_cpu_optim_variant_at(i)->name, cap)) capped = zero_cpu_optim_variant_at(i);
+    if (capped && zero_cpu_optim_supported(capped)) CHECK_MSG(!strcmp(zero_cpu_optim_active()->name, cap), "ZERO_CPU_ISA=%s but %s is active", cap,
+                       zero_cpu_optim_active()->name);
+    free(p0), free(g), free(m0), free(v0), free(pr), free(mr), free(vr), free(pt), free(mt), free(vt);
+    return check_exit();
+}
