@@ -8,8 +8,11 @@
  * are split over OpenMP threads. Elementwise results do not depend on the
  * thread count; the sum of squares is made independent of it too (fixed
  * chunks, summed in order). */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "convert_impl.h"
 #include "cpu_async.h"
@@ -104,15 +107,66 @@ static zero_status cpu_open(zero_device *dev, int ordinal)
 
 static void cpu_close(zero_device *dev) { cpu_async_close(dev); }
 
+/* Host memory for buffers. Large ones are their own anonymous mappings,
+ * returned to the kernel when freed: what the process holds is then what
+ * the engine's books say (glibc would keep freed heap resident, and its
+ * dynamic mmap threshold moves module-sized blocks onto the heap after the
+ * first free, so a process that frees and reallocates them held up to a
+ * few hundred MiB more than it used). Small ones come from malloc. Each
+ * allocation starts with a header (one alignment unit before the pointer)
+ * that records how it was made and its mapped length, so free needs no
+ * lookup. Under ASan everything comes from malloc, so overflows are caught. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CPU_MMAP_MIN SIZE_MAX /* under ASan everything stays in its checked heap */
+#else
+#define CPU_MMAP_MIN ((size_t)64 << 10)
+#endif
+#define CPU_MAPPED 0x6d6d6170u /* "mmap" */
+#define CPU_HEAPED 0x68656170u /* "heap" */
+
+typedef struct cpu_header {
+    uint32_t kind;
+    size_t length; /* mmap: the whole mapping; heap: unused */
+    void *base;    /* what malloc/mmap returned */
+} cpu_header;
+
+void *zero_hostmem_alloc(size_t bytes, size_t align)
+{
+    /* Round up so the tail of the last vector is readable as a whole; one
+     * alignment unit in front holds the header. */
+    size_t rounded = (bytes + align - 1) / align * align;
+    size_t total = rounded + align;
+    if (rounded < bytes || total < rounded) return NULL;
+    if (rounded >= CPU_MMAP_MIN) {
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        size_t length = (total + align - 1 + page - 1) / page * page; /* room to align inside */
+        void *base = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (base == MAP_FAILED) return NULL;
+        uintptr_t user = ((uintptr_t)base + sizeof(cpu_header) + align - 1) / align * align;
+        cpu_header *h = (cpu_header *)(user - sizeof(cpu_header));
+        h->kind = CPU_MAPPED, h->length = length, h->base = base;
+        return (void *)user;
+    }
+    void *base = NULL;
+    if (posix_memalign(&base, align, total) != 0) return NULL;
+    cpu_header *h = (cpu_header *)((char *)base + align - sizeof(cpu_header));
+    h->kind = CPU_HEAPED, h->length = 0, h->base = base;
+    return (char *)base + align;
+}
+
+void zero_hostmem_free(void *ptr)
+{
+    if (!ptr) return;
+    cpu_header *h = (cpu_header *)((char *)ptr - sizeof(cpu_header));
+    if (h->kind == CPU_MAPPED) munmap(h->base, h->length);
+    else free(h->base);
+}
+
 static zero_status aligned(zero_device *dev, size_t bytes, size_t align, void **out, const char *op)
 {
-    /* Round up so the tail of the last vector is readable as a whole. */
-    size_t rounded = (bytes + align - 1) / align * align;
-    if (rounded < bytes || posix_memalign(out, align, rounded) != 0) {
-        *out = NULL;
-        return zero_fail(&dev->err, ZERO_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes of host memory",
-                         op, bytes);
-    }
+    *out = zero_hostmem_alloc(bytes, align);
+    if (!*out)
+        return zero_fail(&dev->err, ZERO_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes of host memory", op, bytes);
     return ZERO_OK;
 }
 
@@ -129,7 +183,7 @@ static zero_status cpu_alloc_pinned(zero_device *dev, size_t bytes, void **out)
 static void cpu_free(zero_device *dev, void *ptr)
 {
     (void)dev;
-    free(ptr);
+    zero_hostmem_free(ptr);
 }
 
 /* ---------------------------------------------------------------- streams, events */

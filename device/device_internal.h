@@ -22,6 +22,14 @@
  * O_DIRECT file I/O as well as DMA. */
 #define ZERO_HOST_ALIGN 4096
 
+/* Host memory that goes back to the kernel when freed (cpu_backend.c):
+ * blocks of 64 KiB and more are their own anonymous mappings, smaller ones
+ * come from malloc. align: a power of two >= 32. NULL on failure; free
+ * accepts NULL. The CPU device's allocations and the engine's host-side
+ * buffers use it, so the process holds what the engine's books say. */
+void *zero_hostmem_alloc(size_t bytes, size_t align);
+void zero_hostmem_free(void *ptr);
+
 typedef struct zero_device_ops zero_device_ops;
 
 struct zero_device {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/device_internal.h"
 #include "engine_internal.h"
 
 static void books_add(zero_books *b, zero_mem_category cat, size_t bytes)
@@ -73,7 +74,7 @@ void engine_free(zero_engine *e, zero_mem_category cat, size_t bytes, void *ptr)
 
 zero_status engine_host_alloc(zero_engine *e, zero_mem_category cat, size_t bytes, void **out)
 {
-    *out = bytes ? malloc(bytes) : NULL;
+    *out = bytes ? zero_hostmem_alloc(bytes, 64) : NULL; /* large ones returned to the kernel when freed */
     if (bytes && !*out)
         return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "engine: host allocation of %zu bytes failed", bytes);
     books_add(&e->books, cat, bytes);
@@ -83,7 +84,7 @@ zero_status engine_host_alloc(zero_engine *e, zero_mem_category cat, size_t byte
 void engine_host_free(zero_engine *e, zero_mem_category cat, size_t bytes, void *ptr)
 {
     if (!ptr) return;
-    free(ptr);
+    zero_hostmem_free(ptr);
     books_sub(&e->books, cat, bytes);
 }
 

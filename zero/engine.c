@@ -189,6 +189,8 @@ void zero_engine_destroy(zero_engine *e)
     engine_free(e, ZERO_MEM_PARAMS, e->persist_numel * d, e->persist);
     engine_free(e, ZERO_MEM_GRADS, P * d, e->grads_full);
     engine_free(e, ZERO_MEM_GRADS, S * 4, e->gacc);
+    free(e->gacc_live);
+    e->gacc_live = NULL;
     offload_teardown(e); /* pool-placed master/moments are returned with the pool */
     uint64_t state_numel = st == 0 ? P : S;
     engine_free(e, ZERO_MEM_MASTER, state_numel * 4, e->master);
@@ -331,6 +333,8 @@ static zero_status alloc_buffers(zero_engine *e)
     }
     if (stage < 2) ZERO_TRY(engine_alloc(e, ZERO_MEM_GRADS, P * d, &e->grads_full));
     ZERO_TRY(engine_alloc(e, ZERO_MEM_GRADS, S * 4, (void **)&e->gacc));
+    e->gacc_live = calloc((size_t)e->num_buckets + 1, 1); /* host bookkeeping, like the plan */
+    if (!e->gacc_live) return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "engine finalize: out of memory");
     /* Offloaded master and moments are not device memory: offload_opt.c
      * places them (host pool or NVMe store) and reports them apart. */
     const int offloaded = e->cfg.offload_optimizer_device != ZERO_OFFLOAD_NONE;

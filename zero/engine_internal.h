@@ -96,6 +96,7 @@ typedef struct zero_slot {
     float *recv;          /* fp32, max chunk */
     zero_request *req;    /* non-NULL while a reduce-scatter is in flight */
     int bucket;
+    int direct;           /* the reduce-scatter writes the gradient shard itself (grads.c) */
 } zero_slot;
 
 #define ENGINE_CACHE_SLOTS 4
@@ -162,6 +163,8 @@ struct zero_engine {
     void *persist;        /* stage 3: persistent buckets, whole, compute dtype */
     void *grads_full;     /* stages 0-1: flat layout, compute dtype */
     float *gacc;          /* fp32 reduced-gradient shard */
+    unsigned char *gacc_live; /* per bucket: its part of gacc holds this step's sum; 0: stale,
+                                 the next reduction overwrites it (no zeroing pass, grads.c) */
     float *master;        /* fp32; NULL when own_master */
     float *m1, *m2;       /* fp32 moments (NULL when absent) */
     zero_slot slots[2];
@@ -331,7 +334,10 @@ zero_status layout_load_bucket(zero_engine *e, const zero_bucket *b, const float
 
 /* ---------------------------------------------------------------- grads.c */
 zero_status grads_flush(zero_engine *e, const char *what);
-zero_status grads_zero_all(zero_engine *e);
+/* Start a new accumulation: the shard goes stale (overwritten by the next
+ * reductions), module buffers are released; the full gradients of stages
+ * 0-1 are cleared unless after_step (a step leaves them zero already). */
+zero_status grads_zero_all(zero_engine *e, int after_step);
 
 /* ---------------------------------------------------------------- gather.c */
 zero_status gather_drop_prefetches(zero_engine *e, const char *what);

@@ -3,8 +3,17 @@
  * into this rank's fp32 gradient shard. The same operations in the same order
  * at every stage is what makes the stages bitwise identical. With
  * local_accumulation (stages 0-1) only the last micro-step before step()
- * reduces, the locally accumulated sum: stages 0 and 1 stay identical. */
+ * reduces, the locally accumulated sum: stages 0 and 1 stay identical.
+ *
+ * The shard is never zeroed between steps: a bucket's first reduction after
+ * a step (or zero_grad) writes its part of the shard directly (gacc_live),
+ * later ones land in the slot and are added. So a step costs no zeroing pass
+ * and no extra copy of the first reduction. The values are the sums the old
+ * "zero, then add" gave, except that a sum of -0 now stays -0 (0 + -0 was
+ * +0); every stage and offload mode takes this same path, so they remain
+ * bitwise identical to each other. */
 #include <stdio.h>
+#include <string.h>
 
 #include "engine_internal.h"
 
@@ -22,6 +31,7 @@ static zero_status slot_complete(zero_engine *e, zero_slot *slot, const char *wh
         }
     }
     slot->bucket = -1;
+    if (slot->direct) return ZERO_OK; /* it landed in the shard */
     zero_status st = zero_axpy(e->dev, 1.0f, slot->recv, e->gacc + b->shard_off, ZERO_F32, b->chunk, e->stream);
     if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine: accumulating a reduced bucket: ");
     return ZERO_OK;
@@ -45,16 +55,28 @@ static zero_status reduce_bucket(zero_engine *e, const zero_bucket *b, const voi
     e->next_slot = (e->next_slot + 1) % e->num_slots;
     ZERO_TRY(slot_complete(e, slot, what));
 
-    zero_status st = e->cfg.compute_dtype == ZERO_F32
-                         ? engine_memcpy(e, slot->send, src, b->numel * 4)
-                         : zero_cast(e->dev, src, e->cfg.compute_dtype, slot->send, ZERO_F32, b->numel, e->stream);
+    /* fp32 gradients reduced synchronously need no staging copy: the
+     * reduce-scatter only reads them, and they are not touched until it
+     * returns. Otherwise (a cast, or the caller's buffer reused while the
+     * reduction is in flight) they are staged in the slot. */
+    const void *send = src;
+    zero_status st = ZERO_OK;
+    if (e->cfg.compute_dtype != ZERO_F32)
+        st = zero_cast(e->dev, src, e->cfg.compute_dtype, slot->send, ZERO_F32, b->numel, e->stream),
+        send = slot->send;
+    else if (e->cfg.overlap_comm)
+        st = engine_memcpy(e, slot->send, src, b->numel * 4), send = slot->send;
     if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine grads_ready: staging a bucket: ");
     ZERO_TRY(engine_sync_stream(e, what));
-    slot->bucket = (int)(b - e->buckets);
+    const int bi = (int)(b - e->buckets);
+    slot->bucket = bi;
+    slot->direct = !e->gacc_live[bi];
+    e->gacc_live[bi] = 1;
+    float *recv = slot->direct ? e->gacc + b->shard_off : slot->recv;
     e->stats.reduce_scatters++;
     if (e->cfg.overlap_comm) {
         e->stats.async_reduce_scatters++;
-        st = zero_reduce_scatter_async(e->dp, slot->send, slot->recv, b->chunk, ZERO_F32, ZERO_SUM, &slot->req);
+        st = zero_reduce_scatter_async(e->dp, send, recv, b->chunk, ZERO_F32, ZERO_SUM, &slot->req);
         if (st != ZERO_OK) {
             slot->req = NULL;
             slot->bucket = -1;
@@ -62,7 +84,7 @@ static zero_status reduce_bucket(zero_engine *e, const zero_bucket *b, const voi
         }
         return ZERO_OK;
     }
-    st = zero_reduce_scatter(e->dp, slot->send, slot->recv, b->chunk, ZERO_F32, ZERO_SUM);
+    st = zero_reduce_scatter(e->dp, send, recv, b->chunk, ZERO_F32, ZERO_SUM);
     if (st != ZERO_OK) {
         slot->bucket = -1;
         return engine_comm_failed(e, st, what);
@@ -116,10 +138,16 @@ zero_status zero_engine_grads_ready(zero_engine *e, int module)
     return engine_hand_to_compute(e, what);
 }
 
-zero_status grads_zero_all(zero_engine *e)
+zero_status grads_zero_all(zero_engine *e, int after_step)
 {
-    zero_status st = zero_fill_value(e->dev, e->gacc, ZERO_F32, e->shard, 0.0f, e->stream);
-    if (st == ZERO_OK && e->grads_full)
+    /* The shard: stale, overwritten by the next reductions (see the top). */
+    memset(e->gacc_live, 0, (size_t)e->num_buckets);
+    /* The full gradients of stages 0-1: after a step every bucket has been
+     * reduced at its last grads_ready, which zeroed it right after staging
+     * (and nothing lies outside the buckets), so only zero_grad, which may
+     * come mid-accumulation, has to clear them. */
+    zero_status st = ZERO_OK;
+    if (!after_step && e->grads_full)
         st = zero_fill_value(e->dev, e->grads_full, e->cfg.compute_dtype, e->padded, 0.0f, e->stream);
     if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine: zeroing gradients: ");
     for (int i = 0; i < e->num_modules; i++) {
@@ -136,5 +164,5 @@ zero_status zero_engine_zero_grad(zero_engine *e)
 {
     ZERO_TRY(engine_check_usable(e, "engine zero_grad", 1));
     ZERO_TRY(grads_flush(e, "engine zero_grad"));
-    return grads_zero_all(e);
+    return grads_zero_all(e, 0);
 }

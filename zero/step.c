@@ -154,7 +154,7 @@ zero_status zero_engine_step(zero_engine *e, zero_step_result *out)
         /* Skip everywhere: nothing but the scaler changes. */
         e->skipped++;
         loss_scaler_update(e, 1);
-        ZERO_TRY(grads_zero_all(e));
+        ZERO_TRY(grads_zero_all(e, 1));
         gather_end_step(e);
         res.skipped = 1;
         ZERO_TRY(engine_hand_to_compute(e, WHAT));
@@ -177,8 +177,9 @@ zero_status zero_engine_step(zero_engine *e, zero_step_result *out)
     for (int bi = 0; !e->off_walk && bi < e->num_buckets; bi++) {
         const zero_bucket *b = &e->buckets[bi];
         const float *g = e->gacc + b->shard_off;
-        if (c->stage == 0) {
-            /* Everything on every rank: assemble the whole reduced bucket. */
+        if (c->stage == 0 && e->world > 1) {
+            /* Everything on every rank: assemble the whole reduced bucket
+             * (one rank holds it whole already: no self-copy). */
             ZERO_TRY(comm_sync(e));
             st = zero_allgather(e->dp, e->gacc + b->shard_off, e->slots[0].send, b->chunk, ZERO_F32);
             if (st != ZERO_OK) return engine_comm_failed(e, st, WHAT);
@@ -192,7 +193,7 @@ zero_status zero_engine_step(zero_engine *e, zero_step_result *out)
     ZERO_TRY(poff_flush(e, WHAT)); /* the last updated chunk of an offloaded shard */
     ZERO_TRY(comm_sync(e));
     loss_scaler_update(e, 0);
-    ZERO_TRY(grads_zero_all(e));
+    ZERO_TRY(grads_zero_all(e, 1));
     gather_end_step(e);
     ZERO_TRY(poff_read_ahead(e, WHAT)); /* the next step's first chunks, read while the caller prepares it */
     ZERO_TRY(engine_hand_to_compute(e, WHAT)); /* updated parameters, zeroed gradients */

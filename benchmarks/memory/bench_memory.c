@@ -3,9 +3,11 @@
  * formula plus the buffers the engine declares, and the process peak RSS.
  *
  * Stages run one after another in one process. Before each, the kernel's
- * peak-RSS mark is reset (/proc/self/clear_refs) and large allocations are
- * forced to be their own mmaps (bench_malloc_setup), so "peak RSS" is what
- * this stage's engine made resident, not a leftover of the previous one. */
+ * peak-RSS mark is reset (/proc/self/clear_refs), so "peak RSS" is what this
+ * stage made resident. The allocator is left as a user's process has it (no
+ * mallopt here): the CPU device maps its large buffers itself and returns
+ * them when freed (device/cpu_backend.c), which is what keeps an earlier
+ * stage's memory from hiding or inflating a later one's. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -271,7 +273,6 @@ int bench_cmd_memory(int argc, char **argv)
         usage();
         return prc == 1 ? 0 : 2;
     }
-    bench_malloc_setup();
     bench_model m;
     if (bench_model_init(&m, o.params, o.layers)) {
         fprintf(stderr, "zero-bench memory: --params must be at least 1000\n");

@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,13 +75,6 @@ int bench_rss_reset_peak(void)
     ssize_t n = write(fd, "5", 1);
     close(fd);
     return n == 1 ? 0 : -1;
-}
-
-void bench_malloc_setup(void)
-{
-    /* A fixed threshold also turns off glibc's dynamic adjustment. */
-    mallopt(M_MMAP_THRESHOLD, 64 * 1024);
-    mallopt(M_TRIM_THRESHOLD, 64 * 1024);
 }
 
 double bench_now_s(void)

@@ -24,11 +24,6 @@ uint64_t bench_rss_peak(void);
 /* Reset the kernel's peak-RSS mark (VmHWM) to the current RSS, so the next
  * bench_rss_peak() covers only what follows; returns 0 on success. */
 int bench_rss_reset_peak(void);
-/* Make every large allocation its own mmap, returned to the kernel on free,
- * so RSS measured after an earlier engine was destroyed starts from a clean
- * heap (glibc otherwise raises its mmap threshold after the first large free
- * and recycles freed heap pages, hiding later allocations from RSS). */
-void bench_malloc_setup(void);
 
 double bench_now_s(void);
 /* Median of n values (sorts a copy). */

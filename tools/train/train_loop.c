@@ -236,14 +236,16 @@ int train_loop(run *r)
         }
     }
     if (c->ckpt_dir && r->step > start_step && train_save_checkpoint(r) != 0) rc = -1;
-    /* every rank's engine memory (now, peak) for the summary */
-    double *mem_all = calloc(2 * (size_t)r->world, sizeof *mem_all);
+    /* every rank's engine memory (now, peak) and process peak RSS for the summary */
+    double *mem_all = calloc(3 * (size_t)r->world, sizeof *mem_all);
     {
         zero_memory_report me;
         zero_engine_get_memory_report(r->engine, &me);
-        double mine[2] = {me.total / 1048576.0, me.peak_total / 1048576.0};
+        double rss_now, rss_peak;
+        process_rss(&rss_now, &rss_peak);
+        double mine[3] = {me.total / 1048576.0, me.peak_total / 1048576.0, rss_peak / 1048576.0};
         if (mem_all && r->world > 1) {
-            if (zero_allgather(r->host_comm, mine, mem_all, 2, ZERO_F64) != ZERO_OK) {
+            if (zero_allgather(r->host_comm, mine, mem_all, 3, ZERO_F64) != ZERO_OK) {
                 free(mem_all);
                 mem_all = NULL;
             }
@@ -291,7 +293,12 @@ int train_loop(run *r)
                    (unsigned long long)po.reads_ahead, (unsigned long long)po.reads_sync);
         if (mem_all) {
             printf("summary: engine memory per rank (MiB, now/peak):");
-            for (int q = 0; q < r->world && q < 16; q++) printf(" %d: %.2f/%.2f", q, mem_all[2 * q], mem_all[2 * q + 1]);
+            for (int q = 0; q < r->world && q < 16; q++) printf(" %d: %.2f/%.2f", q, mem_all[3 * q], mem_all[3 * q + 1]);
+            printf("%s\n", r->world > 16 ? " ..." : "");
+            /* What the whole process held at its peak (VmHWM: model, activations,
+             * MPI, libraries and the engine), beside the engine's own peak. */
+            printf("summary: process peak RSS per rank (MiB; engine peak in brackets):");
+            for (int q = 0; q < r->world && q < 16; q++) printf(" %d: %.2f (%.2f)", q, mem_all[3 * q + 2], mem_all[3 * q + 1]);
             printf("%s\n", r->world > 16 ? " ..." : "");
         }
         if (c->ckpt_dir) printf("summary: checkpoints in %s\n", c->ckpt_dir);
