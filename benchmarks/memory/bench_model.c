@@ -143,6 +143,12 @@ void bench_model_compute_step(bench_model *m)
 zero_status bench_model_step(bench_model *m, zero_engine *e, zero_device *dev, int rank,
                              zero_step_result *result)
 {
+    zero_status st = bench_model_micro(m, e, dev, rank);
+    return st != ZERO_OK ? st : zero_engine_step(e, result);
+}
+
+zero_status bench_model_micro(bench_model *m, zero_engine *e, zero_device *dev, int rank)
+{
     zero_plan_info plan;
     zero_status pst = zero_engine_get_plan_info(e, &plan);
     if (pst != ZERO_OK) return pst;
@@ -182,7 +188,7 @@ zero_status bench_model_step(bench_model *m, zero_engine *e, zero_device *dev, i
         st = zero_engine_release(e, mod);
         if (st != ZERO_OK) return st;
     }
-    return zero_engine_step(e, result);
+    return ZERO_OK;
 }
 
 /* ------------------------------------------------------------------ expected memory */

@@ -56,6 +56,8 @@ zero_status bench_model_register(const bench_model *m, zero_engine *e);
 zero_status bench_model_step(bench_model *m, zero_engine *e, zero_device *dev, int rank,
                              zero_step_result *result);
 
+/* The same without the step: forward and backward of one micro-step. */
+zero_status bench_model_micro(bench_model *m, zero_engine *e, zero_device *dev, int rank);
 /* The synthetic compute of one step alone (no engine calls), for scale. */
 void bench_model_compute_step(bench_model *m);
 
