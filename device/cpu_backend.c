@@ -264,6 +264,94 @@ static zero_status cpu_memcpy(zero_device *dev, void *dst, const void *src, size
 
 /* ---------------------------------------------------------------- kernels */
 
+/* f16 <-> f32 through F16C (vcvtps2ph / vcvtph2ps, 8 lanes) where the CPU
+ * has it, chosen at run time. Bitwise the integer reference of
+ * convert_impl.h: f32 -> f16 rounds to nearest even in hardware exactly as
+ * the reference does for all 2^32 inputs (NaN quieted, top payload kept);
+ * f16 -> f32 is exact, except that the hardware quiets a signalling NaN,
+ * which the reference keeps signalling, so those lanes get the quiet bit
+ * cleared again (tests/device/test_kernels.c checks all 65536 patterns).
+ * ZERO_CPU_ISA=sse2|scalar turns it off, as it caps the optimizer kernels. */
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define F16C_TARGET __attribute__((target("avx2,f16c")))
+
+static int f16c_usable(void)
+{
+    static int usable = -1;
+    int u = __atomic_load_n(&usable, __ATOMIC_RELAXED);
+    if (u < 0) {
+        const char *cap = getenv("ZERO_CPU_ISA");
+        int capped = cap && (!strcmp(cap, "sse2") || !strcmp(cap, "scalar"));
+        u = !capped && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+        __atomic_store_n(&usable, u, __ATOMIC_RELAXED);
+    }
+    return u;
+}
+
+F16C_TARGET static void f32_to_f16_f16c(const float *s, uint16_t *d, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) d[i] = zero_cvt_f32_to_f16(s[i]);
+}
+
+F16C_TARGET static void f16_to_f32_f16c(const uint16_t *s, float *d, size_t n)
+{
+    const __m256i exp = _mm256_set1_epi32(0x7C00), man = _mm256_set1_epi32(0x3FF), quiet = _mm256_set1_epi32(0x200);
+    const __m256i zero = _mm256_setzero_si256(), f32_quiet = _mm256_set1_epi32(0x00400000);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm_loadu_si128((const __m128i *)(s + i));
+        __m256 f = _mm256_cvtph_ps(h);
+        __m256i h32 = _mm256_cvtepu16_epi32(h);
+        /* signalling NaN: exponent all ones, mantissa non-zero, quiet bit clear */
+        __m256i is_nan = _mm256_andnot_si256(_mm256_cmpeq_epi32(_mm256_and_si256(h32, man), zero),
+                                             _mm256_cmpeq_epi32(_mm256_and_si256(h32, exp), exp));
+        __m256i snan = _mm256_and_si256(is_nan, _mm256_cmpeq_epi32(_mm256_and_si256(h32, quiet), zero));
+        __m256i bits = _mm256_andnot_si256(_mm256_and_si256(snan, f32_quiet), _mm256_castps_si256(f));
+        _mm256_storeu_ps(d + i, _mm256_castsi256_ps(bits));
+    }
+    for (; i < n; i++) d[i] = zero_cvt_f16_to_f32(s[i]);
+}
+#else
+static int f16c_usable(void) { return 0; }
+static void f32_to_f16_f16c(const float *s, uint16_t *d, size_t n) { (void)s, (void)d, (void)n; }
+static void f16_to_f32_f16c(const uint16_t *s, float *d, size_t n) { (void)s, (void)d, (void)n; }
+#endif
+
+/* f16 element-wise ops through F16C: widen a piece to f32, the same float
+ * operations as the reference loops below, narrow back. */
+#define F16_PIECE 512
+static void axpy_f16_f16c(float alpha, const uint16_t *x, uint16_t *y, size_t begin, size_t end)
+{
+    float xf[F16_PIECE], yf[F16_PIECE];
+    for (size_t i = begin; i < end; i += F16_PIECE) {
+        size_t k = end - i < F16_PIECE ? end - i : F16_PIECE;
+        f16_to_f32_f16c(x + i, xf, k);
+        f16_to_f32_f16c(y + i, yf, k);
+        SIMD
+        for (size_t j = 0; j < k; j++) {
+            float t = alpha * xf[j];
+            yf[j] = yf[j] + t;
+        }
+        f32_to_f16_f16c(yf, y + i, k);
+    }
+}
+
+static void scale_f16_f16c(float alpha, uint16_t *y, size_t begin, size_t end)
+{
+    float yf[F16_PIECE];
+    for (size_t i = begin; i < end; i += F16_PIECE) {
+        size_t k = end - i < F16_PIECE ? end - i : F16_PIECE;
+        f16_to_f32_f16c(y + i, yf, k);
+        SIMD
+        for (size_t j = 0; j < k; j++) yf[j] = yf[j] * alpha;
+        f32_to_f16_f16c(yf, y + i, k);
+    }
+}
+
 CLONES static void fill_range(const kargs *a, size_t begin, size_t end)
 {
     if (a->dt == ZERO_F32) {
@@ -287,6 +375,10 @@ CLONES static void scale_range(const kargs *a, size_t begin, size_t end)
         for (size_t i = begin; i < end; i++) p[i] *= alpha;
     } else if (a->dt == ZERO_F16) {
         uint16_t *p = a->y;
+        if (f16c_usable()) {
+            scale_f16_f16c(alpha, p, begin, end);
+            return;
+        }
         SIMD
         for (size_t i = begin; i < end; i++) p[i] = zero_cvt_f32_to_f16(zero_cvt_f16_to_f32(p[i]) * alpha);
     } else {
@@ -313,6 +405,10 @@ CLONES static void axpy_range(const kargs *a, size_t begin, size_t end)
     } else if (a->dt == ZERO_F16) {
         const uint16_t *xp = a->x;
         uint16_t *yp = a->y;
+        if (f16c_usable()) {
+            axpy_f16_f16c(alpha, xp, yp, begin, end);
+            return;
+        }
         SIMD
         for (size_t i = begin; i < end; i++) {
             float t = alpha * zero_cvt_f16_to_f32(xp[i]);
@@ -336,6 +432,10 @@ CLONES static void cast_range(const kargs *a, size_t begin, size_t end)
         const float *s = a->x;
         uint16_t *d = a->y;
         if (ddt == ZERO_F16) {
+            if (f16c_usable()) {
+                f32_to_f16_f16c(s + begin, d + begin, end - begin);
+                return;
+            }
             SIMD
             for (size_t i = begin; i < end; i++) d[i] = zero_cvt_f32_to_f16(s[i]);
         } else {
@@ -346,6 +446,10 @@ CLONES static void cast_range(const kargs *a, size_t begin, size_t end)
         const uint16_t *s = a->x;
         float *d = a->y;
         if (sdt == ZERO_F16) {
+            if (f16c_usable()) {
+                f16_to_f32_f16c(s + begin, d + begin, end - begin);
+                return;
+            }
             SIMD
             for (size_t i = begin; i < end; i++) d[i] = zero_cvt_f16_to_f32(s[i]);
         } else {

@@ -177,6 +177,56 @@ static void test_cast(ctx *c, zero_dtype sdt, zero_dtype ddt, size_t n)
     free(src), free(ref), free(got);
 }
 
+/* Every f16 pattern through the device's f16 -> f32 cast, and a stride
+ * through all f32 patterns (plus every f16 value's neighbourhood) through
+ * f32 -> f16, bit for bit against the scalar reference, NaN payloads and
+ * signalling NaNs included: the CPU's F16C path (hardware quiets a
+ * signalling NaN; the device must not) and its integer fallback
+ * (ZERO_CPU_ISA=sse2, meson test device_kernels_cpu_no_f16c) both. */
+static void test_cast_f16_exhaustive(ctx *c)
+{
+    const size_t n16 = 65536;
+    uint16_t *h = malloc(n16 * 2);
+    float *f = malloc(n16 * 4);
+    for (size_t i = 0; i < n16; i++) h[i] = (uint16_t)i;
+    void *dh = to_dev(c, h, n16 * 2), *df = NULL;
+    CHECK_OK(zero_device_alloc(c->dev, n16 * 4, &df));
+    CHECK_OK(zero_cast(c->dev, dh, ZERO_F16, df, ZERO_F32, n16, c->stream));
+    from_dev(c, f, df, n16 * 4);
+    long bad = 0;
+    for (size_t i = 0; i < n16; i++) {
+        float r = zero_f16_to_f32((uint16_t)i);
+        if (memcmp(&r, f + i, 4) != 0 && bad++ < 3) fprintf(stderr, "f16 %04zx -> f32 differs\n", i);
+    }
+    CHECK_MSG(bad == 0, "f16 -> f32 cast: %ld of 65536 patterns differ from the reference", bad);
+    zero_device_free(c->dev, dh), zero_device_free(c->dev, df);
+    /* f32 -> f16: 2^20 patterns, stride 4093 (odd, so every low-bit residue
+     * comes by), and every f16 value's f32 image +-1 ulp (the rounding edges) */
+    const size_t n32 = (1u << 20) + 3 * n16;
+    uint32_t *u = malloc(n32 * 4);
+    uint16_t *got = malloc(n32 * 2);
+    for (size_t i = 0; i < (1u << 20); i++) u[i] = (uint32_t)(i * 4093u) ^ (uint32_t)(i << 22);
+    for (size_t i = 0; i < n16; i++) {
+        float v = zero_f16_to_f32((uint16_t)i);
+        uint32_t b;
+        memcpy(&b, &v, 4);
+        u[(1u << 20) + 3 * i] = b, u[(1u << 20) + 3 * i + 1] = b + 1, u[(1u << 20) + 3 * i + 2] = b - 1;
+    }
+    void *du = to_dev(c, u, n32 * 4), *dg = NULL;
+    CHECK_OK(zero_device_alloc(c->dev, n32 * 2, &dg));
+    CHECK_OK(zero_cast(c->dev, du, ZERO_F32, dg, ZERO_F16, n32, c->stream));
+    from_dev(c, got, dg, n32 * 2);
+    bad = 0;
+    for (size_t i = 0; i < n32; i++) {
+        float v;
+        memcpy(&v, u + i, 4);
+        if (zero_f32_to_f16(v) != got[i] && bad++ < 3) fprintf(stderr, "f32 %08x -> f16 differs\n", u[i]);
+    }
+    CHECK_MSG(bad == 0, "f32 -> f16 cast: %ld of %zu patterns differ from the reference", bad, n32);
+    zero_device_free(c->dev, du), zero_device_free(c->dev, dg);
+    free(h), free(f), free(u), free(got);
+}
+
 static void test_sumsq(ctx *c, zero_dtype dt, size_t n)
 {
     size_t bytes = n * zero_dtype_size(dt);
@@ -273,6 +323,7 @@ int main(int argc, char **argv)
             test_elementwise(&c, dtypes[d], sizes[s]);
             test_sumsq(&c, dtypes[d], sizes[s]);
         }
+    test_cast_f16_exhaustive(&c);
     for (size_t a = 0; a < 3; a++)
         for (size_t b = 0; b < 3; b++) {
             test_cast(&c, dtypes[a], dtypes[b], 1000);
