@@ -435,6 +435,7 @@ zero_status zero_engine_param_data(zero_engine *e, int param, void **out)
 zero_status zero_engine_param_grad(zero_engine *e, int param, void **out)
 {
     ZERO_TRY(engine_check_usable(e, "engine param_grad", 1));
+    engine_progress(e); /* the caller's compute pauses here: advance overlapped collectives */
     ZERO_TRY(check_param(e, param, "engine param_grad"));
     if (!out) return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "engine param_grad: out is NULL");
     *out = NULL;

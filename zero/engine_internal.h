@@ -332,6 +332,11 @@ float *layout_chunk_state(zero_engine *e, zero_state_kind kind, const zero_bucke
  * and persistent copy, as this rank keeps them. */
 zero_status layout_load_bucket(zero_engine *e, const zero_bucket *b, const float *full);
 
+/* ---------------------------------------------------------------- progress.c */
+/* With overlap_comm: let the dp comm's in-flight collectives advance (one
+ * zero_test); called at the entry points where the caller's compute pauses. */
+void engine_progress(zero_engine *e);
+
 /* ---------------------------------------------------------------- grads.c */
 zero_status grads_flush(zero_engine *e, const char *what);
 /* Start a new accumulation: the shard goes stale (overwritten by the next

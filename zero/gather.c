@@ -160,6 +160,7 @@ void *gather_module_params(const zero_module *m)
 zero_status zero_engine_gather(zero_engine *e, int module)
 {
     ZERO_TRY(engine_check_usable(e, "engine gather", 1));
+    engine_progress(e); /* the caller's compute pauses here: advance overlapped collectives */
     if (module < 0 || module >= e->num_modules)
         return zero_fail(&e->err, ZERO_NOT_FOUND, "engine gather: unknown module %d (%d modules)", module,
                          e->num_modules);
@@ -204,6 +205,7 @@ zero_status zero_engine_gather(zero_engine *e, int module)
 zero_status zero_engine_release(zero_engine *e, int module)
 {
     ZERO_TRY(engine_check_usable(e, "engine release", 1));
+    engine_progress(e); /* the caller's compute pauses here: advance overlapped collectives */
     if (module < 0 || module >= e->num_modules)
         return zero_fail(&e->err, ZERO_NOT_FOUND, "engine release: unknown module %d (%d modules)", module,
                          e->num_modules);

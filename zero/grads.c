@@ -95,6 +95,7 @@ static zero_status reduce_bucket(zero_engine *e, const zero_bucket *b, const voi
 zero_status zero_engine_grads_ready(zero_engine *e, int module)
 {
     ZERO_TRY(engine_check_usable(e, "engine grads_ready", 1));
+    engine_progress(e); /* the caller's compute pauses here: advance overlapped collectives */
     if (module < 0 || module >= e->num_modules)
         return zero_fail(&e->err, ZERO_NOT_FOUND, "engine grads_ready: unknown module %d (%d modules)", module,
                          e->num_modules);

@@ -7,6 +7,7 @@ int bench_cmd_estimate(int argc, char **argv);
 int bench_cmd_memory(int argc, char **argv);
 int bench_cmd_steptime(int argc, char **argv);
 int bench_cmd_stepcost(int argc, char **argv);
+int bench_cmd_overlap(int argc, char **argv);
 int bench_cmd_offload(int argc, char **argv);
 
 /* estimate --offload (bench_estimate_offload.c): where each stage's state

@@ -18,6 +18,7 @@ static void usage(void)
             "  memory     run real steps per stage, report engine bytes per category\n"
             "  steptime   step time of stages 1-3 against stage 0 in one run\n"
             "  stepcost   zero_engine_step against the optimizer kernel alone, per stage\n"
+            "  overlap    overlap_comm on against off, per stage, in one run\n"
             "  offload    step time with optimizer offload (cpu, nvme) against none in one run\n");
 }
 
@@ -31,6 +32,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "memory")) return bench_cmd_memory(argc - 2, argv + 2);
     if (!strcmp(argv[1], "steptime")) return bench_cmd_steptime(argc - 2, argv + 2);
     if (!strcmp(argv[1], "stepcost")) return bench_cmd_stepcost(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "overlap")) return bench_cmd_overlap(argc - 2, argv + 2);
     if (!strcmp(argv[1], "offload")) return bench_cmd_offload(argc - 2, argv + 2);
     fprintf(stderr, "zero-bench: unknown command '%s'\n", argv[1]);
     usage();
