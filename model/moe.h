@@ -1,0 +1,104 @@
+/* A mixture-of-experts FFN on the CPU, with expert parallelism.
+ *
+ * What it computes (GShard / Switch / DeepSpeed-MoE), for the N x C tokens x
+ * of this rank:
+ *   probs   = softmax(x gate_w^T)                      N x E (router, no bias)
+ *   choices = the top_k experts of each token by prob (ties: the lower expert)
+ *   weight  = prob of the choice; with top_k > 1 renormalised over the
+ *             token's top_k probs (DeepSpeed's top-2 gating)
+ *   capacity = ceil(capacity_factor * top_k * N / E) slots per expert
+ *             (capacity_factor <= 0: N, no token is ever dropped)
+ *   slots are given in priority order: every token's 1st choice in token
+ *   order, then every 2nd choice, ...; a choice that finds its expert full is
+ *   DROPPED (contributes nothing: the block's residual carries the token on)
+ *   expert e(x) = proj_w gelu(fc_w x + fc_b) + proj_b    (C -> d_ff -> C)
+ *   out[n]  = init[n] + sum over the kept choices i of weight_i * expert_i(x[n])
+ *   aux     = E * sum_e f_e * P_e, f_e = the fraction of tokens whose 1st
+ *             choice is e (before dropping), P_e = the mean of probs[:, e]
+ * The training loss adds aux_loss_coef * aux (the caller adds it; backward
+ * adds its gradient, scaled by dloss).
+ *
+ * Expert parallelism: `ep` (a comm of P ranks, or NULL for P = 1) splits
+ * the E experts, rank r holding experts [r E/P, (r+1) E/P); every rank routes
+ * its own tokens (the capacity counts its own N, as DeepSpeed does), sends
+ * each kept choice's row to the expert's owner with one all-to-all-v
+ * (dispatch), the owner runs each expert on the rows from all ranks (by
+ * source rank, in slot order), and a second all-to-all-v brings the outputs
+ * back to the slots they came from (combine: the order is restored by
+ * construction). Backward runs the same two exchanges on the gradients. The
+ * per-expert row counts travel first in a small all-to-all. So an EP run is,
+ * per rank, the single-rank model on that rank's tokens, except that each
+ * expert's weight gradient sums the rows of every rank in one matmul.
+ *
+ * Parameters are the caller's (fp32): gate_w is E x C (the router, replicated
+ * on every rank: a dense parameter), the experts this rank holds are stacked
+ * El = E/P deep: fc_w El x d_ff x C, fc_b El x d_ff, proj_w El x C x d_ff,
+ * proj_b El x C (nn.Linear layouts). Gradients ACCUMULATE (+=).
+ *
+ * Errors: zero_status, message in gpt_last_error(); a failed exchange names
+ * the ep comm's message. Nothing prints. */
+#ifndef ZERO_MODEL_MOE_H
+#define ZERO_MODEL_MOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <zero/comm.h>
+#include <zero/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gpt_moe_config {
+    int d_model;           /* C */
+    int d_ff;              /* hidden units of each expert (4 C in the GPT) */
+    int experts;           /* E, over all ranks; a multiple of the ep size */
+    int top_k;             /* 1 .. E */
+    float capacity_factor; /* <= 0: unlimited */
+    float aux_loss_coef;   /* scales the auxiliary loss's gradient in backward */
+} gpt_moe_config;
+
+typedef struct gpt_moe_params {
+    float *gate_w;               /* E x C */
+    float *fc_w, *fc_b;          /* El x d_ff x C, El x d_ff */
+    float *proj_w, *proj_b;      /* El x C x d_ff, El x C */
+} gpt_moe_params;
+
+typedef struct gpt_moe gpt_moe;
+
+/* A layer for `tokens` rows per call; `ep` NULL or a comm whose size divides
+ * experts (borrowed: it must outlive the layer). */
+zero_status gpt_moe_create(gpt_moe **out, const gpt_moe_config *cfg, int tokens, zero_comm *ep);
+void gpt_moe_destroy(gpt_moe *m); /* NULL accepted */
+
+/* The slots per expert for this layer's token count. */
+int gpt_moe_capacity(const gpt_moe *m);
+/* This rank's experts: [*first, *first + *count). */
+void gpt_moe_local_experts(const gpt_moe *m, int *first, int *count);
+
+/* out = init + MoE(x) (init may be NULL or equal out); *aux (may be NULL)
+ * receives the auxiliary loss of this rank's tokens. x must stay unchanged
+ * until the backward. */
+zero_status gpt_moe_forward(gpt_moe *m, const float *x, const float *init, float *out, const gpt_moe_params *p,
+                            float *aux);
+/* dx = d(x) (overwritten) from dout = d(out); gradients accumulate into g;
+ * the auxiliary loss's gradient enters as dloss * aux_loss_coef. */
+zero_status gpt_moe_backward(gpt_moe *m, float dloss, const float *x, const float *dout, float *dx,
+                             const gpt_moe_params *p, gpt_moe_params *g);
+
+/* The routing of the last forward, for tests and reports: per token and
+ * choice (N x top_k, choice-major within a token): the expert, its weight,
+ * and the slot it got (-1: dropped). */
+typedef struct gpt_moe_routing {
+    const int32_t *expert;
+    const float *weight;
+    const int32_t *slot;
+    long dropped;          /* choices dropped in the last forward */
+} gpt_moe_routing;
+void gpt_moe_get_routing(const gpt_moe *m, gpt_moe_routing *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
