@@ -53,6 +53,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <zero/comm.h>
 #include <zero/engine.h>
 #include <zero/status.h>
 
@@ -67,6 +68,17 @@ typedef struct gpt_config {
     int d_model;  /* a multiple of n_head */
     int seq_len;  /* the longest sequence (rows of wpe) */
     int vocab;    /* 256 for the byte-level tokenizer */
+    /* Mixture of experts (moe.h; 0 experts: the dense MLP). Every block's
+     * MLP becomes moe_experts experts of width 4 d_model behind a top-k
+     * softmax router, capacity moe_capacity_factor, the auxiliary
+     * load-balancing loss weighted by moe_aux_loss_coef and added to the
+     * loss; a rank holds moe_experts / moe_ep of them (expert parallelism
+     * over an ep comm given to the workspace; 0 or 1: all). CPU only. */
+    int moe_experts;
+    int moe_top_k;
+    float moe_capacity_factor;
+    float moe_aux_loss_coef;
+    int moe_ep;
 } gpt_config;
 
 #define GPT_CONFIG_INIT {4, 4, 256, 128, 256}
@@ -91,7 +103,12 @@ enum {
     GPT_LN2_W, GPT_LN2_B, GPT_FC_W, GPT_FC_B, GPT_FCPROJ_W, GPT_FCPROJ_B, GPT_BLOCK_NT
 };
 enum { GPT_LNF_W = 0, GPT_LNF_B = 1, GPT_FINAL_NT = 2 };
-#define GPT_MAX_MODULE_TENSORS 12
+/* An MoE block (cfg->moe_experts > 0): GPT_FC_W .. GPT_FCPROJ_B hold this
+ * rank's experts stacked (El = moe_experts / moe_ep of them: El*4C x C,
+ * El*4C, El*C x 4C, El*C, the layouts of moe.h), and a 13th tensor is the
+ * router (moe_experts x C, replicated on every rank). */
+enum { GPT_MOE_GATE_W = GPT_BLOCK_NT, GPT_MOE_BLOCK_NT };
+#define GPT_MAX_MODULE_TENSORS 13
 
 /* The pointers of one module's tensors (parameters, or their gradients),
  * indexed by the enums above. Const-ness is by call: forward never writes
@@ -117,9 +134,11 @@ typedef struct gpt_param_info {
     size_t numel;
     gpt_init_kind init;
     float init_std;      /* GPT-2: 0.02, and 0.02/sqrt(2*n_layer) for the two residual projections */
+    int expert_stack;    /* 1: this rank's slice of a stack of moe_experts experts (elements
+                            [ep_rank * numel, (ep_rank + 1) * numel) of the named tensor) */
 } gpt_param_info;
 
-/* Number of parameter tensors: 2 + 12*n_layer + 2, listed module by module. */
+/* Number of parameter tensors: 2 + 12*n_layer + 2 (13 per block with MoE), listed module by module. */
 size_t gpt_num_params(const gpt_config *cfg);
 /* Total number of parameter elements (the tied head counted once). */
 size_t gpt_param_elements(const gpt_config *cfg);
@@ -140,6 +159,9 @@ zero_init_spec gpt_param_init_spec(const gpt_param_info *info, uint64_t seed);
 /* Fill `out` (info->numel floats) with those values, the whole tensor
  * (zero_init_generate of the spec): for references and tests. */
 void gpt_param_init(const gpt_config *cfg, const gpt_param_info *info, uint64_t seed, float *out);
+/* The same for expert-parallel rank `ep_rank`: an expert stack's slice of
+ * the whole stack's values (every ep size gets the same experts). */
+void gpt_param_init_ep(const gpt_param_info *info, uint64_t seed, int ep_rank, float *out);
 
 /* Training FLOPs per token of one forward+backward at sequence length T:
  * 6 * (matmul parameters incl. the head) + 12 * n_layer * T * d_model for
@@ -189,6 +211,16 @@ zero_status gpt_workspace_create(gpt_workspace **out, const gpt_config *cfg, int
 /* The same with activation checkpointing (`ck` NULL: none). */
 zero_status gpt_workspace_create_ckpt(gpt_workspace **out, const gpt_config *cfg, int batch, int seq,
                                       const gpt_checkpointing *ck);
+/* The same for an MoE model with expert parallelism over `ep` (a comm of
+ * cfg->moe_ep ranks, borrowed; NULL when moe_ep <= 1). Each MoE block keeps
+ * its routing and expert activations in its layer (moe.h), outside the
+ * activation report; a recomputed block does not redo its MoE (or its
+ * exchanges): only the attention half and ln_2 are recomputed. */
+zero_status gpt_workspace_create_moe(gpt_workspace **out, const gpt_config *cfg, int batch, int seq,
+                                     const gpt_checkpointing *ck, zero_comm *ep);
+/* The auxiliary losses of the last forward, summed over the blocks
+ * (unweighted; the loss gpt_forward_end returns adds moe_aux_loss_coef x this). */
+float gpt_workspace_moe_aux(const gpt_workspace *ws);
 void gpt_workspace_destroy(gpt_workspace *ws); /* NULL accepted */
 /* Bytes of the workspace's activation allocation (activations + scratch). */
 size_t gpt_workspace_bytes(const gpt_workspace *ws);
@@ -216,7 +248,8 @@ zero_status gpt_forward_begin(gpt_workspace *ws, const int32_t *tokens, const in
                               const gpt_tensors *embed);
 zero_status gpt_forward_block(gpt_workspace *ws, int layer, const gpt_tensors *block);
 /* Final LayerNorm, the tied head (embed->t[GPT_WTE]) and the loss; `loss`
- * may be NULL. Needs targets for a later backward. */
+ * may be NULL. Needs targets for a later backward. With MoE the loss is the
+ * cross-entropy plus moe_aux_loss_coef x the blocks' auxiliary losses. */
 zero_status gpt_forward_end(gpt_workspace *ws, const gpt_tensors *final_params,
                             const gpt_tensors *embed, float *loss);
 

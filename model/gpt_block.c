@@ -13,6 +13,13 @@ static zero_status block_sum(const gpt_block_ctx *k, float *buf, size_t n, const
     return k->sum ? k->sum(k->sum_ctx, buf, n, what, layer) : ZERO_OK;
 }
 
+/* An MoE block's expert and router tensors as moe.h takes them. */
+static gpt_moe_params moe_tensors(const gpt_tensors *p)
+{
+    return (gpt_moe_params){p->t[GPT_MOE_GATE_W], p->t[GPT_FC_W], p->t[GPT_FC_B], p->t[GPT_FCPROJ_W],
+                            p->t[GPT_FCPROJ_B]};
+}
+
 zero_status gpt_block_forward(const gpt_block_ctx *k, int layer, gpt_block_acts *a, const float *x, float *out,
                               const gpt_tensors *p)
 {
@@ -29,6 +36,13 @@ zero_status gpt_block_forward(const gpt_block_ctx *k, int layer, gpt_block_acts 
 
     /* MLP half: out = res2 + proj(gelu(fc(ln_2(res2)))), the hidden units split over tp */
     gpt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->t[GPT_LN2_W], p->t[GPT_LN2_B], N, C);
+    if (k->moe) {
+        /* out = res2 + MoE(ln_2(res2)); recomputation stops here: the MoE
+         * layer kept its own state (and must not exchange again) */
+        if (!out) return ZERO_OK;
+        gpt_moe_params mp = moe_tensors(p);
+        return gpt_moe_forward(k->moe[layer], a->ln2, a->res2, out, &mp, &k->moe_aux[layer]);
+    }
     gpt_matmul_forward(k->math, a->fch, NULL, a->ln2, p->t[GPT_FC_W], p->t[GPT_FC_B], N, C, Hl);
     gpt_gelu_forward(a->fch_gelu, a->fch, (size_t)N * Hl);
     if (!out) return ZERO_OK; /* recomputation: the output is kept already */
@@ -50,17 +64,26 @@ static zero_status block_backward(const gpt_block_ctx *k, int layer, const gpt_b
 
     /* MLP half, in reverse. Row-parallel c_proj: g's backward is the identity,
      * its bias gradient is computed (redundantly under tp) from the replicated dres. */
-    gpt_matmul_backward_input(k->math, k->dfch, dres, p->t[GPT_FCPROJ_W], N, Hl, C, 0);
-    if (st) memcpy(st->dout_fcproj, dres, sizeof(float) * NC);
-    else
-        gpt_matmul_backward_weight(k->math, g->t[GPT_FCPROJ_W], g->t[GPT_FCPROJ_B], dres, a->fch_gelu, N, Hl, C,
-                                   k->partials, nt);
-    float *dfch = st ? st->dfch : k->dfch; /* GELU's backward writes where W will read it */
-    gpt_gelu_backward(dfch, a->fch, k->dfch, (size_t)N * Hl);
-    gpt_matmul_backward_input(k->math, k->dln, dfch, p->t[GPT_FC_W], N, C, Hl, 0);
-    if (!st)
-        gpt_matmul_backward_weight(k->math, g->t[GPT_FC_W], g->t[GPT_FC_B], dfch, a->ln2, N, C, Hl, k->partials, nt);
-    GPT_TRY(block_sum(k, k->dln, NC, "d ln_2 (backward)", layer)); /* f's backward */
+    if (k->moe) {
+        /* the MoE layer computes its weight gradients with its input's (no deferred W: the
+         * pipeline runtime that defers it has no MoE blocks) */
+        if (st)
+            return gpt_fail(ZERO_UNSUPPORTED, "block %d: an MoE block's weight gradients cannot be deferred", layer);
+        gpt_moe_params mp = moe_tensors(p), mg = moe_tensors(g);
+        GPT_TRY(gpt_moe_backward(k->moe[layer], k->moe_dloss, a->ln2, dres, k->dln, &mp, &mg));
+    } else {
+        gpt_matmul_backward_input(k->math, k->dfch, dres, p->t[GPT_FCPROJ_W], N, Hl, C, 0);
+        if (st) memcpy(st->dout_fcproj, dres, sizeof(float) * NC);
+        else
+            gpt_matmul_backward_weight(k->math, g->t[GPT_FCPROJ_W], g->t[GPT_FCPROJ_B], dres, a->fch_gelu, N, Hl, C,
+                                       k->partials, nt);
+        float *dfch = st ? st->dfch : k->dfch; /* GELU's backward writes where W will read it */
+        gpt_gelu_backward(dfch, a->fch, k->dfch, (size_t)N * Hl);
+        gpt_matmul_backward_input(k->math, k->dln, dfch, p->t[GPT_FC_W], N, C, Hl, 0);
+        if (!st)
+            gpt_matmul_backward_weight(k->math, g->t[GPT_FC_W], g->t[GPT_FC_B], dfch, a->ln2, N, C, Hl, k->partials, nt);
+        GPT_TRY(block_sum(k, k->dln, NC, "d ln_2 (backward)", layer)); /* f's backward */
+    }
     /* the residual path keeps dres; ln_2 adds its share: dres = d res2 */
     gpt_layernorm_backward(dres, g->t[GPT_LN2_W], g->t[GPT_LN2_B], k->dln, a->res2, p->t[GPT_LN2_W], a->ln2_mean,
                            a->ln2_rstd, N, C, k->partials, nt);

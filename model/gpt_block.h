@@ -8,6 +8,7 @@
 
 #include "gpt_acts.h"
 #include "gpt_gemm.h"
+#include "moe.h"
 
 /* Megatron's all-reduce over the tp group (g forward, f backward); NULL
  * outside tensor parallelism. `what` names the tensor for messages. */
@@ -23,6 +24,12 @@ typedef struct gpt_block_ctx {
     void *sum_ctx;
     /* backward scratch (gpt_acts' common part, and the CPU kernels' own) */
     float *dln, *dqkv, *dfch, *partials, *att_scratch;
+    /* Mixture of experts: one layer per block (NULL: dense MLPs); each
+     * forward stores its block's auxiliary loss in moe_aux[layer]; backward
+     * scales the aux gradient by moe_dloss (the loss's dloss). */
+    gpt_moe **moe;
+    float *moe_aux;
+    float moe_dloss;
 } gpt_block_ctx;
 
 /* Forward of block `layer` from x into the activations `a`; the output goes

@@ -34,6 +34,8 @@ struct gpt_workspace {
     gpt_phase phase;
     int next_layer;          /* forward: next block to run; backward: next block, descending */
     long valid;              /* tokens with a target in this micro-batch */
+    gpt_moe **moe;           /* MoE: one layer per block (NULL: dense) */
+    float *moe_aux;          /* per block: the aux loss of the last forward */
 };
 
 /* ------------------------------------------------------------ layout */
@@ -98,6 +100,31 @@ zero_status gpt_workspace_create(gpt_workspace **out, const gpt_config *cfg, int
 zero_status gpt_workspace_create_ckpt(gpt_workspace **out, const gpt_config *cfg, int batch, int seq,
                                       const gpt_checkpointing *ck)
 {
+    return gpt_workspace_create_moe(out, cfg, batch, seq, ck, NULL);
+}
+
+/* One MoE layer per block, over `ep`. */
+static zero_status create_moe(gpt_workspace *ws, zero_comm *ep)
+{
+    const gpt_config *cfg = &ws->cfg;
+    int want = cfg->moe_ep > 1 ? cfg->moe_ep : 1, have = ep ? zero_comm_size(ep) : 1;
+    if (want != have)
+        return gpt_fail(ZERO_CONFIG, "gpt_workspace_create: moe ep = %d but the ep comm has %d rank%s", cfg->moe_ep,
+                        have, have == 1 ? "" : "s");
+    ws->moe = calloc((size_t)cfg->n_layer, sizeof *ws->moe);
+    ws->moe_aux = calloc((size_t)cfg->n_layer, sizeof *ws->moe_aux);
+    if (!ws->moe || !ws->moe_aux) return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_workspace_create: out of memory (MoE)");
+    gpt_moe_config mc = {cfg->d_model, 4 * cfg->d_model, cfg->moe_experts, cfg->moe_top_k, cfg->moe_capacity_factor,
+                         cfg->moe_aux_loss_coef};
+    for (int l = 0; l < cfg->n_layer; l++) GPT_TRY(gpt_moe_create(&ws->moe[l], &mc, ws->B * ws->T, ep));
+    ws->blk.moe = ws->moe;
+    ws->blk.moe_aux = ws->moe_aux;
+    return ZERO_OK;
+}
+
+zero_status gpt_workspace_create_moe(gpt_workspace **out, const gpt_config *cfg, int batch, int seq,
+                                     const gpt_checkpointing *ck, zero_comm *ep)
+{
     if (!out) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_workspace_create: out is NULL");
     *out = NULL;
     GPT_TRY(gpt_config_validate(cfg));
@@ -137,13 +164,32 @@ zero_status gpt_workspace_create_ckpt(gpt_workspace **out, const gpt_config *cfg
     k->B = batch, k->T = seq, k->C = k->Cl = cfg->d_model, k->Hl = 4 * cfg->d_model, k->NHl = cfg->n_head;
     k->lead = 1, k->nthreads = ws->nthreads, k->sum = NULL, k->sum_ctx = NULL;
     k->dln = ws->acts.dln, k->dqkv = ws->acts.dqkv, k->dfch = ws->acts.dfch;
+    if (cfg->moe_experts > 0) {
+        st = create_moe(ws, ep);
+        if (st != ZERO_OK) {
+            gpt_workspace_destroy(ws);
+            return st;
+        }
+    }
     *out = ws;
     return ZERO_OK;
+}
+
+float gpt_workspace_moe_aux(const gpt_workspace *ws)
+{
+    float s = 0;
+    if (ws && ws->moe_aux)
+        for (int l = 0; l < ws->cfg.n_layer; l++) s += ws->moe_aux[l];
+    return s;
 }
 
 void gpt_workspace_destroy(gpt_workspace *ws)
 {
     if (!ws) return;
+    if (ws->moe)
+        for (int l = 0; l < ws->cfg.n_layer; l++) gpt_moe_destroy(ws->moe[l]);
+    free(ws->moe);
+    free(ws->moe_aux);
     free(ws->mem);
     gpt_acts_free(&ws->acts);
     free(ws);
@@ -167,6 +213,8 @@ zero_status gpt_workspace_set_matmul_dtype(gpt_workspace *ws, zero_dtype dtype)
         return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_workspace_set_matmul_dtype: %s matmuls are not offered on the CPU (f32 or bf16)",
                         zero_dtype_name(dtype));
     ws->blk.math = dtype == ZERO_BF16 ? GPT_GEMM_BF16 : GPT_GEMM_F32;
+    if (ws->moe)
+        for (int l = 0; l < ws->cfg.n_layer; l++) gpt_moe_set_matmul_bf16(ws->moe[l], dtype == ZERO_BF16);
     return ZERO_OK;
 }
 
@@ -245,7 +293,7 @@ zero_status gpt_forward_end(gpt_workspace *ws, const gpt_tensors *final_params, 
     gpt_matmul_forward(ws->blk.math, io->logits, NULL, io->lnf, embed->t[GPT_WTE], NULL, N, C, V);
     double total = gpt_crossentropy_forward(io->lse, io->logits, ws->has_targets ? io->targets : NULL, N, V,
                                             &ws->valid);
-    if (loss) *loss = ws->valid ? (float)(total / ws->valid) : 0.0f;
+    if (loss) *loss = (ws->valid ? (float)(total / ws->valid) : 0.0f) + ws->cfg.moe_aux_loss_coef * gpt_workspace_moe_aux(ws);
     ws->phase = GPT_PHASE_FORWARD_DONE;
     return ZERO_OK;
 }
@@ -270,6 +318,7 @@ zero_status gpt_backward_end(gpt_workspace *ws, float dloss, const gpt_tensors *
 
     /* loss = mean over valid tokens, so each row's gradient carries dloss / valid */
     float scale = ws->valid ? dloss / (float)ws->valid : 0.0f;
+    ws->blk.moe_dloss = dloss; /* the aux losses' share */
     gpt_crossentropy_backward(a->dlogits, io->logits, io->lse, io->targets, N, V, scale);
     /* tied head: dwte += dlogits^T lnf, dlnf = dlogits wte */
     gpt_matmul_backward(ws->blk.math, a->dln, embed_grads->t[GPT_WTE], NULL, a->dlogits, io->lnf, embed->t[GPT_WTE], N, C, V,

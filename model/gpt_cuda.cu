@@ -508,6 +508,9 @@ static zero_status check_args(const gpt_config *cfg, int batch, int seq, zero_dt
                               const gpt_checkpointing *ck, const char *op)
 {
     GPT_TRY(gpt_config_validate(cfg));
+    if (cfg->moe_experts > 0)
+        return gpt_fail(ZERO_UNSUPPORTED, "%s: moe experts = %d: the CUDA model has no MoE blocks yet (the CPU model has)",
+                        op, cfg->moe_experts);
     GPT_TRY(gpt_checkpointing_validate(ck, op));
     if (batch < 1 || seq < 1 || seq > cfg->seq_len)
         return gpt_fail(ZERO_INVALID_ARGUMENT, "%s: batch %d x seq %d is invalid (seq_len %d)", op, batch, seq,

@@ -38,20 +38,36 @@ zero_status gpt_config_validate(const gpt_config *cfg)
     if (cfg->d_model % cfg->n_head != 0)
         return gpt_fail(ZERO_CONFIG, "gpt config: d_model = %d is not a multiple of n_head = %d",
                         cfg->d_model, cfg->n_head);
+    if (cfg->moe_experts == 0) return ZERO_OK;
+    int ep = cfg->moe_ep > 1 ? cfg->moe_ep : 1;
+    if (cfg->moe_experts < 0 || cfg->moe_experts > 4096 || cfg->moe_ep < 0 || cfg->moe_experts % ep)
+        return gpt_fail(ZERO_CONFIG, "gpt config: moe experts = %d must be in [0, 4096] and a multiple of moe ep = %d",
+                        cfg->moe_experts, cfg->moe_ep);
+    if (cfg->moe_top_k < 1 || cfg->moe_top_k > cfg->moe_experts)
+        return gpt_fail(ZERO_CONFIG, "gpt config: moe top_k = %d is outside [1, experts = %d]", cfg->moe_top_k,
+                        cfg->moe_experts);
+    if (!(cfg->moe_capacity_factor == cfg->moe_capacity_factor) || cfg->moe_capacity_factor > 1e6f)
+        return gpt_fail(ZERO_CONFIG, "gpt config: moe capacity_factor = %g is not a number <= 1e6 (<= 0: unlimited)",
+                        (double)cfg->moe_capacity_factor);
+    if (!(cfg->moe_aux_loss_coef >= 0) || cfg->moe_aux_loss_coef > 1e6f)
+        return gpt_fail(ZERO_CONFIG, "gpt config: moe aux_loss_coef = %g is outside [0, 1e6]",
+                        (double)cfg->moe_aux_loss_coef);
     return ZERO_OK;
 }
+
+static int block_nt(const gpt_config *cfg) { return cfg->moe_experts > 0 ? GPT_MOE_BLOCK_NT : GPT_BLOCK_NT; }
 
 /* ------------------------------------------------------------ parameter list */
 size_t gpt_num_params(const gpt_config *cfg)
 {
-    return GPT_EMBED_NT + (size_t)GPT_BLOCK_NT * cfg->n_layer + GPT_FINAL_NT;
+    return GPT_EMBED_NT + (size_t)block_nt(cfg) * cfg->n_layer + GPT_FINAL_NT;
 }
 
 int gpt_module_num_tensors(const gpt_config *cfg, int module)
 {
     if (module == GPT_MODULE_EMBED) return GPT_EMBED_NT;
     if (module == gpt_module_final(cfg)) return GPT_FINAL_NT;
-    if (module > 0 && module <= cfg->n_layer) return GPT_BLOCK_NT;
+    if (module > 0 && module <= cfg->n_layer) return block_nt(cfg);
     return 0;
 }
 
@@ -66,8 +82,8 @@ const char *gpt_module_name(const gpt_config *cfg, int module, char *buf, size_t
 size_t gpt_param_position(const gpt_config *cfg, int module, int index)
 {
     if (module == GPT_MODULE_EMBED) return (size_t)index;
-    if (module == gpt_module_final(cfg)) return GPT_EMBED_NT + (size_t)GPT_BLOCK_NT * cfg->n_layer + index;
-    return GPT_EMBED_NT + (size_t)GPT_BLOCK_NT * (module - 1) + index;
+    if (module == gpt_module_final(cfg)) return GPT_EMBED_NT + (size_t)block_nt(cfg) * cfg->n_layer + index;
+    return GPT_EMBED_NT + (size_t)block_nt(cfg) * (module - 1) + index;
 }
 
 /* One block's tensors: GPT-2 names and nn.Linear (out, in) shapes in units of C. */
@@ -107,19 +123,34 @@ zero_status gpt_param_info_get(const gpt_config *cfg, size_t i, gpt_param_info *
         out->shape[1] = C;
         out->init = GPT_INIT_NORMAL;
         snprintf(out->name, sizeof out->name, "%s", i == GPT_WTE ? "wte.weight" : "wpe.weight");
-    } else if (i < GPT_EMBED_NT + (size_t)GPT_BLOCK_NT * cfg->n_layer) {
+    } else if (i < GPT_EMBED_NT + (size_t)block_nt(cfg) * cfg->n_layer) {
         size_t j = i - GPT_EMBED_NT;
-        int layer = (int)(j / GPT_BLOCK_NT), k = (int)(j % GPT_BLOCK_NT);
+        int layer = (int)(j / block_nt(cfg)), k = (int)(j % block_nt(cfg));
         out->module = gpt_module_block(layer);
         out->index = k;
-        out->ndim = block_tensors[k].cols_c ? 2 : 1;
-        out->shape[0] = block_tensors[k].rows_c * C;
-        out->shape[1] = block_tensors[k].cols_c ? block_tensors[k].cols_c * C : 1;
-        out->init = block_tensors[k].init;
-        if (block_tensors[k].residual_proj) out->init_std = 0.02f / sqrtf(2.0f * cfg->n_layer);
-        snprintf(out->name, sizeof out->name, "h.%d.%s", layer, block_tensors[k].suffix);
+        if (k == GPT_MOE_GATE_W) { /* the router */
+            out->ndim = 2;
+            out->shape[0] = (size_t)cfg->moe_experts;
+            out->shape[1] = C;
+            out->init = GPT_INIT_NORMAL;
+            snprintf(out->name, sizeof out->name, "h.%d.mlp.gate.weight", layer);
+        } else {
+            out->ndim = block_tensors[k].cols_c ? 2 : 1;
+            out->shape[0] = block_tensors[k].rows_c * C;
+            out->shape[1] = block_tensors[k].cols_c ? block_tensors[k].cols_c * C : 1;
+            out->init = block_tensors[k].init;
+            if (block_tensors[k].residual_proj) out->init_std = 0.02f / sqrtf(2.0f * cfg->n_layer);
+            snprintf(out->name, sizeof out->name, "h.%d.%s", layer, block_tensors[k].suffix);
+            if (cfg->moe_experts > 0 && k >= GPT_FC_W && k <= GPT_FCPROJ_B) {
+                /* this rank's experts, stacked: rows times the local expert count */
+                int ep = cfg->moe_ep > 1 ? cfg->moe_ep : 1;
+                out->shape[0] *= (size_t)(cfg->moe_experts / ep);
+                out->expert_stack = 1;
+                snprintf(out->name, sizeof out->name, "h.%d.mlp.experts.%s", layer, block_tensors[k].suffix + 4);
+            }
+        }
     } else {
-        int k = (int)(i - GPT_EMBED_NT - (size_t)GPT_BLOCK_NT * cfg->n_layer);
+        int k = (int)(i - GPT_EMBED_NT - (size_t)block_nt(cfg) * cfg->n_layer);
         out->module = gpt_module_final(cfg);
         out->index = k;
         out->ndim = 1;
@@ -172,10 +203,19 @@ void gpt_param_init(const gpt_config *cfg, const gpt_param_info *info, uint64_t 
     (void)zero_init_generate(&s, info->name, 0, info->numel, out);
 }
 
+void gpt_param_init_ep(const gpt_param_info *info, uint64_t seed, int ep_rank, float *out)
+{
+    zero_init_spec s = gpt_param_init_spec(info, seed);
+    uint64_t first = info->expert_stack ? (uint64_t)ep_rank * info->numel : 0;
+    (void)zero_init_generate(&s, info->name, first, first + info->numel, out);
+}
+
 /* ------------------------------------------------------------ FLOPs */
 double gpt_train_flops_per_token(const gpt_config *cfg, int seq)
 {
     double C = cfg->d_model, L = cfg->n_layer;
-    double matmul_params = L * 12.0 * C * C + C * cfg->vocab;
+    /* MoE: each token runs top_k experts of 8 C^2 and the E x C router */
+    double mlp = cfg->moe_experts > 0 ? cfg->moe_top_k * 8.0 * C * C + (double)cfg->moe_experts * C : 8.0 * C * C;
+    double matmul_params = L * (4.0 * C * C + mlp) + C * cfg->vocab;
     return 6.0 * matmul_params + 12.0 * L * seq * C;
 }

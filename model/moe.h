@@ -71,6 +71,9 @@ typedef struct gpt_moe gpt_moe;
 zero_status gpt_moe_create(gpt_moe **out, const gpt_moe_config *cfg, int tokens, zero_comm *ep);
 void gpt_moe_destroy(gpt_moe *m); /* NULL accepted */
 
+/* The matmuls' precision (gpt_gemm.h): 0 fp32 (the default), 1 bf16 products
+ * where the CPU's kernel has them (the GPT's bf16 compute path). */
+void gpt_moe_set_matmul_bf16(gpt_moe *m, int bf16);
 /* The slots per expert for this layer's token count. */
 int gpt_moe_capacity(const gpt_moe *m);
 /* This rank's experts: [*first, *first + *count). */

@@ -51,6 +51,7 @@ struct gpt_moe {
     float *dw;                    /* N x K: d(weight) of each choice */
     float *partials;              /* nthreads x max(H, C) */
     int have_forward;
+    gpt_gemm_math math;           /* of the router's and experts' matmuls */
 };
 
 /* ------------------------------------------------------------ lifetime */
@@ -135,7 +136,11 @@ zero_status gpt_moe_create(gpt_moe **out, const gpt_moe_config *cfg, int tokens,
     m->sd = z, z += Pz;
     m->rc = z, z += Pz;
     m->rd = z, z += Pz;
-    gpt_blas_single_threaded();
+    zero_status st = gpt_gemm_init(); /* also makes OpenBLAS single-threaded */
+    if (st != ZERO_OK) {
+        gpt_moe_destroy(m);
+        return st;
+    }
     *out = m;
     return ZERO_OK;
 }
@@ -148,6 +153,11 @@ void gpt_moe_destroy(gpt_moe *m)
 }
 
 int gpt_moe_capacity(const gpt_moe *m) { return m ? m->cap : 0; }
+
+void gpt_moe_set_matmul_bf16(gpt_moe *m, int bf16)
+{
+    if (m) m->math = bf16 ? GPT_GEMM_BF16 : GPT_GEMM_F32;
+}
 
 void gpt_moe_local_experts(const gpt_moe *m, int *first, int *count)
 {
@@ -315,7 +325,7 @@ zero_status gpt_moe_forward(gpt_moe *m, const float *x, const float *init, float
         return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_moe_forward: a NULL layer, buffer or parameter");
     const int N = m->N, E = m->E, K = m->K, C = m->C, H = m->H;
     m->have_forward = 0;
-    gpt_matmul_forward(m->probs, NULL, x, p->gate_w, NULL, N, C, E);
+    gpt_matmul_forward(m->math, m->probs, NULL, x, p->gate_w, NULL, N, C, E);
     softmax_rows(m->probs, N, E);
     float a = route(m);
     if (aux) *aux = a;
@@ -332,10 +342,10 @@ zero_status gpt_moe_forward(gpt_moe *m, const float *x, const float *init, float
         int r = (int)m->erows[el];
         if (!r) continue;
         size_t f = m->efirst[el];
-        gpt_matmul_forward(m->fch + f * H, NULL, m->xin + f * C, p->fc_w + (size_t)el * H * C, p->fc_b + (size_t)el * H,
-                           r, C, H);
+        gpt_matmul_forward(m->math, m->fch + f * H, NULL, m->xin + f * C, p->fc_w + (size_t)el * H * C,
+                           p->fc_b + (size_t)el * H, r, C, H);
         gpt_gelu_forward(m->fch_gelu + f * H, m->fch + f * H, (size_t)r * H);
-        gpt_matmul_forward(m->eout + f * C, NULL, m->fch_gelu + f * H, p->proj_w + (size_t)el * C * H,
+        gpt_matmul_forward(m->math, m->eout + f * C, NULL, m->fch_gelu + f * H, p->proj_w + (size_t)el * C * H,
                            p->proj_b + (size_t)el * C, r, H, C);
     }
     permute(m, m->eout, 0);
@@ -365,7 +375,8 @@ zero_status gpt_moe_backward(gpt_moe *m, float dloss, const float *x, const floa
 {
     if (!m || !x || !dout || !dx || !p || !g || !g->gate_w || !g->fc_w || !g->fc_b || !g->proj_w || !g->proj_b)
         return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_moe_backward: a NULL layer, buffer or gradient");
-    if (!m->have_forward) return gpt_fail(ZERO_INVALID_STATE, "gpt_moe_backward: no completed forward to differentiate");
+    if (!m->have_forward)
+        return gpt_fail(ZERO_INVALID_STATE, "gpt_moe_backward: no completed forward to differentiate");
     m->have_forward = 0;
     const int N = m->N, E = m->E, K = m->K, C = m->C, H = m->H, nt = m->nthreads;
 
@@ -387,13 +398,13 @@ zero_status gpt_moe_backward(gpt_moe *m, float dloss, const float *x, const floa
         int r = (int)m->erows[el];
         if (!r) continue;
         size_t f = m->efirst[el];
-        gpt_matmul_backward(m->dfch + f * H, g->proj_w + (size_t)el * C * H, g->proj_b + (size_t)el * C,
+        gpt_matmul_backward(m->math, m->dfch + f * H, g->proj_w + (size_t)el * C * H, g->proj_b + (size_t)el * C,
                             m->eout + f * C, m->fch_gelu + f * H, p->proj_w + (size_t)el * C * H, r, H, C, 0,
                             m->partials, nt);
         gpt_gelu_backward(m->dfch + f * H, m->fch + f * H, m->dfch + f * H, (size_t)r * H);
         /* d(expert input) overwrites d(expert output), read by now */
-        gpt_matmul_backward(m->eout + f * C, g->fc_w + (size_t)el * H * C, g->fc_b + (size_t)el * H, m->dfch + f * H,
-                            m->xin + f * C, p->fc_w + (size_t)el * H * C, r, C, H, 0, m->partials, nt);
+        gpt_matmul_backward(m->math, m->eout + f * C, g->fc_w + (size_t)el * H * C, g->fc_b + (size_t)el * H,
+                            m->dfch + f * H, m->xin + f * C, p->fc_w + (size_t)el * H * C, r, C, H, 0, m->partials, nt);
     }
     permute(m, m->eout, 0);
     GPT_TRY(exchange(m, m->recvbuf, m->rc, m->rd, m->sendbuf, m->sc, m->sd, "combine (backward)"));
@@ -427,6 +438,6 @@ zero_status gpt_moe_backward(gpt_moe *m, float dloss, const float *x, const floa
         for (int e = 0; e < E; e++) s += pr[e] * dp[e];
         for (int e = 0; e < E; e++) dp[e] = pr[e] * (dp[e] - s);
     }
-    gpt_matmul_backward(dx, g->gate_w, NULL, m->dprobs, x, p->gate_w, N, C, E, 1, m->partials, nt);
+    gpt_matmul_backward(m->math, dx, g->gate_w, NULL, m->dprobs, x, p->gate_w, N, C, E, 1, m->partials, nt);
     return ZERO_OK;
 }

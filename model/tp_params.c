@@ -9,6 +9,9 @@
 zero_status tp_config_validate(const gpt_config *cfg, int tp_size)
 {
     GPT_TRY(gpt_config_validate(cfg));
+    if (cfg->moe_experts > 0)
+        return gpt_fail(ZERO_UNSUPPORTED, "tp/pp config: moe experts = %d: the tensor/pipeline stage runtime has no "
+                        "MoE blocks yet (use the single-stage model, with expert parallelism)", cfg->moe_experts);
     if (tp_size < 1 || cfg->n_head % tp_size != 0)
         return gpt_fail(ZERO_CONFIG, "tp config: tp size %d does not divide n_head = %d (each tp rank takes whole heads)",
                         tp_size, cfg->n_head);

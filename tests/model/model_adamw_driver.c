@@ -71,7 +71,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "model_adamw_driver: %s is not a version-1 GPTA file\n", argv[1]);
         return 1;
     }
-    gpt_config cfg = {h[0], h[1], h[2], h[3], h[4]};
+    gpt_config cfg = {.n_layer = h[0], .n_head = h[1], .d_model = h[2], .seq_len = h[3], .vocab = h[4]};
     int B = h[5], T = h[6], steps = h[7];
     TRY(gpt_config_validate(&cfg));
     size_t np = gpt_num_params(&cfg), total = gpt_param_elements(&cfg);

@@ -20,7 +20,7 @@ int main(int argc, char **argv)
 {
     int a[7] = {4, 4, 256, 128, 8, 256, 10};
     for (int i = 1; i < argc && i <= 7; i++) a[i - 1] = atoi(argv[i]);
-    gpt_config cfg = {a[0], a[1], a[2], a[3], a[5]};
+    gpt_config cfg = {.n_layer = a[0], .n_head = a[1], .d_model = a[2], .seq_len = a[3], .vocab = a[5]};
     int B = a[4], T = a[3], iters = a[6];
     if (gpt_config_validate(&cfg) != ZERO_OK) {
         fprintf(stderr, "%s\n", gpt_last_error());

@@ -57,7 +57,7 @@ static void model_free(model *m)
 /* ------------------------------------------------------------ parameter list */
 static void test_param_list(void)
 {
-    gpt_config cfg = {3, 4, 48, 20, 256};
+    gpt_config cfg = {.n_layer = 3, .n_head = 4, .d_model = 48, .seq_len = 20, .vocab = 256};
     size_t C = 48, expected = 256 * C + 20 * C + 3 * (12 * C * C + 13 * C) + 2 * C;
     CHECK(gpt_num_params(&cfg) == 2 + 12 * 3 + 2);
     CHECK(gpt_param_elements(&cfg) == expected);
@@ -86,17 +86,17 @@ static void test_param_list(void)
     /* FLOPs: 6 * (12 L C^2 + C V) + 12 L T C */
     CHECK_CLOSE(gpt_train_flops_per_token(&cfg, 20), 6.0 * (36.0 * C * C + C * 256.0) + 12.0 * 3 * 20 * C, 1e-12);
 
-    gpt_config bad = {2, 5, 32, 16, 256};
+    gpt_config bad = {.n_layer = 2, .n_head = 5, .d_model = 32, .seq_len = 16, .vocab = 256};
     CHECK(gpt_config_validate(&bad) == ZERO_CONFIG);
     CHECK(strstr(gpt_last_error(), "n_head") != NULL);
-    bad = (gpt_config){0, 2, 32, 16, 256};
+    bad = (gpt_config){.n_layer = 0, .n_head = 2, .d_model = 32, .seq_len = 16, .vocab = 256};
     CHECK(gpt_config_validate(&bad) == ZERO_CONFIG);
     CHECK(strstr(gpt_last_error(), "n_layer") != NULL);
 }
 
 static void test_init(void)
 {
-    gpt_config cfg = {2, 2, 64, 32, 256};
+    gpt_config cfg = {.n_layer = 2, .n_head = 2, .d_model = 64, .seq_len = 32, .vocab = 256};
     gpt_param_info info;
     gpt_param_info_get(&cfg, gpt_param_position(&cfg, gpt_module_block(0), GPT_FC_W), &info);
     float *a = malloc(sizeof(float) * info.numel), *b = malloc(sizeof(float) * info.numel);
@@ -123,7 +123,7 @@ static void test_init(void)
 static void test_api_order(void)
 {
     model m;
-    model_init(&m, (gpt_config){2, 2, 32, 16, 256});
+    model_init(&m, (gpt_config){.n_layer = 2, .n_head = 2, .d_model = 32, .seq_len = 16, .vocab = 256});
     int fm = gpt_module_final(&m.cfg);
     int32_t tok[2 * 8], tgt[2 * 8];
     for (int i = 0; i < 16; i++) tok[i] = i * 13 % 256, tgt[i] = i * 29 % 256;
@@ -182,7 +182,7 @@ static double rel_diff(const float *a, const float *b, size_t n, double factor)
 static void test_accumulate_and_scale(void)
 {
     model m;
-    model_init(&m, (gpt_config){2, 2, 32, 16, 256});
+    model_init(&m, (gpt_config){.n_layer = 2, .n_head = 2, .d_model = 32, .seq_len = 16, .vocab = 256});
     int32_t tok[3 * 16], tgt[3 * 16];
     for (int i = 0; i < 48; i++) tok[i] = i * 37 % 256, tgt[i] = (i * 11 + 5) % 256;
     gpt_workspace *ws;
@@ -226,7 +226,7 @@ static void test_accumulate_and_scale(void)
 static void test_finite_differences(void)
 {
     model m;
-    model_init(&m, (gpt_config){2, 2, 16, 8, 32});
+    model_init(&m, (gpt_config){.n_layer = 2, .n_head = 2, .d_model = 16, .seq_len = 8, .vocab = 32});
     const int B = 2, T = 8;
     int32_t tok[16], tgt[16];
     for (int i = 0; i < 16; i++) tok[i] = i * 7 % 32, tgt[i] = (i * 5 + 3) % 32;
@@ -272,7 +272,7 @@ static void test_finite_differences(void)
  * last, and every block. */
 static void test_checkpointing_bitwise(void)
 {
-    const gpt_config cfg = {3, 2, 32, 16, 97};
+    const gpt_config cfg = {.n_layer = 3, .n_head = 2, .d_model = 32, .seq_len = 16, .vocab = 97};
     const int B = 2, T = 13, N = B * T;
     int32_t tok[2][26], tgt[2][26];
     for (int i = 0; i < N; i++)
@@ -337,7 +337,9 @@ static void test_activation_bytes(void)
 #else
     const size_t nt = 1;
 #endif
-    const gpt_config shapes[] = {{3, 2, 32, 16, 97}, {4, 4, 48, 24, 256}, {2, 3, 33, 11, 101}};
+    const gpt_config shapes[] = {{.n_layer = 3, .n_head = 2, .d_model = 32, .seq_len = 16, .vocab = 97},
+                                 {.n_layer = 4, .n_head = 4, .d_model = 48, .seq_len = 24, .vocab = 256},
+                                 {.n_layer = 2, .n_head = 3, .d_model = 33, .seq_len = 11, .vocab = 101}};
     const int BT[][2] = {{2, 13}, {3, 24}, {1, 11}};
     for (int k = 0; k < 3; k++) {
         const gpt_config *c = &shapes[k];
@@ -369,7 +371,7 @@ static void test_activation_bytes(void)
         }
     }
     /* GPT-2 124M at micro-batch 8 x 1024 (the figure), counted, not allocated */
-    gpt_config gpt2 = {12, 12, 768, 1024, 50257};
+    gpt_config gpt2 = {.n_layer = 12, .n_head = 12, .d_model = 768, .seq_len = 1024, .vocab = 50257};
     gpt_checkpointing all = {GPT_CHECKPOINT_ALL, 0, 0};
     gpt_activation_bytes none_b, all_b;
     CHECK_OK(gpt_activation_bytes_for(&gpt2, 8, 1024, NULL, &none_b));

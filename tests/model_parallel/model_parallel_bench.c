@@ -60,7 +60,8 @@ int main(int argc, char **argv)
         return 2;
     }
     int tp = atoi(argv[1]), pp = atoi(argv[2]);
-    gpt_config cfg = {atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), atoi(argv[8])};
+    gpt_config cfg = {.n_layer = atoi(argv[3]), .n_head = atoi(argv[4]), .d_model = atoi(argv[5]),
+                      .seq_len = atoi(argv[6]), .vocab = atoi(argv[8])};
     int B = atoi(argv[7]), T = cfg.seq_len, M = atoi(argv[9]), iters = atoi(argv[10]);
     zero_comm *world = NULL;
     B_TRY(zero_comm_create_world(&world, NULL));

@@ -60,7 +60,7 @@ static int g_rank;
 /* The tiny model: 3 blocks (pp 2 splits them 2 + 1), 4 heads, seq 8 of 12.
  * A stage boundary message is 3*8*64 floats = 6 KiB, above Open MPI's
  * shared-memory eager limit (4 KiB), so sends really wait for their receive. */
-static const gpt_config g_cfg = {3, 4, 64, 12, 64};
+static const gpt_config g_cfg = {.n_layer = 3, .n_head = 4, .d_model = 64, .seq_len = 12, .vocab = 64};
 enum { BATCH = 3, SEQ = 8, MICRO = 3 };
 
 /* ------------------------------------------------------------ data */

@@ -426,7 +426,8 @@ int main(int argc, char **argv)
     }
 
     /* engine and model */
-    gpt_config g = {r.cfg.n_layer, r.cfg.n_head, r.cfg.d_model, r.cfg.seq_len, r.cfg.vocab};
+    gpt_config g = {.n_layer = r.cfg.n_layer, .n_head = r.cfg.n_head, .d_model = r.cfg.d_model,
+                    .seq_len = r.cfg.seq_len, .vocab = r.cfg.vocab};
     /* activation_checkpointing: blocks 0 .. blocks-1 recomputed in backward */
     const gpt_checkpointing ckpt = {r.cfg.actckpt.enabled ? r.cfg.actckpt.blocks : 0, r.cfg.actckpt.cpu_checkpointing,
                                     r.cfg.actckpt.partition_activations};
