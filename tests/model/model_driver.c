@@ -3,7 +3,8 @@
  *   model_driver IN OUT
  *
  * IN (little-endian): "GPTM", u32 version 1, i32 n_layer n_head d_model
- * seq_len vocab batch seq, then every parameter in gpt_param_info order (fp32),
+ * seq_len vocab batch seq (version 2, MoE: then i32 experts top_k, f32
+ * capacity_factor aux_loss_coef), then every parameter in gpt_param_info order (fp32),
  * then tokens and targets (i32, batch*seq each).
  * OUT: f32 loss, f32 logits (batch*seq*vocab), then every parameter's
  * gradient in the same order (fp32). The model runs module by module
@@ -40,11 +41,18 @@ int main(int argc, char **argv)
     uint32_t version;
     int32_t h[7];
     if (read_exact(in, magic, 4, "magic") || memcmp(magic, "GPTM", 4) || read_exact(in, &version, 4, "version") ||
-        version != 1 || read_exact(in, h, sizeof h, "header")) {
-        fprintf(stderr, "model_driver: %s is not a version-1 GPTM file\n", argv[1]);
+        (version != 1 && version != 2) || read_exact(in, h, sizeof h, "header")) {
+        fprintf(stderr, "model_driver: %s is not a version-1 or -2 GPTM file\n", argv[1]);
         return 1;
     }
     gpt_config cfg = {.n_layer = h[0], .n_head = h[1], .d_model = h[2], .seq_len = h[3], .vocab = h[4]};
+    if (version == 2) { /* MoE: i32 experts top_k, f32 capacity_factor aux_loss_coef */
+        int32_t moe[2];
+        float mf[2];
+        if (read_exact(in, moe, sizeof moe, "moe header") || read_exact(in, mf, sizeof mf, "moe header")) return 1;
+        cfg.moe_experts = moe[0], cfg.moe_top_k = moe[1], cfg.moe_capacity_factor = mf[0];
+        cfg.moe_aux_loss_coef = mf[1];
+    }
     int B = h[5], T = h[6];
     if (gpt_config_validate(&cfg) != ZERO_OK) {
         fprintf(stderr, "model_driver: %s\n", gpt_last_error());

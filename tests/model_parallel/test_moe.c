@@ -14,7 +14,9 @@
  * probabilities (slots by choice rank, then token; over capacity = dropped),
  * the aux loss by its formula, and a token whose every choice was dropped
  * comes out exactly as its residual input. Configurations: top-1 with
- * dropping, top-2 with dropping, top-2 unlimited. */
+ * dropping, top-2 with dropping, top-2 unlimited. And the ep comm's byte
+ * counters over a forward and a backward equal the volumes the routing
+ * implies (rows to and from other ranks x C x 4 bytes per exchange). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +164,8 @@ static void run_case(int E, int K, float cf, int N)
     float *out_ref = malloc(NC * 4), *dx_ref = malloc(NC * 4), *out = malloc(NC * 4), *dx = malloc(NC * 4);
     int32_t *rexp = malloc(sizeof(int32_t) * N * K), *rslot = malloc(sizeof(int32_t) * N * K);
     long rdrop = 0;
+    /* rows[s][d]: kept choices rank s sends to rank d (every rank's routing is known here) */
+    long *rows = calloc((size_t)size * size, sizeof *rows);
 
     /* reference: the single-rank layer over every rank's tokens */
     gpt_moe *one = NULL;
@@ -171,6 +175,10 @@ static void run_case(int E, int K, float cf, int N)
     for (int r = 0; r < size; r++) {
         float aux = 0, *o = malloc(NC * 4), *d = malloc(NC * 4);
         CHECK_OK(gpt_moe_forward(one, x + r * NC, init + r * NC, o, &p, &aux));
+        gpt_moe_routing all;
+        gpt_moe_get_routing(one, &all);
+        for (int q = 0; q < N * K; q++)
+            if (all.slot[q] >= 0) rows[r * size + all.expert[q] / (E / size)]++;
         if (r == rank) {
             check_rule(one, &c, x + r * NC, ref.gate, N, init + r * NC, o, aux);
             gpt_moe_routing rt;
@@ -194,13 +202,38 @@ static void run_case(int E, int K, float cf, int N)
     CHECK(first == rank * (E / size) && El == E / size);
     view(&ep, &c, first, &p, &g);
     float aux = 0;
+    zero_comm_counters c0, c1, c2;
+    CHECK_OK(zero_comm_get_counters(world, &c0));
     CHECK_OK(gpt_moe_forward(m, x + rank * NC, init + rank * NC, out, &p, &aux));
+    CHECK_OK(zero_comm_get_counters(world, &c1));
     gpt_moe_routing rt;
     gpt_moe_get_routing(m, &rt);
     CHECK_MSG(!memcmp(rt.expert, rexp, sizeof(int32_t) * N * K) && !memcmp(rt.slot, rslot, sizeof(int32_t) * N * K) &&
                   rt.dropped == rdrop,
               "EP routing differs from the single-rank layer's");
     CHECK_OK(gpt_moe_backward(m, 1.0f, x + rank * NC, dout + rank * NC, dx, &p, &g));
+    CHECK_OK(zero_comm_get_counters(world, &c2));
+    /* comm volume = theory: forward = counts (El int32 to each peer) + dispatch (rows to other ranks) +
+     * combine (rows from other ranks, sent back); backward = the same two exchanges of gradients */
+    uint64_t out_rows = 0, in_rows = 0;
+    for (int d = 0; d < size; d++)
+        if (d != rank) out_rows += (uint64_t)rows[rank * size + d], in_rows += (uint64_t)rows[d * size + rank];
+    uint64_t v = 4ull * (uint64_t)C * (out_rows + in_rows), cnt = size > 1 ? 4ull * (E / size) * (size - 1) : 0;
+    CHECK_MSG(c1.bytes_sent[ZERO_OP_ALLTOALLV] - c0.bytes_sent[ZERO_OP_ALLTOALLV] == v &&
+                  c1.bytes_recv[ZERO_OP_ALLTOALLV] - c0.bytes_recv[ZERO_OP_ALLTOALLV] == v,
+              "forward all-to-all-v bytes %llu sent / %llu received, theory %llu",
+              (unsigned long long)(c1.bytes_sent[ZERO_OP_ALLTOALLV] - c0.bytes_sent[ZERO_OP_ALLTOALLV]),
+              (unsigned long long)(c1.bytes_recv[ZERO_OP_ALLTOALLV] - c0.bytes_recv[ZERO_OP_ALLTOALLV]),
+              (unsigned long long)v);
+    CHECK_MSG(c1.bytes_sent[ZERO_OP_ALLTOALL] - c0.bytes_sent[ZERO_OP_ALLTOALL] == cnt,
+              "row-count all-to-all: %llu bytes, theory %llu",
+              (unsigned long long)(c1.bytes_sent[ZERO_OP_ALLTOALL] - c0.bytes_sent[ZERO_OP_ALLTOALL]),
+              (unsigned long long)cnt);
+    CHECK_MSG(c2.bytes_sent[ZERO_OP_ALLTOALLV] - c1.bytes_sent[ZERO_OP_ALLTOALLV] == v &&
+                  c2.calls[ZERO_OP_ALLTOALL] == c1.calls[ZERO_OP_ALLTOALL],
+              "backward: all-to-all-v bytes %llu, theory %llu (and no count exchange)",
+              (unsigned long long)(c2.bytes_sent[ZERO_OP_ALLTOALLV] - c1.bytes_sent[ZERO_OP_ALLTOALLV]),
+              (unsigned long long)v);
     char what[96];
     snprintf(what, sizeof what, "E %d top-%d cf %g ep %d: ", E, K, (double)cf, size);
     char w2[160];
@@ -227,6 +260,7 @@ static void run_case(int E, int K, float cf, int N)
     gpt_moe_destroy(m);
     model_free(&ref), model_free(&ep);
     free(x), free(init), free(dout), free(out_ref), free(dx_ref), free(out), free(dx), free(rexp), free(rslot);
+    free(rows);
 }
 
 int main(void)

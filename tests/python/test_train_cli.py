@@ -15,7 +15,8 @@ def test_print_config_is_complete_and_reloadable(tmp_path):
     cfg = json.loads(p.stdout)
     # defaults filled in, DeepSpeed's names
     assert cfg["model"] == {"n_layer": 4, "n_head": 4, "d_model": 128, "seq_len": 64, "vocab": 256, "tp": 1, "pp": 1,
-                            "pp_schedule": "1f1b", "pp_virtual": 1}
+                            "pp_schedule": "1f1b", "pp_virtual": 1,
+                            "moe": {"experts": 0, "top_k": 1, "capacity_factor": 1.0, "aux_loss_coef": 0.01, "ep": 1}}
     assert cfg["train_micro_batch_size_per_gpu"] == 8 and cfg["gradient_accumulation_steps"] == 1
     assert cfg["train_batch_size"] == 8
     assert cfg["zero_optimization"]["stage"] == 3
@@ -115,6 +116,12 @@ def test_metrics_are_strict_json_on_fp16_overflow(tmp_path):
 
 BAD = [
     ({"model": {"n_layers": 2}}, "model.n_layers: unknown key"),
+    ({"model": {"moe": {"expert": 4}}}, "model.moe.expert: unknown key"),
+    ({"model": {"moe": {"experts": 4, "top_k": 5}}}, "model.moe.top_k: 5 is more than model.moe.experts 4"),
+    ({"model": {"moe": {"experts": 3, "ep": 2}}}, "model.moe.ep: 2 must divide model.moe.experts 3"),
+    ({"model": {"moe": {"experts": 4, "capacity_factor": "1"}}}, "model.moe.capacity_factor: expected a number"),
+    ({"model": {"moe": {"experts": 4, "ep": 2}}}, "model.moe.ep: 2 does not divide the 1 data-parallel ranks"),
+    ({"model": {"moe": {"experts": 4}}, "train": {"device": "cuda"}}, "train.device: \"cuda\": the MoE model"),
     ({"modle": {}}, "modle: unknown key"),
     ({"model": {"n_head": "4"}}, "model.n_head: expected an integer, got string"),
     ({"train": {"log_every": 0}}, "train.log_every: 0 is out of range"),

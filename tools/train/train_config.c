@@ -690,6 +690,10 @@ static int parse_clean(train_config *c, json_t *root, int world, char *err, size
     c->tp = c->pp = 1;
     c->pp_schedule = strdup("1f1b");
     c->pp_virtual = 1;
+    c->moe_top_k = 1;
+    c->moe_ep = 1;
+    c->moe_capacity_factor = 1.0;
+    c->moe_aux_loss_coef = 0.01;
 
     /* ------------------------------------------------ model parallelism: the dp size comes first */
     {
@@ -771,7 +775,7 @@ static int parse_clean(train_config *c, json_t *root, int world, char *err, size
         return -1;
     if (model) {
         static const char *const keys[] = {"n_layer",     "n_head", "d_model", "seq_len", "vocab", "tp", "pp",
-                                           "pp_schedule", "pp_virtual", NULL};
+                                           "pp_schedule", "pp_virtual", "moe", NULL};
         if (check_keys(model, "model", keys, err, n) ||
             get_int32(model, "model", "n_layer", &c->n_layer, 1, 1024, err, n) ||
             get_int32(model, "model", "n_head", &c->n_head, 1, 1024, err, n) ||
@@ -783,7 +787,26 @@ static int parse_clean(train_config *c, json_t *root, int world, char *err, size
             return -1;
         /* the name itself is checked where the schedule is built (train_parallel.c) */
         if (!c->pp_schedule) return cfail(err, n, "model.pp_schedule: expected a schedule name, got null");
+        json_t *moe = json_object_get(model, "moe");
+        if (moe && !json_is_object(moe))
+            return cfail(err, n, "model.moe: expected an object, got %s", type_name(moe));
+        static const char *const mkeys[] = {"experts", "top_k", "capacity_factor", "aux_loss_coef", "ep", NULL};
+        if (moe && (check_keys(moe, "model.moe", mkeys, err, n) ||
+                    get_int32(moe, "model.moe", "experts", &c->moe_experts, 0, 4096, err, n) ||
+                    get_int32(moe, "model.moe", "top_k", &c->moe_top_k, 1, 4096, err, n) ||
+                    get_num(moe, "model.moe", "capacity_factor", &c->moe_capacity_factor, 0, 1e6, err, n) ||
+                    get_num(moe, "model.moe", "aux_loss_coef", &c->moe_aux_loss_coef, 0, 1e6, err, n) ||
+                    get_int32(moe, "model.moe", "ep", &c->moe_ep, 1, 4096, err, n)))
+            return -1;
     }
+    if (c->moe_experts && c->moe_top_k > c->moe_experts)
+        return cfail(err, n, "model.moe.top_k: %d is more than model.moe.experts %d", c->moe_top_k, c->moe_experts);
+    if (c->moe_ep > 1 && (!c->moe_experts || c->moe_experts % c->moe_ep))
+        return cfail(err, n, "model.moe.ep: %d must divide model.moe.experts %d (> 0)", c->moe_ep, c->moe_experts);
+    if (c->moe_ep > 1 && dp % c->moe_ep)
+        return cfail(err, n, "model.moe.ep: %d does not divide the %d data-parallel ranks", c->moe_ep, dp);
+    if (c->moe_experts && c->tp * c->pp > 1)
+        return cfail(err, n, "model.moe: the MoE model does not run with model.tp / model.pp > 1 yet (use model.moe.ep)");
     if (c->d_model % c->n_head)
         return cfail(err, n, "model.d_model: %d is not divisible by model.n_head %d", c->d_model, c->n_head);
     if (c->n_head % c->tp)
@@ -866,6 +889,9 @@ static int parse_clean(train_config *c, json_t *root, int world, char *err, size
     }
     if (c->tp * c->pp > 1 && strcmp(c->device, "cpu") != 0)
         return cfail(err, n, "train.device: \"%s\": model.tp / model.pp > 1 run on the CPU only", c->device);
+    if (c->moe_experts && strcmp(c->device, "cpu") != 0)
+        return cfail(err, n, "train.device: \"%s\": the MoE model (model.moe.experts > 0) runs on the CPU only",
+                     c->device);
     if (parse_actckpt(c, root, err, n)) return -1;
     json_t *spp = json_object_get(root, "steps_per_print");
     if (spp) {
@@ -890,10 +916,12 @@ static int parse_clean(train_config *c, json_t *root, int world, char *err, size
     json_object_del(e, "bfloat16"); /* the engine's effective section is written as bf16 */
     json_object_set_new(e, "train_micro_batch_size_per_gpu", json_integer(c->micro_batch));
     json_object_set_new(e, "gradient_accumulation_steps", json_integer(c->grad_accum));
-    json_object_set_new(e, "model", json_pack("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:i}", "n_layer", c->n_layer,
-                                              "n_head", c->n_head, "d_model", c->d_model, "seq_len", c->seq_len,
-                                              "vocab", c->vocab, "tp", c->tp, "pp", c->pp, "pp_schedule",
-                                              c->pp_schedule, "pp_virtual", c->pp_virtual));
+    json_t *moe = json_pack("{s:i,s:i,s:f,s:f,s:i}", "experts", c->moe_experts, "top_k", c->moe_top_k,
+                            "capacity_factor", c->moe_capacity_factor, "aux_loss_coef", c->moe_aux_loss_coef, "ep",
+                            c->moe_ep);
+    json_object_set_new(e, "model", json_pack("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:i,s:o}", "n_layer", c->n_layer, "n_head",
+                                              c->n_head, "d_model", c->d_model, "seq_len", c->seq_len, "vocab",
+                                              c->vocab, "tp", c->tp, "pp", c->pp, "pp_schedule", c->pp_schedule, "pp_virtual", c->pp_virtual, "moe", moe));
     json_t *sfx = json_array();
     if (c->data_suffixes)
         for (char **s = c->data_suffixes; *s; s++) json_array_append_new(sfx, json_string(*s));

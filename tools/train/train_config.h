@@ -75,6 +75,10 @@ typedef struct train_config {
     int tp, pp, dp;
     char *pp_schedule;  /* model.pp_schedule: "1f1b" (default), "gpipe", "interleaved", "zb-h1", "zb-h2" (docs/pipeline.md) */
     int pp_virtual;     /* model.pp_virtual: chunks per stage; >= 2 for "interleaved", else 1 */
+    /* model.moe: mixture-of-experts blocks (experts 0: dense), expert parallelism over ep
+     * consecutive ranks (docs/moe.md) */
+    int moe_experts, moe_top_k, moe_ep;
+    double moe_capacity_factor, moe_aux_loss_coef;
     /* data */
     char *data_path;          /* "auto" = the default corpus */
     char **data_suffixes;     /* NULL-terminated; NULL with data_suffixes_auto */

@@ -345,6 +345,11 @@ int main(int argc, char **argv)
                              "model.pp > 1\n");
         goto done;
     }
+    if (r.cfg.moe_ep > 1 && (r.cfg.ckpt_dir || r.cfg.resume)) {
+        r0printf(&r, stderr, "zero-train: train.checkpoint / train.resume are not supported with model.moe.ep > 1 "
+                             "yet (each ep rank's engine holds other experts; docs/moe.md)\n");
+        goto done;
+    }
     if (model_parallel && dump_logits) {
         r0printf(&r, stderr, "zero-train: --dump-logits is not supported with model.tp / model.pp > 1\n");
         goto done;
@@ -427,7 +432,9 @@ int main(int argc, char **argv)
 
     /* engine and model */
     gpt_config g = {.n_layer = r.cfg.n_layer, .n_head = r.cfg.n_head, .d_model = r.cfg.d_model,
-                    .seq_len = r.cfg.seq_len, .vocab = r.cfg.vocab};
+                    .seq_len = r.cfg.seq_len, .vocab = r.cfg.vocab, .moe_experts = r.cfg.moe_experts,
+                    .moe_top_k = r.cfg.moe_top_k, .moe_capacity_factor = (float)r.cfg.moe_capacity_factor,
+                    .moe_aux_loss_coef = (float)r.cfg.moe_aux_loss_coef, .moe_ep = r.cfg.moe_ep};
     /* activation_checkpointing: blocks 0 .. blocks-1 recomputed in backward */
     const gpt_checkpointing ckpt = {r.cfg.actckpt.enabled ? r.cfg.actckpt.blocks : 0, r.cfg.actckpt.cpu_checkpointing,
                                     r.cfg.actckpt.partition_activations};
@@ -446,12 +453,21 @@ int main(int argc, char **argv)
         r.dp = train_parallel_dp_size(r.par);
         r.dp_rank = train_parallel_dp_rank(r.par);
     } else {
+        if (r.cfg.moe_ep > 1) {
+            /* DeepSpeed-MoE's groups: ep consecutive ranks share the experts
+             * out; the engine runs over the ranks holding the same experts */
+            int ep = r.cfg.moe_ep, ok = zero_comm_split(r.host_comm, r.rank / ep, r.rank, &r.ep) == ZERO_OK &&
+                                        zero_comm_split(r.host_comm, r.rank % ep, r.rank, &r.comm) == ZERO_OK;
+            if (ok) ok = zero_comm_set_name(r.ep, "ep") == ZERO_OK && zero_comm_set_name(r.comm, "edp") == ZERO_OK;
+            if (!ok) rank_error(&r, "model.moe.ep groups: %s", zero_last_error());
+            if (!all_ok(&r, ok)) goto done;
+        }
         int ok = zero_engine_create(&r.engine, &r.zcfg, r.comm, r.dev) == ZERO_OK;
         if (!ok) rank_error(&r, "engine: %s", zero_last_error());
         if (!all_ok(&r, ok)) goto done;
     }
     if (!model_parallel &&
-        train_model_create(&r.model, &g, r.cfg.micro_batch, r.cfg.seed, r.engine, r.dev, cuda, &ckpt, err,
+        train_model_create(&r.model, &g, r.cfg.micro_batch, r.cfg.seed, r.engine, r.dev, cuda, &ckpt, r.ep, err,
                            sizeof err) !=
             ZERO_OK) {
         fprintf(stderr, "zero-train: rank %d: %s\n", r.rank, err);
@@ -486,6 +502,13 @@ int main(int argc, char **argv)
                      gpt_gemm_kernel_name(plan.compute_dtype == ZERO_BF16 && !model_parallel ? GPT_GEMM_BF16
                                                                                               : GPT_GEMM_F32),
                      plan.compute_dtype == ZERO_BF16 && !model_parallel ? "bf16" : "fp32");
+        if (g.moe_experts)
+            r0printf(&r, stdout,
+                     "moe: %d experts per block, top-%d, capacity factor %g, aux loss coef %g; expert parallel "
+                     "%d x expert-data-parallel %d (ep consecutive ranks share the experts; the engine of each "
+                     "holds its %d experts and the dense tensors, ZeRO over the expert-data-parallel group)\n",
+                     g.moe_experts, g.moe_top_k, (double)g.moe_capacity_factor, (double)g.moe_aux_loss_coef,
+                     r.cfg.moe_ep, r.world / r.cfg.moe_ep, g.moe_experts / r.cfg.moe_ep);
         if (model_parallel)
             r0printf(&r, stdout,
                      "model parallel: tp %d x pp %d x dp %d (Megatron order: tp fastest, then dp, then pp), 1F1B "
@@ -554,6 +577,7 @@ done:
     train_model_destroy(r.model);
     if (r.par) train_parallel_destroy(r.par); /* owns the engine */
     else zero_engine_destroy(r.engine);
+    zero_comm_destroy(r.ep);
     train_data_close(r.data);
     if (r.comm && r.comm != r.host_comm) zero_comm_destroy(r.comm);
     zero_device_destroy(r.dev);

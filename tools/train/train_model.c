@@ -35,7 +35,23 @@ struct train_model {
      * gradients. The embed module has its own (it is live throughout). */
     float *embed_p, *embed_g, *mod_p, *mod_g;
     size_t embed_numel, mod_numel;
+    /* expert parallelism (train_model.h): gradients go through the fp32
+     * scratch, the dense ones summed over ep before they reach the engine */
+    zero_comm *ep;
+    int ep_size, ep_rank;
+    int grad_scratch;        /* gradients into mod_g / embed_g first (16-bit compute, or ep) */
+    struct expert_init {     /* an expert stack's slice of the whole stack's init */
+        zero_init_spec whole;
+        uint64_t first;
+    } *expert_init;
 };
+
+static zero_status expert_fill(void *user, int param, const char *name, uint64_t begin, uint64_t end, float *out)
+{
+    (void)param;
+    const struct expert_init *x = user;
+    return zero_init_generate(&x->whole, name, x->first + begin, x->first + end, out);
+}
 
 static zero_status mfail(char *err, size_t n, zero_status s, const char *fmt, ...)
 {
@@ -69,7 +85,7 @@ static size_t module_numel(const gpt_config *cfg, int module)
 
 zero_status train_model_create(train_model **out, const gpt_config *cfg, int micro, uint64_t seed,
                                zero_engine *engine, zero_device *dev, int cuda, const gpt_checkpointing *ck,
-                               char *err, size_t en)
+                               zero_comm *ep, char *err, size_t en)
 {
     *out = NULL;
     if (gpt_config_validate(cfg) != ZERO_OK) return mfail(err, en, ZERO_CONFIG, "model: %s", gpt_last_error());
@@ -82,7 +98,14 @@ zero_status train_model_create(train_model **out, const gpt_config *cfg, int mic
     m->cuda = cuda;
     m->n_modules = gpt_num_modules(cfg);
     m->module_id = calloc((size_t)m->n_modules, sizeof *m->module_id);
+    m->ep = ep;
+    m->ep_size = ep ? zero_comm_size(ep) : 1;
+    m->ep_rank = ep ? zero_comm_rank(ep) : 0;
+    m->expert_init = calloc(gpt_num_params(cfg), sizeof *m->expert_init);
     zero_status s = ZERO_OK;
+    if (!m->module_id || !m->expert_init) s = mfail(err, en, ZERO_OUT_OF_MEMORY, "model: out of memory");
+    if (s == ZERO_OK && m->ep_size > 1 && (s = zero_engine_set_model_parallel(engine, ep)) != ZERO_OK)
+        mfail(err, en, s, "engine set_model_parallel (ep): %s", zero_engine_last_error(engine));
     char name[64];
     for (int mod = 0; mod < m->n_modules && s == ZERO_OK; mod++) {
         gpt_module_name(cfg, mod, name, sizeof name);
@@ -95,11 +118,24 @@ zero_status train_model_create(train_model **out, const gpt_config *cfg, int mic
         gpt_param_info_get(cfg, i, &pi);
         /* GPT-2's init as a spec: each rank computes only what it keeps, at finalize */
         zero_init_spec init = gpt_param_init_spec(&pi, seed);
+        if (pi.expert_stack && m->ep_size > 1) {
+            /* this rank's experts: their rows of the whole stack's values */
+            m->expert_init[i].whole = init;
+            m->expert_init[i].first = (uint64_t)m->ep_rank * pi.numel;
+            init.kind = ZERO_INIT_CALLBACK;
+            init.fill = expert_fill;
+            init.user = &m->expert_init[i];
+            init.seed = seed ^ (uint64_t)m->ep_rank; /* the tag the engine's cross-rank check compares */
+        }
         int64_t shape[2] = {(int64_t)pi.shape[0], (int64_t)pi.shape[1]};
         int pid = -1;
         s = zero_engine_add_param_init(engine, m->module_id[pi.module], pi.name, pi.ndim, shape, &init, &pid);
         if (s != ZERO_OK) mfail(err, en, s, "engine add_param %s: %s", pi.name, zero_engine_last_error(engine));
         else if (pid != (int)i) s = mfail(err, en, ZERO_INTERNAL, "engine gave %s the id %d, expected %zu", pi.name, pid, i);
+        /* the dense tensors are the same on every ep rank: the norm counts ep rank 0's */
+        if (s == ZERO_OK && m->ep_size > 1 && !pi.expert_stack && m->ep_rank > 0 &&
+            (s = zero_engine_set_param_duplicate(engine, pid, 1)) != ZERO_OK)
+            mfail(err, en, s, "engine set_param_duplicate %s: %s", pi.name, zero_engine_last_error(engine));
     }
     if (s == ZERO_OK && (s = zero_engine_finalize(engine)) != ZERO_OK)
         engine_fail(err, en, s, "finalize", zero_engine_last_error(engine));
@@ -120,12 +156,15 @@ zero_status train_model_create(train_model **out, const gpt_config *cfg, int mic
             if ((s = zero_stream_create(dev, &m->compute)) != ZERO_OK ||
                 (s = zero_engine_set_compute_stream(engine, m->compute)) != ZERO_OK)
                 mfail(err, en, s, "compute stream: %s", zero_last_error());
-            if (s == ZERO_OK && (s = gpt_workspace_create_ckpt(&m->ws, cfg, micro, cfg->seq_len, ck)) != ZERO_OK)
+            if (s == ZERO_OK &&
+                (s = gpt_workspace_create_moe(&m->ws, cfg, micro, cfg->seq_len, ck, m->ep_size > 1 ? ep : NULL)) !=
+                    ZERO_OK)
                 mfail(err, en, s, "model: %s", gpt_last_error());
             /* bf16 compute: the matmuls multiply bf16 (where the CPU can), as on a GPU */
             if (s == ZERO_OK && m->dtype == ZERO_BF16 && (s = gpt_workspace_set_matmul_dtype(m->ws, ZERO_BF16)) != ZERO_OK)
                 mfail(err, en, s, "model: %s", gpt_last_error());
-            if (s == ZERO_OK && m->dtype != ZERO_F32) {
+            m->grad_scratch = m->dtype != ZERO_F32 || m->ep_size > 1;
+            if (s == ZERO_OK && m->grad_scratch) {
                 m->embed_numel = module_numel(cfg, GPT_MODULE_EMBED);
                 for (int mod = 1; mod < m->n_modules; mod++)
                     if (module_numel(cfg, mod) > m->mod_numel) m->mod_numel = module_numel(cfg, mod);
@@ -162,6 +201,7 @@ void train_model_destroy(train_model *m)
     free(m->embed_g);
     free(m->mod_p);
     free(m->mod_g);
+    free(m->expert_init);
     free(m);
 }
 
@@ -186,7 +226,9 @@ void train_model_activation_bytes(const train_model *m, gpt_activation_bytes *no
 /* The module's parameter (grads = 0) or gradient (grads = 1) pointers. For
  * 16-bit compute on the CPU, parameters and the gradients accumulated so far
  * are widened into fp32 `scratch` (the device's vectorized cast); the model
- * accumulates into it and flush_grads rounds it back once. */
+ * accumulates into it and flush_grads rounds it back once. With ep > 1 the
+ * gradient scratch starts at zero instead: this micro-step's gradients alone
+ * are summed over ep before flush_grads adds them to the engine's. */
 static zero_status module_tensors(train_model *m, int mod, int grads, float *scratch, gpt_tensors *t,
                                   void **engine_ptrs, char *err, size_t en)
 {
@@ -207,8 +249,12 @@ static zero_status module_tensors(train_model *m, int mod, int grads, float *scr
         gpt_param_info pi;
         gpt_param_info_get(&m->cfg, (size_t)pid, &pi);
         float *dst = scratch + off;
-        zero_status cs = zero_cast(m->dev, p, m->dtype, dst, ZERO_F32, pi.numel, m->compute);
-        if (cs != ZERO_OK) return mfail(err, en, cs, "widening %s to fp32: %s", pi.name, zero_last_error());
+        if (grads && m->ep_size > 1) {
+            memset(dst, 0, pi.numel * sizeof(float));
+        } else {
+            zero_status cs = zero_cast(m->dev, p, m->dtype, dst, ZERO_F32, pi.numel, m->compute);
+            if (cs != ZERO_OK) return mfail(err, en, cs, "widening %s to fp32: %s", pi.name, zero_last_error());
+        }
         t->t[i] = dst;
         off += pi.numel;
     }
@@ -218,17 +264,41 @@ static zero_status module_tensors(train_model *m, int mod, int grads, float *scr
     return ZERO_OK;
 }
 
-/* 16-bit CPU: round the fp32 gradients (the engine's, widened, plus this
- * micro-step's) back into the engine's buffers. */
+/* Back into the engine's buffers. 16-bit CPU: round the fp32 gradients (the
+ * engine's, widened, plus this micro-step's) back. ep > 1: sum this
+ * micro-step's dense gradients over ep first, then add them to the engine's
+ * (fp32, or widened and rounded once). */
 static zero_status flush_grads(train_model *m, int mod, const gpt_tensors *g, void **engine_ptrs, char *err,
                                size_t en)
 {
-    if (m->cuda || m->dtype == ZERO_F32) return ZERO_OK;
+    if (m->cuda || !m->grad_scratch) return ZERO_OK;
     for (int i = 0; i < gpt_module_num_tensors(&m->cfg, mod); i++) {
         gpt_param_info pi;
         gpt_param_info_get(&m->cfg, gpt_param_position(&m->cfg, mod, i), &pi);
-        zero_status s = zero_cast(m->dev, g->t[i], ZERO_F32, engine_ptrs[i], m->dtype, pi.numel, m->compute);
-        if (s != ZERO_OK) return mfail(err, en, s, "rounding the gradient of %s: %s", pi.name, zero_last_error());
+        float *src = g->t[i];
+        if (m->ep_size == 1) {
+            zero_status s = zero_cast(m->dev, src, ZERO_F32, engine_ptrs[i], m->dtype, pi.numel, m->compute);
+            if (s != ZERO_OK) return mfail(err, en, s, "rounding the gradient of %s: %s", pi.name, zero_last_error());
+            continue;
+        }
+        /* host code from here on: what the compute stream still has queued must be done first */
+        zero_status ss = zero_stream_sync(m->compute);
+        if (ss != ZERO_OK) return mfail(err, en, ss, "compute stream: %s", zero_last_error());
+        if (!pi.expert_stack) {
+            zero_status s = zero_allreduce(m->ep, src, src, pi.numel, ZERO_F32, ZERO_SUM);
+            if (s != ZERO_OK)
+                return mfail(err, en, s, "summing d %s over the ep group: %s", pi.name, zero_comm_last_error(m->ep));
+        }
+        if (m->dtype == ZERO_F32) {
+            float *dst = engine_ptrs[i];
+            for (size_t k = 0; k < pi.numel; k++) dst[k] += src[k];
+            continue;
+        }
+        uint16_t *dst = engine_ptrs[i];
+        for (size_t k = 0; k < pi.numel; k++) {
+            float v = (m->dtype == ZERO_BF16 ? zero_bf16_to_f32(dst[k]) : zero_f16_to_f32(dst[k])) + src[k];
+            dst[k] = m->dtype == ZERO_BF16 ? zero_f32_to_bf16(v) : zero_f32_to_f16(v);
+        }
     }
     return ZERO_OK;
 }
@@ -278,15 +348,17 @@ static zero_status forward(train_model *m, const int32_t *tokens, const int32_t 
 zero_status train_model_micro_step(train_model *m, const int32_t *tokens, const int32_t *targets, float dloss,
                                    float *loss, char *err, size_t en)
 {
-    int sixteen = !m->cuda && m->dtype != ZERO_F32;
+    int sixteen = !m->cuda && m->dtype != ZERO_F32, gs = !m->cuda && m->grad_scratch;
     int fin = gpt_module_final(&m->cfg);
     gpt_tensors ep, eg, fp, fg;
     void *eptr[GPT_MAX_MODULE_TENSORS], *mptr[GPT_MAX_MODULE_TENSORS];
     TRY(forward(m, tokens, targets, &ep, &fp, loss, err, en));
+    /* ep: gradients of loss / ep (train_model.h) */
+    dloss /= (float)m->ep_size;
     /* backward: the head and final LayerNorm, then the blocks in reverse,
      * then the embeddings, whose gradient (head + embedding) is complete last */
-    TRY(module_tensors(m, fin, 1, sixteen ? m->mod_g : NULL, &fg, mptr, err, en));
-    TRY(module_tensors(m, GPT_MODULE_EMBED, 1, sixteen ? m->embed_g : NULL, &eg, eptr, err, en));
+    TRY(module_tensors(m, fin, 1, gs ? m->mod_g : NULL, &fg, mptr, err, en));
+    TRY(module_tensors(m, GPT_MODULE_EMBED, 1, gs ? m->embed_g : NULL, &eg, eptr, err, en));
     if (m->cuda) MODEL(CUDA_CALL(gpt_cuda_backward_end, m->cws, dloss, &fp, &fg, &ep, &eg), "backward final");
     else MODEL(gpt_backward_end(m->ws, dloss, &fp, &fg, &ep, &eg), "backward final");
     TRY(flush_grads(m, fin, &fg, mptr, err, en));
@@ -297,7 +369,7 @@ zero_status train_model_micro_step(train_model *m, const int32_t *tokens, const 
         gpt_tensors p, g;
         ENG(zero_engine_gather(m->engine, m->module_id[mod]), "engine gather block");
         TRY(module_tensors(m, mod, 0, sixteen ? m->mod_p : NULL, &p, NULL, err, en));
-        TRY(module_tensors(m, mod, 1, sixteen ? m->mod_g : NULL, &g, mptr, err, en));
+        TRY(module_tensors(m, mod, 1, gs ? m->mod_g : NULL, &g, mptr, err, en));
         if (m->cuda) MODEL(CUDA_CALL(gpt_cuda_backward_block, m->cws, l, &p, &g), "backward block");
         else MODEL(gpt_backward_block(m->ws, l, &p, &g), "backward block");
         TRY(flush_grads(m, mod, &g, mptr, err, en));

@@ -13,7 +13,18 @@
  * fp32 gradient rounded once into the engine's 16-bit gradient buffer, so
  * the engine's mixed-precision path (16-bit params and grads, fp32 master)
  * runs for real while the arithmetic stays fp32. On CUDA the model takes
- * f32/bf16 device pointers directly. */
+ * f32/bf16 device pointers directly.
+ *
+ * Mixture of experts with expert parallelism (cfg->moe_ep > 1, as
+ * DeepSpeed-MoE): `ep` is this rank's group of moe_ep consecutive ranks,
+ * the engine runs over the expert-data-parallel group (the ranks holding
+ * the same experts) and holds this rank's experts and the dense tensors;
+ * ep is the engine's model-parallel group (the dense tensors counted once
+ * in the norm: duplicates on ep ranks > 0). Every gradient is taken of
+ * loss / ep, and the dense ones (embeddings, attention, LayerNorms, router)
+ * are summed over ep before the engine reduces them over its group: so
+ * both are the average over all dp ranks' micro-batches, as one data-parallel
+ * model would have them. */
 #ifndef TRAIN_MODEL_H
 #define TRAIN_MODEL_H
 
@@ -29,7 +40,7 @@ typedef struct train_model train_model;
  * checkpointing (NULL: none). */
 zero_status train_model_create(train_model **out, const gpt_config *cfg, int micro_batch, uint64_t seed,
                                zero_engine *engine, zero_device *dev, int cuda, const gpt_checkpointing *ck,
-                               char *err, size_t err_size);
+                               zero_comm *ep, char *err, size_t err_size);
 void train_model_destroy(train_model *m);
 
 /* One micro-step: forward with loss, backward of dloss * loss, grads_ready

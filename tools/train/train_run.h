@@ -20,6 +20,8 @@ typedef struct run {
     int rank, world;
     zero_comm *comm;      /* the engine's dp comm */
     zero_comm *host_comm; /* carries host scalars (== comm on the CPU) */
+    zero_comm *ep;        /* model.moe.ep > 1: this rank's expert-parallel group (then comm is the
+                             expert-data-parallel group: the ranks holding the same experts) */
     zero_device *dev;
     zero_engine *engine;
     train_model *model;   /* tp = pp = 1 */
