@@ -107,7 +107,7 @@ zero_status gpt_workspace_create_ckpt(gpt_workspace **out, const gpt_config *cfg
 static zero_status create_moe(gpt_workspace *ws, zero_comm *ep)
 {
     const gpt_config *cfg = &ws->cfg;
-    int want = cfg->moe_ep > 1 ? cfg->moe_ep : 1, have = ep ? zero_comm_size(ep) : 1;
+    int want = cfg->moe_ep > 1 ? cfg->moe_ep : 1, have = ep ? zero_comm_get_size(ep) : 1;
     if (want != have)
         return gpt_fail(ZERO_CONFIG, "gpt_workspace_create: moe ep = %d but the ep comm has %d rank%s", cfg->moe_ep,
                         have, have == 1 ? "" : "s");

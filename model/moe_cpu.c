@@ -69,7 +69,7 @@ zero_status gpt_moe_create(gpt_moe **out, const gpt_moe_config *cfg, int tokens,
 {
     if (!out || !cfg) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_moe_create: out or cfg is NULL");
     *out = NULL;
-    int P = ep ? zero_comm_size(ep) : 1;
+    int P = ep ? zero_comm_get_size(ep) : 1;
     if (P < 1) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_moe_create: the ep comm is not a live comm");
     if (cfg->d_model < 1 || cfg->d_ff < 1 || tokens < 1)
         return gpt_fail(ZERO_CONFIG, "gpt_moe_create: d_model %d, d_ff %d and tokens %d must be >= 1", cfg->d_model,
@@ -87,7 +87,7 @@ zero_status gpt_moe_create(gpt_moe **out, const gpt_moe_config *cfg, int tokens,
     if (!m) return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_moe_create: out of memory");
     m->cfg = *cfg;
     m->N = tokens, m->E = cfg->experts, m->K = cfg->top_k, m->C = cfg->d_model, m->H = cfg->d_ff;
-    m->P = P, m->rank = ep ? zero_comm_rank(ep) : 0, m->El = m->E / P, m->ep = ep;
+    m->P = P, m->rank = ep ? zero_comm_get_rank(ep) : 0, m->El = m->E / P, m->ep = ep;
     m->nthreads = moe_threads();
     /* ceil(cf k N / E) in double: exact for any size this layer can hold */
     double want = cfg->capacity_factor > 0 ? ceil((double)cfg->capacity_factor * m->K * m->N / m->E) : m->N;

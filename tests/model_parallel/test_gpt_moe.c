@@ -85,8 +85,8 @@ int main(void)
 {
     zero_comm_config cc = ZERO_COMM_CONFIG_INIT;
     cc.timeout_s = 30;
-    if (zero_comm_init_world(&world, &cc) != ZERO_OK) return 1;
-    rank = zero_comm_rank(world), size = zero_comm_size(world);
+    if (zero_comm_create_world(&world, &cc) != ZERO_OK) return 1;
+    rank = zero_comm_get_rank(world), size = zero_comm_get_size(world);
     check_set_rank(rank);
     gpt_config full = {.n_layer = 2, .n_head = 2, .d_model = 16, .seq_len = T, .vocab = 32, .moe_experts = 4,
                        .moe_top_k = 2, .moe_capacity_factor = 1.0f, .moe_aux_loss_coef = 0.01f, .moe_ep = 1};

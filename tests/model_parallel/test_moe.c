@@ -267,11 +267,11 @@ int main(void)
 {
     zero_comm_config cfg = ZERO_COMM_CONFIG_INIT;
     cfg.timeout_s = 30;
-    if (zero_comm_init_world(&world, &cfg) != ZERO_OK) {
+    if (zero_comm_create_world(&world, &cfg) != ZERO_OK) {
         fprintf(stderr, "init_world: %s\n", zero_last_error());
         return 1;
     }
-    rank = zero_comm_rank(world), size = zero_comm_size(world);
+    rank = zero_comm_get_rank(world), size = zero_comm_get_size(world);
     check_set_rank(rank);
     run_case(4, 1, 1.0f, 32);  /* Switch: top-1, drops */
     run_case(8, 2, 1.0f, 48);  /* top-2, drops */

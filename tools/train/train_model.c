@@ -99,8 +99,8 @@ zero_status train_model_create(train_model **out, const gpt_config *cfg, int mic
     m->n_modules = gpt_num_modules(cfg);
     m->module_id = calloc((size_t)m->n_modules, sizeof *m->module_id);
     m->ep = ep;
-    m->ep_size = ep ? zero_comm_size(ep) : 1;
-    m->ep_rank = ep ? zero_comm_rank(ep) : 0;
+    m->ep_size = ep ? zero_comm_get_size(ep) : 1;
+    m->ep_rank = ep ? zero_comm_get_rank(ep) : 0;
     m->expert_init = calloc(gpt_num_params(cfg), sizeof *m->expert_init);
     zero_status s = ZERO_OK;
     if (!m->module_id || !m->expert_init) s = mfail(err, en, ZERO_OUT_OF_MEMORY, "model: out of memory");
