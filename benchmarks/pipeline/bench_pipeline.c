@@ -178,7 +178,8 @@ int main(int argc, char **argv)
     g_rank = zero_comm_get_rank(world);
     b.P = zero_comm_get_size(world), b.s = g_rank;
     /* simulated: the model only sizes the messages; real: big enough that compute dominates */
-    b.cfg = b.real ? (gpt_config){8, 4, 128, 64, 256} : (gpt_config){8, 4, 64, 8, 64};
+    b.cfg = b.real ? (gpt_config){.n_layer = 8, .n_head = 4, .d_model = 128, .seq_len = 64, .vocab = 256}
+                 : (gpt_config){.n_layer = 8, .n_head = 4, .d_model = 64, .seq_len = 8, .vocab = 64};
     b.B = b.real ? 4 : 2, b.T = b.real ? 64 : 8;
     size_t np = gpt_num_params(&b.cfg), N = (size_t)b.M * b.B * b.T;
     int nm = gpt_num_modules(&b.cfg);

@@ -161,7 +161,7 @@ static size_t r256(size_t x) { return (x + 255) / 256 * 256; }
 
 static void check_cuda_bytes(void)
 {
-    const gpt_config cfg = {3, 4, 48, 24, 101};
+    const gpt_config cfg = {.n_layer = 3, .n_head = 4, .d_model = 48, .seq_len = 24, .vocab = 101};
     const size_t B = 2, T = 13, N = B * T, C = 48, V = 101, NH = 4, L = 3;
     const size_t set = 4 * r256(4 * N * C) + 4 * r256(4 * N) + r256(12 * N * C) + r256(4 * B * NH * T * T) +
                        2 * r256(16 * N * C);
@@ -229,7 +229,7 @@ int main(void)
 #endif
     if (!gpt_cuda_available()) CHECK_SKIP("no CUDA GPU visible (or this build has no CUDA path)");
 #if ZERO_HAVE_CUDA
-    gpt_config cfg = {L_, NH_, C_, T_, V_};
+    gpt_config cfg = {.n_layer = L_, .n_head = NH_, .d_model = C_, .seq_len = T_, .vocab = V_};
     size_t total = gpt_param_elements(&cfg), nl = (size_t)B_ * T_ * V_;
     float *params = malloc(total * 4), *gc = malloc(total * 4), *gg = malloc(total * 4);
     float *lc = malloc(nl * 4), *lg = malloc(nl * 4);

@@ -30,7 +30,7 @@
 
 /* 8 blocks: 4 stages x 2 chunks. A stage message is 3*8*64 floats = 6 KiB,
  * above Open MPI's shared-memory eager limit (4 KiB): sends really wait. */
-static const gpt_config g_cfg = {8, 4, 64, 12, 64};
+static const gpt_config g_cfg = {.n_layer = 8, .n_head = 4, .d_model = 64, .seq_len = 12, .vocab = 64};
 enum { BATCH = 3, SEQ = 8, MICRO = 4 };
 static int g_rank;
 
