@@ -76,7 +76,13 @@ void coll_comm_mark_failed(zero_comm *c, zero_status status)
 {
     if (c->failed != ZERO_OK) return;
     c->failed = status;
+    snprintf(c->failed_cause, sizeof c->failed_cause, "%s: %.200s", zero_status_name(status), c->err.msg);
     if (c->be && c->be->failed) c->be->failed(c);
+}
+
+const char *coll_failed_cause(const zero_comm *c)
+{
+    return c->failed_cause[0] ? c->failed_cause : zero_status_name(c->failed);
 }
 
 zero_status coll_comm_fail(zero_comm *c, zero_status status, const char *fmt, ...)
@@ -270,7 +276,7 @@ zero_status zero_comm_split(zero_comm *parent, int color, int key, zero_comm **o
         return zero_fail(&parent->err, ZERO_INVALID_STATE,
                          "split of group %s(size %d) rank %d: the group failed earlier (%s); only "
                          "zero_comm_destroy is allowed",
-                         parent->name, parent->size, parent->rank, zero_status_name(parent->failed));
+                         parent->name, parent->size, parent->rank, coll_failed_cause(parent));
     if (color < 0)
         return zero_fail(&parent->err, ZERO_INVALID_ARGUMENT,
                          "split of group %s(size %d) rank %d: color must be >= 0, got %d", parent->name,

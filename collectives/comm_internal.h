@@ -132,6 +132,8 @@ struct zero_comm {
     double timeout_s;
     char name[COLL_NAME_MAX];
     zero_status failed;     /* ZERO_OK, or the error that left the comm unusable */
+    char failed_cause[256]; /* that error's message, repeated by every later refusal: the first
+                             * failure may have been met by an async op whose caller never saw it */
     int outstanding;        /* issued requests not yet waited on */
     zero_request *pending;  /* those requests (asynchronous ones), abandoned by destroy */
     uint32_t coll_seq;      /* collectives issued so far: tags point-to-point schedules */
@@ -187,6 +189,8 @@ zero_status coll_comm_fail(zero_comm *c, zero_status status, const char *fmt, ..
 /* Mark the comm unusable with `status` (first error wins; the message is
  * already recorded) and let the backend tell the peers. */
 void coll_comm_mark_failed(zero_comm *c, zero_status status);
+/* "ZERO_TIMEOUT: <the first failure's message>", for "the group failed earlier (...)" */
+const char *coll_failed_cause(const zero_comm *c);
 /* FNV-1a, continuing from h (start with 2166136261u). */
 uint32_t coll_hash(const void *p, size_t len, uint32_t h);
 /* ZERO_COLL_FINGERPRINT set and not "0": fingerprints on by default. */

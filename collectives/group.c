@@ -44,7 +44,7 @@ zero_status zero_comm_group_begin(zero_comm *comm)
         return zero_fail(&comm->err, ZERO_INVALID_STATE,
                          "zero_comm_group_begin on group %s(size %d) rank %d: the group failed earlier (%s); only "
                          "zero_comm_destroy is allowed",
-                         comm->name, comm->size, comm->rank, zero_status_name(comm->failed));
+                         comm->name, comm->size, comm->rank, coll_failed_cause(comm));
     if (comm->be->group_begin) {
         zero_status st = comm->be->group_begin(comm);
         if (st != ZERO_OK) {
@@ -150,7 +150,7 @@ zero_status zero_comm_group_end(zero_comm *comm)
         st = zero_fail(&c->err, ZERO_INVALID_STATE,
                        "zero_comm_group_end on group %s(size %d) rank %d: the group failed earlier (%s); its %d "
                        "op(s) were abandoned",
-                       c->name, c->size, c->rank, zero_status_name(c->failed), nops);
+                       c->name, c->size, c->rank, coll_failed_cause(c), nops);
         group_close(c);
         return st;
     }

@@ -137,7 +137,7 @@ static zero_status validate(zero_comm *c, coll_args *a, const char *fn, size_t *
         return zero_fail(&c->err, ZERO_INVALID_STATE,
                          "%s on group %s(size %d) rank %d: the group failed earlier (%s); only "
                          "zero_comm_destroy is allowed",
-                         what, c->name, c->size, c->rank, zero_status_name(c->failed));
+                         what, c->name, c->size, c->rank, coll_failed_cause(c));
     }
     if (a->kind == ZERO_OP_BARRIER) return ZERO_OK;
     size_t es = zero_dtype_size(a->dtype);
@@ -546,7 +546,7 @@ zero_status zero_wait(zero_request *req)
             req->status = ZERO_INVALID_STATE;
             zero_fail(&c->err, ZERO_INVALID_STATE,
                       "%s on group %s(size %d) rank %d: abandoned because the group failed earlier (%s)", what,
-                      c->name, c->size, c->rank, zero_status_name(c->failed));
+                      c->name, c->size, c->rank, coll_failed_cause(c));
         }
         st = req->status;
     } else if (req->done) {

@@ -106,6 +106,9 @@ int main(int argc, char **argv)
             t0 = now();
             CHECK(zero_wait(q2) == ZERO_INVALID_STATE);
             CHECK(strstr(zero_last_error(), "allgather") && strstr(zero_last_error(), "failed earlier"));
+            /* and it carries the first failure's own message: its waiter may never have looked */
+            CHECK_MSG(strstr(zero_last_error(), "ZERO_TIMEOUT: allreduce") && strstr(zero_last_error(), "timed out"),
+                      "the refusal does not carry the first failure: %s", zero_last_error());
             CHECK_MSG(now() - t0 < 0.5, "second wait took %.2f s", now() - t0);
             if (r == 1) {
                 /* rank 0 never sends */
