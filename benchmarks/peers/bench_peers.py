@@ -166,6 +166,7 @@ def main():
         sys.exit(f"bench_peers: no virtual environment at {a.venv}; run benchmarks/peers/setup_venv.sh")
     results = {"ranks": RANKS, "threads_per_rank": 1, "steps": a.steps, "warmup": a.warmup, "repeats": a.repeats,
                "optimizer": OPT, "scheduler": SCHED, "clip": CLIP, "seed": SEED, "sizes": {}}
+    out = a.json or os.path.join(a.build, "bench_peers.json")
     work_root = tempfile.mkdtemp(prefix="bench_peers_")
     try:
         cpath = os.path.join(work_root, "corpus.bin")
@@ -209,12 +210,11 @@ def main():
                                       "steps": steps, "warmup": warmup,
                                       "systems": table, "ratios": ratios(table)}
             report(size, results["sizes"][size])
+            with open(out, "w") as f:  # after each size: a long run that is stopped keeps what it measured
+                json.dump(results, f, indent=2)
+            print(f"wrote {out}")
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
-    out = a.json or os.path.join(a.build, "bench_peers.json")
-    with open(out, "w") as f:
-        json.dump(results, f, indent=2)
-    print(f"wrote {out}")
 
 
 def ratios(t):
