@@ -127,7 +127,8 @@ static zero_status untraced_gather(zero_engine *e, zero_module *m, const char *w
         zero_comm_set_label(e->dp, NULL);
         if (st != ZERO_OK) return engine_comm_failed(e, st, what);
     }
-    return ZERO_OK;
+    /* complete for the compute stream, as a traced gather */
+    return engine_hand_to_compute(e, what);
 }
 
 static void untraced_free(zero_engine *e, zero_module *m)
@@ -214,7 +215,10 @@ zero_status zero_engine_release(zero_engine *e, int module)
         if (m->ugather_count == 0)
             return zero_fail(&e->err, ZERO_INVALID_STATE, "engine release: module '%s' is not gathered untraced",
                              m->name);
-        if (--m->ugather_count == 0) untraced_free(e, m);
+        if (--m->ugather_count == 0 && m->ugathered) {
+            ZERO_TRY(engine_wait_compute(e, "engine release")); /* after the compute stream's reads */
+            untraced_free(e, m);
+        }
         return ZERO_OK;
     }
     if (m->gather_count == 0)
