@@ -1,7 +1,7 @@
 #!/bin/bash
 # Mixture of experts through zero-train and the engine, on real ranks:
 #   tests/model/train_moe.sh BUILD_ROOT RANKS EP
-# Trains 3 steps of an MoE GPT (4 experts, top-2, capacity factor 1.0) with
+# Trains 5 steps (DeepSpeed's warm-up: the first update has lr 0) of an MoE GPT (4 experts, top-2, capacity factor 1.0) with
 # expert parallelism model.moe.ep = EP at ZeRO stages 0-3 and requires
 #   - the per-step losses (printed with %.17g) to be BITWISE equal across the
 #     stages: the engine's dense and expert shards reduce and step alike;
@@ -22,11 +22,11 @@ work=$(mktemp -d /tmp/zero-moe-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 cat "$src"/zero/*.c > "$work/corpus.txt"
-common=(--plain --data "$work/corpus.txt" --micro-batch 2 --log-every 100 --steps 3
+common=(--plain --data "$work/corpus.txt" --micro-batch 2 --log-every 100 --steps 5
         --set model.n_layer=2 --set model.n_head=2 --set model.d_model=32 --set model.seq_len=16
         --set 'optimizer={"type": "SGD", "params": {"lr": 0.5}}' --set gradient_clipping=0
-        --set scheduler.params.total_num_steps=3
-        --set scheduler.params.warmup_num_steps=1
+        --set scheduler.params.total_num_steps=5
+        --set scheduler.params.warmup_num_steps=2
         --set 'model.moe={"experts": 4, "top_k": 2, "capacity_factor": 1.0, "aux_loss_coef": 0.01}')
 run() {
   if [ "$ranks" = 1 ]; then "$exe" "${common[@]}" "$@"
@@ -37,7 +37,7 @@ for stage in 0 1 2 3; do
   run --stage "$stage" --set model.moe.ep="$ep" --metrics "$work/s$stage.jsonl" > "$work/s$stage.log" ||
     { echo "FAIL: stage $stage"; cat "$work/s$stage.log"; exit 1; }
 done
-[ "$(loss "$work/s0.jsonl" | wc -l)" = 3 ] || { echo "FAIL: no losses"; cat "$work/s0.log"; exit 1; }
+[ "$(loss "$work/s0.jsonl" | wc -l)" = 5 ] || { echo "FAIL: no losses"; cat "$work/s0.log"; exit 1; }
 for stage in 1 2 3; do
   diff <(loss "$work/s0.jsonl") <(loss "$work/s$stage.jsonl") ||
     { echo "FAIL: losses of stage $stage differ from stage 0's (ep $ep)"; exit 1; }
