@@ -26,7 +26,9 @@
  * functions rather than the OpenMP loop matters: GCC outlines a parallel
  * region before it clones, so the region body would stay baseline. */
 #define BLOCK 16384
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+/* Not under ThreadSanitizer: an ifunc resolver runs while the dynamic
+ * loader relocates libzero, before the TSan runtime is up, and crashes. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
 #define CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define CLONES

@@ -1,6 +1,7 @@
 #!/bin/bash
-# The whole test suite on a fresh machine: set up, build (a normal build and an
-# AddressSanitizer + UndefinedBehaviorSanitizer build), run every test, and end
+# The whole test suite on a fresh machine: set up, build (a normal build, an
+# AddressSanitizer + UndefinedBehaviorSanitizer build, and a ThreadSanitizer
+# build of the async-device tests), run every test, and end
 # with the line "N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,13 @@ bash scripts/build.sh build || status=1
 bash scripts/build.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled \
   || status=1
 
+# ThreadSanitizer over the asynchronous CPU device (a worker thread per
+# stream) and the engine's stream hand-offs: only the programs of meson suite
+# 'tsan' are built and run (tens of seconds, not a third build of everything).
+tsan_targets=(tests/device/test_device_async tests/engine/test_engine_stream)
+if { [ -f build-tsan/build.ninja ] || meson setup build-tsan -Db_sanitize=thread -Db_lundef=false -Dcuda=disabled \
+       >/dev/null; } && ninja -C build-tsan "${tsan_targets[@]}"; then :; else status=1; fi
+
 logs=()
 for dir in build build-asan; do
   if [ -f "$dir/build.ninja" ]; then
@@ -21,6 +29,12 @@ for dir in build build-asan; do
     logs+=("$dir/meson-logs/testlog.json")
   fi
 done
+if [ -f build-tsan/build.ninja ]; then
+  # OpenMP's runtime is not instrumented: one thread per team keeps it out.
+  OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1" meson test -C build-tsan --no-rebuild --suite tsan \
+    --print-errorlogs --num-processes 2 --timeout-multiplier 3 || true
+  logs+=("build-tsan/meson-logs/testlog.json")
+fi
 
 # Python tests (bindings, model and optimizer against PyTorch) run on the
 # project interpreter against the normal build.
