@@ -73,12 +73,13 @@ static zero_status prepare_alltoallv(zero_comm *c, coll_args *a, size_t es, size
             vc[j] = cnt[j];
             vd[j] = dsp ? dsp[j] : packed;
             if (cnt[j] > limit || vd[j] > limit - cnt[j] || (!dsp && packed > limit - cnt[j])) {
+                size_t displ = vd[j]; /* vd points into v: read it before v is freed */
                 free(v);
                 return zero_fail(&c->err, ZERO_INVALID_ARGUMENT,
                                  "alltoallv on group %s(size %d) rank %d: %s[%zu] = %zu with %s[%zu] = %zu "
                                  "overflows: the chunk's end exceeds PTRDIFF_MAX bytes",
                                  c->name, c->size, c->rank, names[2 * half], j, cnt[j], names[2 * half + 1], j,
-                                 vd[j]);
+                                 displ);
             }
             packed += cnt[j];
         }
