@@ -58,11 +58,20 @@ static zero_status register_param(zero_engine *e, const tp_param_info *info, int
 zero_status tp_engine_build(zero_engine *e, const gpt_config *cfg, int tp_size, int tp_rank, int pp_size, int pp_rank,
                             uint64_t seed, const float *const *full_init, int *param_ids, int *module_ids)
 {
+    return tp_engine_build_chunks(e, cfg, tp_size, tp_rank, pp_size, 1, pp_rank, seed, full_init, param_ids,
+                                  module_ids);
+}
+
+zero_status tp_engine_build_chunks(zero_engine *e, const gpt_config *cfg, int tp_size, int tp_rank, int pp_size,
+                                   int chunks, int pp_rank, uint64_t seed, const float *const *full_init,
+                                   int *param_ids, int *module_ids)
+{
     if (!e || !param_ids || !module_ids)
         return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_engine_build: engine, param_ids or module_ids is NULL");
     int b, end;
     GPT_TRY(tp_config_validate(cfg, tp_size));
-    GPT_TRY(pp_stage_layers(cfg, pp_size, pp_rank, &b, &end));
+    if (chunks < 1) return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_engine_build: %d chunks per stage", chunks);
+    for (int c = 0; c < chunks; c++) GPT_TRY(pp_chunk_layers(cfg, pp_size, chunks, pp_rank, c, &b, &end));
     const size_t np = gpt_num_params(cfg);
     const int nm = gpt_num_modules(cfg);
     for (int m = 0; m < nm; m++) module_ids[m] = -1;
@@ -70,7 +79,7 @@ zero_status tp_engine_build(zero_engine *e, const gpt_config *cfg, int tp_size, 
     /* modules first (engine module ids in model order), then the parameters */
     for (int m = 0; m < nm; m++) {
         int any = 0;
-        for (int k = 0; k < gpt_module_num_tensors(cfg, m); k++) any |= pp_stage_holds(cfg, pp_size, pp_rank, m, k);
+        for (int k = 0; k < gpt_module_num_tensors(cfg, m); k++) any |= pp_stage_holds_chunks(cfg, pp_size, chunks, pp_rank, m, k);
         if (!any) continue;
         char name[32];
         gpt_module_name(cfg, m, name, sizeof name);
@@ -85,7 +94,7 @@ zero_status tp_engine_build(zero_engine *e, const gpt_config *cfg, int tp_size, 
         tp_param_info info;
         st = tp_param_info_get(cfg, tp_size, tp_rank, i, &info);
         if (st != ZERO_OK) break;
-        if (!pp_stage_holds(cfg, pp_size, pp_rank, info.full.module, info.full.index)) continue;
+        if (!pp_stage_holds_chunks(cfg, pp_size, chunks, pp_rank, info.full.module, info.full.index)) continue;
         ctx[i].tp_size = tp_size;
         ctx[i].tp_rank = tp_rank;
         ctx[i].seed = seed;

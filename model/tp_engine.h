@@ -50,6 +50,14 @@ extern "C" {
  * (gpt_num_modules entries) with engine ids, -1 where not held. */
 zero_status tp_engine_build(zero_engine *e, const gpt_config *cfg, int tp_size, int tp_rank, int pp_size, int pp_rank,
                             uint64_t seed, const float *const *full_init, int *param_ids, int *module_ids);
+/* The same for a stage of `chunks` chunks (interleaved schedules, pp_plan.h):
+ * the blocks of all its chunks (pp_stage_holds_chunks), still one engine
+ * module per model module in model order - so stage 0 of 2 with 2 chunks of
+ * 8 blocks registers embed, block.0, block.1, block.4, block.5. chunks 1 is
+ * tp_engine_build. ZERO_CONFIG when there are fewer blocks than pp_size x chunks. */
+zero_status tp_engine_build_chunks(zero_engine *e, const gpt_config *cfg, int tp_size, int tp_rank, int pp_size,
+                                   int chunks, int pp_rank, uint64_t seed, const float *const *full_init,
+                                   int *param_ids, int *module_ids);
 
 /* The module-indexed pointer sets (gpt_num_modules entries each) of the
  * held parameters and their gradient buffers (grads may be NULL); other

@@ -40,10 +40,44 @@ def test_schedules_train_bitwise_like_1f1b_and_trace(tmp_path):
         assert sum(1 for e in ev if e.get("cat") == "forward") == 3 * 4 * 4
 
 
+def test_interleaved_trains_like_one_rank(tmp_path):
+    """model.pp_schedule interleaved, model.pp_virtual 2 at pp 2 x dp 2 (4 blocks: stage 0 holds
+    blocks 0 and 2, stage 1 blocks 1 and 3, each chunk its own workspace, the engine the stage's
+    blocks of both chunks) against the single-rank model on the same 32 sequences per step, with
+    clipping engaged: loss and gradient norm within the tp/pp tests' 1e-5 relative
+    (test_train_parallel.py; only the norm's summation order over the ranks' shares differs)."""
+    layers = ["--set", "model.n_layer=4", "--set", "gradient_clipping=0.5"]
+    got, p = run(tmp_path, "il", layers + ["--set", "model.pp_schedule=interleaved", "--set", "model.pp_virtual=2"])
+    assert "interleaved (2 chunks per stage)" in p.stdout, p.stdout
+    m = tmp_path / "one.jsonl"
+    run_train(TINY + layers + ["--steps", "3", "--log-every", "1", "--grad-accum", "8", "--stage", "1",
+                               "--data", corpus(tmp_path), "--metrics", str(m)])
+    ref = metrics(m)
+    assert [r["step"] for r in got] == [r["step"] for r in ref] == [1, 2, 3]
+    for a, b in zip(got, ref):
+        assert abs(a["loss"] - b["loss"]) <= 1e-5 * abs(b["loss"]), (a["step"], a["loss"], b["loss"])
+        assert abs(a["grad_norm"] - b["grad_norm"]) <= 1e-5 * b["grad_norm"], (a["step"], a["grad_norm"],
+                                                                                b["grad_norm"])
+        assert b["grad_norm"] > 0.5  # clipping engaged: a norm missing a chunk's share would show
+
+
+def test_interleaved_refuses_a_1f1b_checkpoint(tmp_path):
+    """A stage's checkpoint holds its blocks: stage 0 of 1F1B has blocks 0-1, of interleaved v 2
+    blocks 0 and 2, so resuming across them is refused naming the first differing tensor."""
+    grid = GRID + ["--data", corpus(tmp_path), "--set", "model.n_layer=4"]
+    ck = str(tmp_path / "ck")
+    run_train(grid + ["--steps", "1", "--checkpoint-dir", ck], ranks=4)
+    p = run_train(grid + ["--steps", "2", "--resume", ck, "--set", "model.pp_schedule=interleaved",
+                          "--set", "model.pp_virtual=2"], ranks=4, check=False)
+    assert p.returncode != 0 and "holds another model" in p.stderr and "h.2." in p.stderr, p.stderr
+
+
 @pytest.mark.parametrize("extra,needle", [
     (["--set", "model.pp_schedule=zb"], "model.pp_schedule: pipeline schedule 'zb' is not one of"),
     (["--set", "model.pp_virtual=2"], "model.pp_virtual 2: only model.pp_schedule \"interleaved\""),
     (["--set", "model.pp_schedule=interleaved"], "needs model.pp_virtual >= 2"),
+    (["--set", "model.pp_schedule=interleaved", "--set", "model.pp_virtual=2"],
+     "2 stages x 2 chunks = 4 virtual stages for 2 blocks"),
 ])
 def test_bad_schedule_is_rejected(tmp_path, extra, needle):
     p = run_train(GRID + ["--data", corpus(tmp_path)] + extra, ranks=4, check=False)

@@ -441,8 +441,10 @@ int main(int argc, char **argv)
     r.dp = r.world;
     r.dp_rank = r.rank;
     if (model_parallel) {
-        /* the grid, the engine over its dp group, this rank's stage and tp shards */
-        int ok = train_parallel_create(&r.par, r.host_comm, &g, r.cfg.tp, r.cfg.pp, r.cfg.micro_batch,
+        /* the grid, the engine over its dp group, this rank's stage and tp shards (of
+         * model.pp_virtual chunks for "interleaved"; set_schedule names a mismatch) */
+        int chunks = strcmp(r.cfg.pp_schedule, "interleaved") == 0 ? r.cfg.pp_virtual : 1;
+        int ok = train_parallel_create(&r.par, r.host_comm, &g, r.cfg.tp, r.cfg.pp, chunks, r.cfg.micro_batch,
                                        r.cfg.grad_accum, r.cfg.seed, &r.zcfg, r.dev, &r.engine, &ckpt, err,
                                        sizeof err) == 0;
         if (ok && train_parallel_set_schedule(r.par, r.cfg.pp_schedule, r.cfg.pp_virtual, err, sizeof err) != 0)
@@ -511,9 +513,11 @@ int main(int argc, char **argv)
                      r.cfg.moe_ep, r.world / r.cfg.moe_ep, g.moe_experts / r.cfg.moe_ep);
         if (model_parallel)
             r0printf(&r, stdout,
-                     "model parallel: tp %d x pp %d x dp %d (Megatron order: tp fastest, then dp, then pp), 1F1B "
-                     "over %d micro-batches; rank 0 holds %.3f M parameters of its stage's tp shards\n",
-                     r.cfg.tp, r.cfg.pp, r.dp, r.cfg.grad_accum, plan.numel / 1e6);
+                     "model parallel: tp %d x pp %d x dp %d (Megatron order: tp fastest, then dp, then pp), %s "
+                     "(%d chunks per stage) over %d micro-batches; rank 0 holds %.3f M parameters of its stage's "
+                     "tp shards\n",
+                     r.cfg.tp, r.cfg.pp, r.dp, r.cfg.pp_schedule, r.cfg.pp_virtual, r.cfg.grad_accum,
+                     plan.numel / 1e6);
     }
 
     /* resume */

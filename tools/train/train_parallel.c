@@ -18,7 +18,8 @@ struct train_parallel {
     zero_comm *embed;   /* the tied-embedding group {first, last stage}; NULL elsewhere */
     zero_comm *mp;      /* tp x pp ranks of this dp rank: the engine's norm group */
     zero_engine *engine;
-    tp_workspace *ws;
+    int chunks;          /* model.pp_virtual: chunks per stage (interleaved schedules) */
+    tp_workspace **ws;   /* one per chunk: chunk c holds blocks pp_chunk_layers(c) */
     int *param_ids, *module_ids;
     gpt_tensors *params, *grads;
     gpt_checkpointing ck;
@@ -44,8 +45,8 @@ static int pfail(char *err, size_t n, const char *fmt, ...)
         }                                                                                                         \
     } while (0)
 
-int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_config *cfg, int tp, int pp, int micro,
-                          int micro_batches, uint64_t seed, const zero_config *zc, zero_device *dev,
+int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_config *cfg, int tp, int pp, int chunks,
+                          int micro, int micro_batches, uint64_t seed, const zero_config *zc, zero_device *dev,
                           zero_engine **engine, const gpt_checkpointing *ck, char *err, size_t en)
 {
     *out = NULL;
@@ -60,23 +61,29 @@ int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_conf
     p->module_ids = calloc((size_t)nm, sizeof *p->module_ids);
     p->params = calloc((size_t)nm, sizeof *p->params);
     p->grads = calloc((size_t)nm, sizeof *p->grads);
-    if (!p->param_ids || !p->module_ids || !p->params || !p->grads) {
+    p->chunks = chunks < 1 ? 1 : chunks;
+    p->ws = calloc((size_t)p->chunks, sizeof *p->ws);
+    if (!p->param_ids || !p->module_ids || !p->params || !p->grads || !p->ws) {
         pfail(err, en, "model parallel: out of memory");
         goto fail;
     }
     PTRY(zero_grid_create(world, tp, pp, &p->grid), "grid");
     PTRY(pp_embed_group_create(p->grid.pp, &p->embed), "pipeline embedding group");
     PTRY(tp_engine_mp_create(world, &p->grid, &p->mp), "model-parallel group");
-    int b, e;
-    PTRY(pp_stage_layers(cfg, pp, p->grid.pp_rank, &b, &e), "pipeline stages");
-    PTRY(tp_workspace_create_ckpt(&p->ws, cfg, p->grid.tp, micro, cfg->seq_len, b, e,
-                                  pp_slots_needed(PP_1F1B, micro_batches, pp, p->grid.pp_rank), ck),
-         "tp workspace");
+    /* one slot per chunk for now: train_parallel_set_schedule sizes them for the plan */
+    for (int c = 0; c < p->chunks; c++) {
+        int b, e;
+        PTRY(pp_chunk_layers(cfg, pp, p->chunks, p->grid.pp_rank, c, &b, &e), "pipeline stages");
+        PTRY(tp_workspace_create_ckpt(&p->ws[c], cfg, p->grid.tp, micro, cfg->seq_len, b, e,
+                                      p->chunks > 1 ? 1 : pp_slots_needed(PP_1F1B, micro_batches, pp, p->grid.pp_rank),
+                                      ck),
+             "tp workspace");
+    }
     zero_config c = *zc;
     c.gradient_accumulation_steps = 1; /* the schedule accumulates the micro-batches (dloss 1/M) */
     PTRY(zero_engine_create(&p->engine, &c, p->grid.dp, dev), "engine");
-    PTRY(tp_engine_build(p->engine, cfg, tp, p->grid.tp_rank, pp, p->grid.pp_rank, seed, NULL, p->param_ids,
-                         p->module_ids),
+    PTRY(tp_engine_build_chunks(p->engine, cfg, tp, p->grid.tp_rank, pp, p->chunks, p->grid.pp_rank, seed, NULL,
+                                p->param_ids, p->module_ids),
          "building the engine of the stage's tp shards");
     if (zero_engine_set_model_parallel(p->engine, p->mp) != ZERO_OK) {
         pfail(err, en, "engine set_model_parallel: %s", zero_engine_last_error(p->engine));
@@ -94,7 +101,8 @@ void train_parallel_destroy(train_parallel *p)
 {
     if (!p) return;
     zero_engine_destroy(p->engine);
-    tp_workspace_destroy(p->ws);
+    for (int c = 0; p->ws && c < p->chunks; c++) tp_workspace_destroy(p->ws[c]);
+    free(p->ws);
     zero_comm_destroy(p->mp);
     zero_comm_destroy(p->embed);
     zero_grid_destroy(&p->grid);
@@ -117,14 +125,34 @@ void train_parallel_ckpt_dir(const train_parallel *p, const char *dir, char *out
 {
     snprintf(out, n, "%s/tp%d-pp%d", dir, p->grid.tp_rank, p->grid.pp_rank);
 }
+static void add_bytes(gpt_activation_bytes *sum, const gpt_activation_bytes *a)
+{
+    sum->inputs += a->inputs;
+    sum->blocks += a->blocks;
+    sum->recompute += a->recompute;
+    sum->head += a->head;
+    sum->scratch += a->scratch;
+    sum->host += a->host;
+    sum->total += a->total;
+}
+
+/* Summed over the stage's chunks (each chunk's workspace is its own allocation). */
 void train_parallel_activation_bytes(const train_parallel *p, gpt_activation_bytes *now, gpt_activation_bytes *without)
 {
-    int b, e;
-    tp_workspace_activation_bytes(p->ws, now);
-    tp_workspace_range(p->ws, &b, &e);
-    if (tp_activation_bytes_for(&p->cfg, p->grid.tp_size, (int)(tp_workspace_rows(p->ws) / (size_t)p->cfg.seq_len),
-                                p->cfg.seq_len, b, e, tp_workspace_slots(p->ws), NULL, without) != ZERO_OK)
-        *without = *now;
+    memset(now, 0, sizeof *now);
+    memset(without, 0, sizeof *without);
+    for (int c = 0; c < p->chunks; c++) {
+        int b, e;
+        gpt_activation_bytes n, w;
+        tp_workspace_activation_bytes(p->ws[c], &n);
+        tp_workspace_range(p->ws[c], &b, &e);
+        if (tp_activation_bytes_for(&p->cfg, p->grid.tp_size,
+                                    (int)(tp_workspace_rows(p->ws[c]) / (size_t)p->cfg.seq_len), p->cfg.seq_len, b, e,
+                                    tp_workspace_slots(p->ws[c]), NULL, &w) != ZERO_OK)
+            w = n;
+        add_bytes(now, &n);
+        add_bytes(without, &w);
+    }
 }
 
 /* Stage 3 with a pipeline: the schedule touches every module of the stage
@@ -154,8 +182,8 @@ int train_parallel_micro_steps(train_parallel *p, const int32_t *tokens, const i
         return pfail(err, en, "%s", gpt_last_error());
     pp_step_args a = {p->micro_batches, tokens, targets, 1.0f / (float)p->micro_batches, p->params, p->grads};
     pp_run_opts o = {p->tracing ? &p->trace : NULL, 0.0};
-    zero_status st = p->has_plan ? pp_run_plan(&p->ws, p->grid.pp, &p->plan, &a, &o, loss)
-                                 : pp_train_step(p->ws, p->grid.pp, PP_1F1B, &a, loss);
+    zero_status st = p->has_plan ? pp_run_plan(p->ws, p->grid.pp, &p->plan, &a, &o, loss)
+                                 : pp_train_step(p->ws[0], p->grid.pp, PP_1F1B, &a, loss);
     if (st != ZERO_OK) return pfail(err, en, "pipeline step: %s", gpt_last_error());
     if (pp_tied_grad_allreduce(p->embed, &p->cfg, &p->grads[GPT_MODULE_EMBED]) != ZERO_OK)
         return pfail(err, en, "tied embedding gradient: %s", gpt_last_error());
@@ -174,24 +202,26 @@ int train_parallel_set_schedule(train_parallel *p, const char *schedule, int chu
                      chunks);
     if (kind != PP_SCHED_INTERLEAVED && chunks != 1)
         return pfail(err, en, "model.pp_virtual %d: only model.pp_schedule \"interleaved\" has chunks per stage", chunks);
-    if (chunks > 1) /* the engine registered the contiguous stage's blocks */
-        return pfail(err, en, "model.pp_schedule \"interleaved\": not in zero-train yet (the engine registers one "
-                              "contiguous block range per stage); pp_run_plan runs it (docs/pipeline.md)");
+    if (chunks != p->chunks) /* the engine registered the blocks of p->chunks chunks */
+        return pfail(err, en, "model.pp_virtual %d: the stage was built with %d chunks", chunks, p->chunks);
     pp_plan plan;
     if (pp_plan_generate(&plan, kind, p->grid.pp_size, p->micro_batches, chunks) != ZERO_OK)
         return pfail(err, en, "model.pp_schedule \"%s\": %s", schedule, gpt_last_error());
-    int need = plan.slots[p->grid.pp_rank];
-    if (need > tp_workspace_slots(p->ws)) {
+    for (int c = 0; c < chunks; c++) {
+        int need = plan.slots[p->grid.pp_rank * chunks + c];
+        if (need <= tp_workspace_slots(p->ws[c])) continue;
         int b, e;
         tp_workspace *ws = NULL;
-        tp_workspace_range(p->ws, &b, &e);
-        if (tp_workspace_create_ckpt(&ws, &p->cfg, p->grid.tp, (int)(tp_workspace_rows(p->ws) / (size_t)p->cfg.seq_len),
-                                     p->cfg.seq_len, b, e, need, p->ck.blocks ? &p->ck : NULL) != ZERO_OK) {
+        tp_workspace_range(p->ws[c], &b, &e);
+        if (tp_workspace_create_ckpt(&ws, &p->cfg, p->grid.tp,
+                                     (int)(tp_workspace_rows(p->ws[c]) / (size_t)p->cfg.seq_len), p->cfg.seq_len, b, e,
+                                     need, p->ck.blocks ? &p->ck : NULL) != ZERO_OK) {
             pp_plan_free(&plan);
-            return pfail(err, en, "model.pp_schedule \"%s\": workspace of %d slots: %s", schedule, need, gpt_last_error());
+            return pfail(err, en, "model.pp_schedule \"%s\": workspace of %d slots for chunk %d: %s", schedule, need,
+                         c, gpt_last_error());
         }
-        tp_workspace_destroy(p->ws);
-        p->ws = ws;
+        tp_workspace_destroy(p->ws[c]);
+        p->ws[c] = ws;
     }
     pp_plan_free(&p->plan);
     p->plan = plan;

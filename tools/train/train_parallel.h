@@ -19,12 +19,14 @@ typedef struct train_parallel train_parallel;
 /* COLLECTIVE over `world`. Creates the grid, the engine (config `zc`,
  * whose gradient_accumulation_steps is forced to 1: the pipeline
  * accumulates the micro-batches itself) on `dev` (CPU, fp32 compute),
- * registers and finalizes. *engine is owned by the returned object. */
-int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_config *cfg, int tp, int pp,
+ * registers and finalizes. `chunks` (model.pp_virtual, >= 1): chunks per
+ * stage - the stage holds the blocks of all its chunks (interleaved schedules).
+ * *engine is owned by the returned object. */
+int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_config *cfg, int tp, int pp, int chunks,
                           int micro, int micro_batches, uint64_t seed, const zero_config *zc, zero_device *dev,
                           zero_engine **engine, const gpt_checkpointing *ck, char *err, size_t err_size);
 /* Before the first step: the pipeline schedule by name (model.pp_schedule; pp_plan.h) with `chunks`
- * chunks per stage (model.pp_virtual). Without this call zero-train runs 1F1B. Builds and checks the
+ * chunks per stage (model.pp_virtual; the create's `chunks`). Without this call zero-train runs 1F1B. Builds and checks the
  * plan and the chunks' workspaces; -1 with the checker's or generator's message in err. */
 int train_parallel_set_schedule(train_parallel *p, const char *schedule, int chunks, char *err, size_t err_size);
 /* --trace: record every step's spans (pipeline ops, communication waits, the optimizer). */
