@@ -192,6 +192,17 @@ const gpt_config *tp_workspace_config(const tp_workspace *ws) { return ws ? &ws-
 int tp_workspace_slots(const tp_workspace *ws) { return ws ? ws->nslots : 0; }
 size_t tp_workspace_rows(const tp_workspace *ws) { return ws ? (size_t)ws->B * ws->T : 0; }
 
+zero_status tp_workspace_set_matmul_dtype(tp_workspace *ws, zero_dtype dtype)
+{
+    if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_workspace_set_matmul_dtype: workspace is NULL");
+    if (dtype != ZERO_F32 && dtype != ZERO_BF16)
+        return gpt_fail(ZERO_INVALID_ARGUMENT,
+                        "tp_workspace_set_matmul_dtype: %s matmuls are not offered on the CPU (f32 or bf16)",
+                        zero_dtype_name(dtype));
+    ws->blk.math = dtype == ZERO_BF16 ? GPT_GEMM_BF16 : GPT_GEMM_F32;
+    return ZERO_OK;
+}
+
 void tp_workspace_range(const tp_workspace *ws, int *layer_begin, int *layer_end)
 {
     *layer_begin = ws ? ws->begin : 0;

@@ -116,6 +116,9 @@ int tp_workspace_slots(const tp_workspace *ws);
 size_t tp_workspace_rows(const tp_workspace *ws); /* batch * seq */
 int tp_workspace_has_embed(const tp_workspace *ws); /* layer_begin == 0 */
 int tp_workspace_has_head(const tp_workspace *ws);  /* layer_end == n_layer */
+/* The matmuls' precision, as gpt_workspace_set_matmul_dtype (gpt.h): ZERO_F32
+ * (the default) or ZERO_BF16 (bf16 products, fp32 sums); the rest stays fp32. */
+zero_status tp_workspace_set_matmul_dtype(tp_workspace *ws, zero_dtype dtype);
 /* The input of block layer_begin for slot `slot` (batch*seq x d_model): a
  * later pipeline stage receives the previous stage's output into it. */
 float *tp_workspace_input(tp_workspace *ws, int slot);

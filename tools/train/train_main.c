@@ -334,10 +334,9 @@ int main(int argc, char **argv)
     r.zcfg.gradient_accumulation_steps = r.cfg.grad_accum;
     r.zcfg.lr = r.cfg.lr;
     const int model_parallel = r.cfg.tp * r.cfg.pp > 1;
-    if (model_parallel && r.zcfg.compute_dtype != ZERO_F32) {
-        r0printf(&r, stderr, "zero-train: config: %s.enabled: model.tp / model.pp > 1 compute in fp32 only "
-                             "(the tensor/pipeline runtime has no 16-bit path)\n",
-                 r.zcfg.compute_dtype == ZERO_F16 ? "fp16" : "bf16");
+    if (model_parallel && r.zcfg.compute_dtype == ZERO_F16) {
+        r0printf(&r, stderr, "zero-train: config: fp16.enabled: model.tp / model.pp > 1 compute in fp32 or bf16 "
+                             "(fp16's loss scaling is not in the tensor/pipeline runtime)\n");
         goto done;
     }
     if (!model_parallel && trace_path) {
@@ -501,9 +500,8 @@ int main(int argc, char **argv)
                  r.cfg.micro_batch, r.cfg.grad_accum, r.dp, (long long)r.cfg.train_batch_size);
         if (!cuda) /* which kernel the matmuls run on (docs/model.md, "CPU GEMM"; ZERO_CPU_GEMM chooses) */
             r0printf(&r, stdout, "cpu gemm: %s (%s matmuls)\n",
-                     gpt_gemm_kernel_name(plan.compute_dtype == ZERO_BF16 && !model_parallel ? GPT_GEMM_BF16
-                                                                                              : GPT_GEMM_F32),
-                     plan.compute_dtype == ZERO_BF16 && !model_parallel ? "bf16" : "fp32");
+                     gpt_gemm_kernel_name(plan.compute_dtype == ZERO_BF16 ? GPT_GEMM_BF16 : GPT_GEMM_F32),
+                     plan.compute_dtype == ZERO_BF16 ? "bf16" : "fp32");
         if (g.moe_experts)
             r0printf(&r, stdout,
                      "moe: %d experts per block, top-%d, capacity factor %g, aux loss coef %g; expert parallel "

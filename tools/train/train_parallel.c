@@ -21,7 +21,12 @@ struct train_parallel {
     int chunks;          /* model.pp_virtual: chunks per stage (interleaved schedules) */
     tp_workspace **ws;   /* one per chunk: chunk c holds blocks pp_chunk_layers(c) */
     int *param_ids, *module_ids;
-    gpt_tensors *params, *grads;
+    gpt_tensors *params, *grads;   /* what the pipeline computes on: the engine's buffers, or the fp32 copies */
+    zero_device *dev;
+    zero_dtype dtype;              /* the engine's compute dtype: f32, or bf16 (fp32 copies below) */
+    gpt_tensors *eparams, *egrads; /* bf16: the engine's buffers */
+    size_t *offset;                /* bf16: parameter i's place in f32_params / f32_grads (held ones) */
+    float *f32_params, *f32_grads;
     gpt_checkpointing ck;
     pp_plan plan;        /* model.pp_schedule (has_plan), else pp_train_step's 1F1B */
     int has_plan, tracing;
@@ -44,6 +49,67 @@ static int pfail(char *err, size_t n, const char *fmt, ...)
             goto fail;                                                                                            \
         }                                                                                                         \
     } while (0)
+
+/* ------------------------------------------------------------ bf16 compute
+ * The single-rank CPU model's rule (train_model.c): the engine holds bf16
+ * parameters and gradients, the model computes in fp32 with bf16 matmul
+ * products. Here the pipeline runs on fp32 copies of the stage's parameters
+ * (widened once per step) and accumulates the M micro-batches' gradients on
+ * fp32 copies of the engine's (widened, so what the engine holds is kept),
+ * the tied wte gradient is summed in fp32, and the result is rounded to bf16
+ * once. 2 x 4 bytes per held parameter on top of the engine's memory. */
+static int f32_copies_create(train_parallel *p, char *err, size_t en)
+{
+    const size_t np = gpt_num_params(&p->cfg);
+    const int nm = gpt_num_modules(&p->cfg);
+    size_t total = 0;
+    p->offset = calloc(np, sizeof *p->offset);
+    p->eparams = calloc((size_t)nm, sizeof *p->eparams);
+    p->egrads = calloc((size_t)nm, sizeof *p->egrads);
+    if (!p->offset || !p->eparams || !p->egrads) return pfail(err, en, "model parallel: out of memory");
+    for (size_t i = 0; i < np; i++) {
+        tp_param_info ti;
+        if (p->param_ids[i] < 0) continue;
+        if (tp_param_info_get(&p->cfg, p->grid.tp_size, p->grid.tp_rank, i, &ti) != ZERO_OK)
+            return pfail(err, en, "model parallel: %s", gpt_last_error());
+        p->offset[i] = total;
+        total += ti.numel;
+    }
+    p->f32_params = malloc((total ? total : 1) * sizeof(float));
+    p->f32_grads = malloc((total ? total : 1) * sizeof(float));
+    if (!p->f32_params || !p->f32_grads)
+        return pfail(err, en, "model parallel: no memory for the fp32 copies of %zu bf16 parameters", total);
+    return 0;
+}
+
+/* widen = 1: the engine's bf16 parameters and gradients into the fp32 copies,
+ * p->params / p->grads pointed at them; widen = 0: the fp32 gradients rounded
+ * back into the engine's. */
+static int f32_copies_sync(train_parallel *p, int widen, char *err, size_t en)
+{
+    for (size_t i = 0; i < gpt_num_params(&p->cfg); i++) {
+        if (p->param_ids[i] < 0) continue;
+        tp_param_info ti;
+        (void)tp_param_info_get(&p->cfg, p->grid.tp_size, p->grid.tp_rank, i, &ti);
+        const int mod = ti.full.module, k = ti.full.index;
+        float *p32 = p->f32_params + p->offset[i], *g32 = p->f32_grads + p->offset[i];
+        zero_status st;
+        if (widen) {
+            st = zero_cast(p->dev, p->eparams[mod].t[k], ZERO_BF16, p32, ZERO_F32, ti.numel, NULL);
+            if (st == ZERO_OK) st = zero_cast(p->dev, p->egrads[mod].t[k], ZERO_BF16, g32, ZERO_F32, ti.numel, NULL);
+            p->params[mod].t[k] = p32;
+            p->grads[mod].t[k] = g32;
+        } else {
+            st = zero_cast(p->dev, g32, ZERO_F32, p->egrads[mod].t[k], ZERO_BF16, ti.numel, NULL);
+        }
+        if (st != ZERO_OK)
+            return pfail(err, en, "%s %s: %s", widen ? "widening to fp32" : "rounding the gradient of", ti.full.name,
+                         zero_last_error());
+    }
+    /* the host reads (widen) or the engine's stream reads (round) these next */
+    if (zero_device_sync(p->dev) != ZERO_OK) return pfail(err, en, "device sync: %s", zero_last_error());
+    return 0;
+}
 
 int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_config *cfg, int tp, int pp, int chunks,
                           int micro, int micro_batches, uint64_t seed, const zero_config *zc, zero_device *dev,
@@ -78,6 +144,15 @@ int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_conf
                                       p->chunks > 1 ? 1 : pp_slots_needed(PP_1F1B, micro_batches, pp, p->grid.pp_rank),
                                       ck),
              "tp workspace");
+        PTRY(tp_workspace_set_matmul_dtype(p->ws[c], zc->compute_dtype == ZERO_BF16 ? ZERO_BF16 : ZERO_F32),
+             "tp workspace");
+    }
+    p->dev = dev;
+    p->dtype = zc->compute_dtype;
+    if (p->dtype != ZERO_F32 && p->dtype != ZERO_BF16) {
+        pfail(err, en, "model.tp / model.pp > 1: %s compute is not offered (fp32 or bf16; fp16's loss scaling is "
+                       "not in the pipeline runtime)", zero_dtype_name(p->dtype));
+        goto fail;
     }
     zero_config c = *zc;
     c.gradient_accumulation_steps = 1; /* the schedule accumulates the micro-batches (dloss 1/M) */
@@ -89,6 +164,7 @@ int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_conf
         pfail(err, en, "engine set_model_parallel: %s", zero_engine_last_error(p->engine));
         goto fail;
     }
+    if (p->dtype == ZERO_BF16 && f32_copies_create(p, err, en) != 0) goto fail;
     *engine = p->engine;
     *out = p;
     return 0;
@@ -112,6 +188,11 @@ void train_parallel_destroy(train_parallel *p)
     free(p->module_ids);
     free(p->params);
     free(p->grads);
+    free(p->eparams);
+    free(p->egrads);
+    free(p->offset);
+    free(p->f32_params);
+    free(p->f32_grads);
     free(p);
 }
 
@@ -178,8 +259,11 @@ int train_parallel_micro_steps(train_parallel *p, const int32_t *tokens, const i
                                char *err, size_t en)
 {
     if (gather_all(p, 1, err, en)) return -1;
-    if (tp_engine_sets(p->engine, &p->cfg, p->param_ids, p->params, p->grads) != ZERO_OK)
+    const int bf16 = p->dtype == ZERO_BF16;
+    if (tp_engine_sets(p->engine, &p->cfg, p->param_ids, bf16 ? p->eparams : p->params, bf16 ? p->egrads : p->grads) !=
+        ZERO_OK)
         return pfail(err, en, "%s", gpt_last_error());
+    if (bf16 && f32_copies_sync(p, 1, err, en) != 0) return -1;
     pp_step_args a = {p->micro_batches, tokens, targets, 1.0f / (float)p->micro_batches, p->params, p->grads};
     pp_run_opts o = {p->tracing ? &p->trace : NULL, 0.0};
     zero_status st = p->has_plan ? pp_run_plan(p->ws, p->grid.pp, &p->plan, &a, &o, loss)
@@ -187,6 +271,7 @@ int train_parallel_micro_steps(train_parallel *p, const int32_t *tokens, const i
     if (st != ZERO_OK) return pfail(err, en, "pipeline step: %s", gpt_last_error());
     if (pp_tied_grad_allreduce(p->embed, &p->cfg, &p->grads[GPT_MODULE_EMBED]) != ZERO_OK)
         return pfail(err, en, "tied embedding gradient: %s", gpt_last_error());
+    if (bf16 && f32_copies_sync(p, 0, err, en) != 0) return -1;
     if (tp_engine_grads_ready(p->engine, &p->cfg, p->module_ids) != ZERO_OK)
         return pfail(err, en, "%s", gpt_last_error());
     return gather_all(p, 0, err, en);
@@ -215,7 +300,9 @@ int train_parallel_set_schedule(train_parallel *p, const char *schedule, int chu
         tp_workspace_range(p->ws[c], &b, &e);
         if (tp_workspace_create_ckpt(&ws, &p->cfg, p->grid.tp,
                                      (int)(tp_workspace_rows(p->ws[c]) / (size_t)p->cfg.seq_len), p->cfg.seq_len, b, e,
-                                     need, p->ck.blocks ? &p->ck : NULL) != ZERO_OK) {
+                                     need, p->ck.blocks ? &p->ck : NULL) != ZERO_OK ||
+            tp_workspace_set_matmul_dtype(ws, p->dtype == ZERO_BF16 ? ZERO_BF16 : ZERO_F32) != ZERO_OK) {
+            tp_workspace_destroy(ws);
             pp_plan_free(&plan);
             return pfail(err, en, "model.pp_schedule \"%s\": workspace of %d slots for chunk %d: %s", schedule, need,
                          c, gpt_last_error());
