@@ -12,11 +12,10 @@
  * 16 bits between ring steps, so unlike the MPI/STAGED/LOCAL backends they
  * are not round-once at world size > 2 (docs/collectives.md). */
 #include "comm_internal.h"
+#include "device/cuda_module.h"
 
 #if ZERO_HAVE_NCCL
 
-#include <cuda_runtime.h>
-#include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,25 +36,25 @@ static zero_status nccl_fail(zero_comm *c, ncclResult_t r, const char *what)
 {
     zero_status st = (r == ncclRemoteError || r == ncclSystemError) ? ZERO_PEER_FAILURE : ZERO_BACKEND;
     return coll_comm_fail(c, st, "%s on group %s(size %d) rank %d (device %d): NCCL error %d: %s", what, c->name,
-                          c->size, c->rank, c->device, (int)r, ncclGetErrorString(r));
+                          c->size, c->rank, c->device, (int)r, zero_cu->ncclGetErrorString(r));
 }
 
 static zero_status cuda_fail(zero_comm *c, cudaError_t e, const char *what)
 {
     return coll_comm_fail(c, ZERO_BACKEND, "%s on group %s(size %d) rank %d (device %d): CUDA error %s: %s", what,
-                          c->name, c->size, c->rank, c->device, cudaGetErrorName(e), cudaGetErrorString(e));
+                          c->name, c->size, c->rank, c->device, zero_cu->cudaGetErrorName(e), zero_cu->cudaGetErrorString(e));
 }
 
 static void impl_free(zero_comm *c, nccl_impl *m, int abort_nccl)
 {
     if (m->nccl) {
         if (abort_nccl)
-            ncclCommAbort(m->nccl);
+            zero_cu->ncclCommAbort(m->nccl);
         else
-            ncclCommDestroy(m->nccl);
+            zero_cu->ncclCommDestroy(m->nccl);
     }
-    if (m->stream) cudaStreamDestroy(m->stream);
-    if (m->scratch) cudaFree(m->scratch);
+    if (m->stream) zero_cu->cudaStreamDestroy(m->stream);
+    if (m->scratch) zero_cu->cudaFree(m->scratch);
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized && !abort_nccl && m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
@@ -72,7 +71,7 @@ typedef struct nccl_init_poll {
 static zero_status nccl_init_test(void *ctx, int *done)
 {
     nccl_init_poll *p = ctx;
-    ncclResult_t r = ncclCommGetAsyncError(p->comm, &p->state);
+    ncclResult_t r = zero_cu->ncclCommGetAsyncError(p->comm, &p->state);
     if (r != ncclSuccess) p->state = r;
     *done = p->state != ncclInProgress;
     return ZERO_OK;
@@ -85,7 +84,7 @@ static zero_status bootstrap(zero_comm *c, zero_comm *msg_comm, nccl_impl *m)
     ncclUniqueId *id = calloc(1, sizeof *id);
     if (!id) return zero_fail(&msg_comm->err, ZERO_OUT_OF_MEMORY, "nccl bootstrap: out of memory");
     if (c->rank == 0) {
-        ncclResult_t r = ncclGetUniqueId(id);
+        ncclResult_t r = zero_cu->ncclGetUniqueId(id);
         if (r != ncclSuccess) {
             free(id);
             return nccl_fail(msg_comm, r, "ncclGetUniqueId");
@@ -102,7 +101,7 @@ static zero_status bootstrap(zero_comm *c, zero_comm *msg_comm, nccl_impl *m)
         coll_graveyard_add(id, free);
         return st;
     }
-    cudaError_t ce = cudaSetDevice(c->device);
+    cudaError_t ce = zero_cu->cudaSetDevice(c->device);
     if (ce != cudaSuccess) {
         free(id);
         return cuda_fail(msg_comm, ce, "nccl bootstrap: cudaSetDevice");
@@ -112,14 +111,14 @@ static zero_status bootstrap(zero_comm *c, zero_comm *msg_comm, nccl_impl *m)
      * NCCL. On expiry the half-built communicator is aborted. */
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    ncclResult_t r = ncclCommInitRankConfig(&m->nccl, c->size, *id, c->rank, &config);
+    ncclResult_t r = zero_cu->ncclCommInitRankConfig(&m->nccl, c->size, *id, c->rank, &config);
     free(id);
     if (r == ncclInProgress) {
         nccl_init_poll poll = {m->nccl, ncclInProgress};
         zero_status pst = coll_poll(nccl_init_test, &poll, c->timeout_s);
         r = poll.state;
         if (pst == ZERO_TIMEOUT) {
-            ncclCommAbort(m->nccl);
+            zero_cu->ncclCommAbort(m->nccl);
             m->nccl = NULL;
             return coll_comm_fail(msg_comm, ZERO_TIMEOUT,
                                   "ncclCommInitRank on group %s(size %d) rank %d (device %d): timed out after "
@@ -128,12 +127,12 @@ static zero_status bootstrap(zero_comm *c, zero_comm *msg_comm, nccl_impl *m)
         }
     }
     if (r != ncclSuccess) {
-        if (m->nccl) ncclCommAbort(m->nccl);
+        if (m->nccl) zero_cu->ncclCommAbort(m->nccl);
         m->nccl = NULL;
         return nccl_fail(msg_comm, r, "ncclCommInitRank");
     }
-    cudaError_t e = cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking);
-    if (e == cudaSuccess) e = cudaMalloc((void **)&m->scratch, sizeof(int));
+    cudaError_t e = zero_cu->cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = zero_cu->cudaMalloc((void **)&m->scratch, sizeof(int));
     if (e != cudaSuccess) return cuda_fail(msg_comm, e, "nccl comm setup");
     return ZERO_OK;
 }
@@ -178,20 +177,20 @@ static ncclResult_t nccl_alltoall(zero_comm *c, nccl_impl *m, const coll_args *a
     size_t es = zero_dtype_size(a->dtype);
     coll_a2a_chunk own = coll_a2a_peer(a, c->size, c->rank);
     if (own.send_count &&
-        cudaMemcpyAsync((char *)a->recv + own.recv_displ * es, (const char *)a->send + own.send_displ * es,
+        zero_cu->cudaMemcpyAsync((char *)a->recv + own.recv_displ * es, (const char *)a->send + own.send_displ * es,
                         own.send_count * es, cudaMemcpyDeviceToDevice, m->stream) != cudaSuccess)
         return ncclUnhandledCudaError;
-    ncclResult_t r = ncclGroupStart();
+    ncclResult_t r = zero_cu->ncclGroupStart();
     for (int i = 1; i < c->size && r == ncclSuccess; i++) {
         /* rotated, as the MPI exchange: not every rank starts with rank 0 */
         int to = (c->rank + i) % c->size, from = (c->rank - i + c->size) % c->size;
         coll_a2a_chunk kt = coll_a2a_peer(a, c->size, to), kf = coll_a2a_peer(a, c->size, from);
         if (kt.send_count)
-            r = ncclSend((const char *)a->send + kt.send_displ * es, kt.send_count, t, to, m->nccl, m->stream);
+            r = zero_cu->ncclSend((const char *)a->send + kt.send_displ * es, kt.send_count, t, to, m->nccl, m->stream);
         if (r == ncclSuccess && kf.recv_count)
-            r = ncclRecv((char *)a->recv + kf.recv_displ * es, kf.recv_count, t, from, m->nccl, m->stream);
+            r = zero_cu->ncclRecv((char *)a->recv + kf.recv_displ * es, kf.recv_count, t, from, m->nccl, m->stream);
     }
-    ncclResult_t end = ncclGroupEnd();
+    ncclResult_t end = zero_cu->ncclGroupEnd();
     return r != ncclSuccess ? r : end;
 }
 
@@ -203,24 +202,24 @@ static zero_status be_start(zero_comm *c, zero_request *req)
     ncclRedOp_t op = a->op == ZERO_MAX ? ncclMax : ncclSum;
     ZERO_TRY(coll_cuda_check_buffers(c, a));
     ncclResult_t r = ncclSuccess;
-    cudaError_t ce = cudaSetDevice(c->device);
+    cudaError_t ce = zero_cu->cudaSetDevice(c->device);
     if (ce != cudaSuccess) return cuda_fail(c, ce, coll_op_name(a->kind));
     switch (a->kind) {
-    case ZERO_OP_ALLREDUCE: r = ncclAllReduce(a->send, a->recv, a->count, t, op, m->nccl, m->stream); break;
-    case ZERO_OP_REDUCE_SCATTER: r = ncclReduceScatter(a->send, a->recv, a->count, t, op, m->nccl, m->stream); break;
-    case ZERO_OP_ALLGATHER: r = ncclAllGather(a->send, a->recv, a->count, t, m->nccl, m->stream); break;
-    case ZERO_OP_BROADCAST: r = ncclBroadcast(a->send, a->recv, a->count, t, a->root, m->nccl, m->stream); break;
+    case ZERO_OP_ALLREDUCE: r = zero_cu->ncclAllReduce(a->send, a->recv, a->count, t, op, m->nccl, m->stream); break;
+    case ZERO_OP_REDUCE_SCATTER: r = zero_cu->ncclReduceScatter(a->send, a->recv, a->count, t, op, m->nccl, m->stream); break;
+    case ZERO_OP_ALLGATHER: r = zero_cu->ncclAllGather(a->send, a->recv, a->count, t, m->nccl, m->stream); break;
+    case ZERO_OP_BROADCAST: r = zero_cu->ncclBroadcast(a->send, a->recv, a->count, t, a->root, m->nccl, m->stream); break;
     case ZERO_OP_SEND:
     case ZERO_OP_RECV:
         /* A group lets NCCL pair the send with its recv without deadlock. */
-        r = ncclGroupStart();
+        r = zero_cu->ncclGroupStart();
         if (r == ncclSuccess)
-            r = a->kind == ZERO_OP_SEND ? ncclSend(a->send, a->count, t, a->peer, m->nccl, m->stream)
-                                        : ncclRecv(a->recv, a->count, t, a->peer, m->nccl, m->stream);
-        if (r == ncclSuccess) r = ncclGroupEnd();
+            r = a->kind == ZERO_OP_SEND ? zero_cu->ncclSend(a->send, a->count, t, a->peer, m->nccl, m->stream)
+                                        : zero_cu->ncclRecv(a->recv, a->count, t, a->peer, m->nccl, m->stream);
+        if (r == ncclSuccess) r = zero_cu->ncclGroupEnd();
         break;
     case ZERO_OP_BARRIER:
-        r = ncclAllReduce(m->scratch, m->scratch, 1, ncclInt32, ncclSum, m->nccl, m->stream);
+        r = zero_cu->ncclAllReduce(m->scratch, m->scratch, 1, ncclInt32, ncclSum, m->nccl, m->stream);
         break;
     case ZERO_OP_ALLTOALL:
     case ZERO_OP_ALLTOALLV:
@@ -240,15 +239,15 @@ static zero_status be_start(zero_comm *c, zero_request *req)
     if (r != ncclSuccess) return nccl_fail(c, r, coll_op_name(a->kind));
     nccl_req *q = calloc(1, sizeof *q);
     if (!q) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "%s: out of memory", coll_op_name(a->kind));
-    cudaError_t e = cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming);
+    cudaError_t e = zero_cu->cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming);
     /* Inside a group NCCL enqueues nothing before ncclGroupEnd: an event
      * recorded now would complete before the op. */
     if (e == cudaSuccess && c->group_depth == 0) {
-        e = cudaEventRecord(q->ev, m->stream);
+        e = zero_cu->cudaEventRecord(q->ev, m->stream);
         q->recorded = 1;
     }
     if (e != cudaSuccess) {
-        if (q->ev) cudaEventDestroy(q->ev);
+        if (q->ev) zero_cu->cudaEventDestroy(q->ev);
         free(q);
         return cuda_fail(c, e, coll_op_name(a->kind));
     }
@@ -264,17 +263,17 @@ static zero_status be_test(zero_comm *c, zero_request *req, int *done)
         *done = 0;
         return ZERO_OK;
     }
-    cudaError_t e = cudaEventQuery(q->ev);
+    cudaError_t e = zero_cu->cudaEventQuery(q->ev);
     if (e == cudaErrorNotReady) {
         *done = 0;
         ncclResult_t async = ncclSuccess;
-        ncclCommGetAsyncError(m->nccl, &async);
+        zero_cu->ncclCommGetAsyncError(m->nccl, &async);
         if (async != ncclSuccess && async != ncclInProgress) return nccl_fail(c, async, coll_op_name(req->args.kind));
         return ZERO_OK;
     }
     if (e != cudaSuccess) return cuda_fail(c, e, coll_op_name(req->args.kind));
     *done = 1;
-    cudaEventDestroy(q->ev);
+    zero_cu->cudaEventDestroy(q->ev);
     free(q);
     req->impl = NULL;
     return ZERO_OK;
@@ -285,7 +284,7 @@ static void be_abandon(zero_comm *c, zero_request *req)
     (void)c;
     nccl_req *q = req->impl;
     if (!q) return;
-    cudaEventDestroy(q->ev); /* released by CUDA once the stream passes it */
+    zero_cu->cudaEventDestroy(q->ev); /* released by CUDA once the stream passes it */
     free(q);
     req->impl = NULL;
 }
@@ -294,7 +293,7 @@ static void be_abandon(zero_comm *c, zero_request *req)
  * per-op group around a send or receive in be_start stays harmless). */
 static zero_status be_group_begin(zero_comm *c)
 {
-    ncclResult_t r = ncclGroupStart();
+    ncclResult_t r = zero_cu->ncclGroupStart();
     return r == ncclSuccess ? ZERO_OK : nccl_fail(c, r, "ncclGroupStart");
 }
 
@@ -304,9 +303,9 @@ static zero_status be_group_begin(zero_comm *c)
 static zero_status be_group_end(zero_comm *c, zero_request *head)
 {
     nccl_impl *m = c->impl;
-    cudaError_t ce = cudaSetDevice(c->device);
+    cudaError_t ce = zero_cu->cudaSetDevice(c->device);
     if (ce != cudaSuccess) return cuda_fail(c, ce, "ncclGroupEnd");
-    ncclResult_t r = ncclGroupEnd();
+    ncclResult_t r = zero_cu->ncclGroupEnd();
     if (r == ncclInProgress) {
         nccl_init_poll poll = {m->nccl, ncclInProgress};
         if (coll_poll(nccl_init_test, &poll, c->timeout_s) == ZERO_TIMEOUT)
@@ -318,7 +317,7 @@ static zero_status be_group_end(zero_comm *c, zero_request *head)
     for (zero_request *req = head; req; req = req->group_next) {
         nccl_req *q = req->impl;
         if (!q || q->recorded) continue;
-        cudaError_t e = cudaEventRecord(q->ev, m->stream);
+        cudaError_t e = zero_cu->cudaEventRecord(q->ev, m->stream);
         if (e != cudaSuccess) return cuda_fail(c, e, "cudaEventRecord after ncclGroupEnd");
         q->recorded = 1;
     }
@@ -348,7 +347,7 @@ static void be_destroy(zero_comm *c)
 {
     nccl_impl *m = c->impl;
     if (!m) return;
-    cudaSetDevice(c->device);
+    zero_cu->cudaSetDevice(c->device);
     impl_free(c, m, c->failed != ZERO_OK);
     c->impl = NULL;
 }

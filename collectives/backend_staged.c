@@ -6,10 +6,10 @@
  * op on host memory (same deadline, same fp32 accumulation for f16/bf16),
  * and copies the result back to the device when it completes. */
 #include "comm_internal.h"
+#include "device/cuda_module.h"
 
 #if ZERO_HAVE_MPI && ZERO_HAVE_CUDA
 
-#include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,17 +34,21 @@ typedef struct staged_req {
 static zero_status cuda_fail(zero_comm *c, cudaError_t e, const char *what)
 {
     return coll_comm_fail(c, ZERO_BACKEND, "%s on group %s(size %d) rank %d (device %d): CUDA error %s: %s", what,
-                          c->name, c->size, c->rank, c->device, cudaGetErrorName(e), cudaGetErrorString(e));
+                          c->name, c->size, c->rank, c->device, zero_cu->cudaGetErrorName(e), zero_cu->cudaGetErrorString(e));
 }
 
 static zero_status pick_device(zero_comm *c, MPI_Comm mc, int requested)
 {
+    /* The first use of CUDA may be a comm's: load the module (cuda_module.h). */
+    zero_status st = zero_cuda_load(c->backend == ZERO_BACKEND_NCCL ? "init_world (nccl backend)"
+                                                                    : "init_world (staged backend)");
+    if (st != ZERO_OK) return zero_fail_forward(&c->err, st, "");
     int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
+    cudaError_t e = zero_cu->cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0)
         return zero_fail(&c->err, ZERO_UNSUPPORTED, "init_world (%s backend): no CUDA device (%s)",
                          c->backend == ZERO_BACKEND_NCCL ? "nccl" : "staged",
-                         e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+                         e != cudaSuccess ? zero_cu->cudaGetErrorString(e) : "0 devices");
     int dev = requested;
     if (dev < 0) {
         int local = 0;
@@ -54,7 +58,7 @@ static zero_status pick_device(zero_comm *c, MPI_Comm mc, int requested)
     if (dev >= count)
         return zero_fail(&c->err, ZERO_INVALID_ARGUMENT, "init_world: device %d requested but only %d present", dev,
                          count);
-    e = cudaSetDevice(dev);
+    e = zero_cu->cudaSetDevice(dev);
     if (e != cudaSuccess) return cuda_fail(c, e, "init_world (cudaSetDevice)");
     c->device = dev;
     return ZERO_OK;
@@ -67,9 +71,9 @@ zero_status coll_cuda_check_buffers(zero_comm *c, const coll_args *a)
     for (int i = 0; i < 2; i++) {
         if (!ptrs[i] || a->count == 0) continue;
         struct cudaPointerAttributes attr;
-        cudaError_t e = cudaPointerGetAttributes(&attr, ptrs[i]);
+        cudaError_t e = zero_cu->cudaPointerGetAttributes(&attr, ptrs[i]);
         if (e != cudaSuccess) {
-            cudaGetLastError(); /* clear the sticky-free error state */
+            zero_cu->cudaGetLastError(); /* clear the sticky-free error state */
             continue;          /* unknown to CUDA: let the copy report it */
         }
         if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
@@ -82,12 +86,12 @@ zero_status coll_cuda_check_buffers(zero_comm *c, const coll_args *a)
     return ZERO_OK;
 }
 
-static void free_pinned(void *p) { cudaFreeHost(p); }
+static void free_pinned(void *p) { zero_cu->cudaFreeHost(p); }
 
 static void *alloc_pinned(size_t bytes)
 {
     void *p = NULL;
-    return cudaMallocHost(&p, bytes) == cudaSuccess ? p : NULL;
+    return zero_cu->cudaMallocHost(&p, bytes) == cudaSuccess ? p : NULL;
 }
 
 static void pinned_scratch_init(staged_impl *m)
@@ -150,32 +154,32 @@ static zero_status be_start(zero_comm *c, zero_request *req)
     char *hs = r->host, *hr = (char *)r->host + send_b;
     coll_args h = *a;
     cudaError_t e = cudaSuccess;
-    cudaSetDevice(c->device);
+    zero_cu->cudaSetDevice(c->device);
     switch (a->kind) {
     case ZERO_OP_ALLREDUCE:
-        e = cudaMemcpy(hr, a->send, chunk, cudaMemcpyDeviceToHost);
+        e = zero_cu->cudaMemcpy(hr, a->send, chunk, cudaMemcpyDeviceToHost);
         h.send = hr; h.recv = hr;
         break;
     case ZERO_OP_BROADCAST:
-        if (c->rank == a->root) e = cudaMemcpy(hr, a->send, chunk, cudaMemcpyDeviceToHost);
+        if (c->rank == a->root) e = zero_cu->cudaMemcpy(hr, a->send, chunk, cudaMemcpyDeviceToHost);
         h.send = hr; h.recv = hr;
         break;
     case ZERO_OP_REDUCE_SCATTER:
-        e = cudaMemcpy(hs, a->send, chunk * n, cudaMemcpyDeviceToHost);
+        e = zero_cu->cudaMemcpy(hs, a->send, chunk * n, cudaMemcpyDeviceToHost);
         h.send = hs; h.recv = hr;
         break;
     case ZERO_OP_ALLGATHER:
-        e = cudaMemcpy(hr + off, a->send, chunk, cudaMemcpyDeviceToHost);
+        e = zero_cu->cudaMemcpy(hr + off, a->send, chunk, cudaMemcpyDeviceToHost);
         h.send = hr + off; h.recv = hr;
         break;
     case ZERO_OP_SEND:
-        e = cudaMemcpy(hs, a->send, chunk, cudaMemcpyDeviceToHost);
+        e = zero_cu->cudaMemcpy(hs, a->send, chunk, cudaMemcpyDeviceToHost);
         h.send = hs;
         break;
     case ZERO_OP_RECV: h.recv = hr; break;
     case ZERO_OP_ALLTOALL:
     case ZERO_OP_ALLTOALLV: /* same displacements on the host copies */
-        if (send_b) e = cudaMemcpy(hs, a->send, send_b, cudaMemcpyDeviceToHost);
+        if (send_b) e = zero_cu->cudaMemcpy(hs, a->send, send_b, cudaMemcpyDeviceToHost);
         h.send = hs; h.recv = hr;
         r->a2a = &req->args;
         r->n = c->size;
@@ -210,18 +214,18 @@ static zero_status be_test(zero_comm *c, zero_request *req, int *done)
     if (!*done) return ZERO_OK;
     zero_status st = ZERO_OK;
     if (r->recv_bytes) {
-        cudaSetDevice(c->device);
+        zero_cu->cudaSetDevice(c->device);
         cudaError_t e = cudaSuccess;
         if (r->a2a && r->a2a->kind == ZERO_OP_ALLTOALLV) {
             size_t es = zero_dtype_size(r->a2a->dtype);
             for (int p = 0; p < r->n && e == cudaSuccess; p++) {
                 coll_a2a_chunk k = coll_a2a_peer(r->a2a, r->n, p);
                 if (k.recv_count)
-                    e = cudaMemcpy((char *)r->dev_recv + k.recv_displ * es, (char *)r->host_recv + k.recv_displ * es,
+                    e = zero_cu->cudaMemcpy((char *)r->dev_recv + k.recv_displ * es, (char *)r->host_recv + k.recv_displ * es,
                                    k.recv_count * es, cudaMemcpyHostToDevice);
             }
         } else {
-            e = cudaMemcpy(r->dev_recv, r->host_recv, r->recv_bytes, cudaMemcpyHostToDevice);
+            e = zero_cu->cudaMemcpy(r->dev_recv, r->host_recv, r->recv_bytes, cudaMemcpyHostToDevice);
         }
         if (e != cudaSuccess) st = cuda_fail(c, e, "staging copy to device");
     }

@@ -1,14 +1,15 @@
-/* The CUDA device: plain C over the CUDA runtime. Memory, copies, streams and
- * events map one to one onto the runtime; the kernels are in cuda_kernels.cu.
+/* The CUDA device: plain C over the CUDA runtime, which it reaches through
+ * the CUDA module's table (cuda_module.h: libzero itself does not link CUDA).
+ * Memory, copies, streams and events map one to one onto the runtime; the
+ * kernels are in cuda_kernels.cu, in the module.
  * Every op first makes the device's GPU current, so one thread may drive
  * several devices. */
 #include <pthread.h>
 #include <stdlib.h>
 
-#include <cuda_runtime_api.h>
 #include <zero/zero_cuda.h>
 
-#include "cuda_kernels.h"
+#include "cuda_module.h"
 #include "device_internal.h"
 
 typedef struct cuda_impl {
@@ -30,26 +31,30 @@ static cudaStream_t stream_of(const zero_stream *s)
  * next call's report. */
 static zero_status cuda_fail(zero_device *dev, cudaError_t e, const char *op, const char *call)
 {
-    (void)cudaGetLastError();
+    (void)zero_cu->cudaGetLastError();
     zero_status st = e == cudaErrorMemoryAllocation ? ZERO_OUT_OF_MEMORY : ZERO_BACKEND;
-    return zero_fail(&dev->err, st, "%s(cuda %d): %s: %s (%s)", op, dev->ordinal, call, cudaGetErrorString(e),
-                     cudaGetErrorName(e));
+    return zero_fail(&dev->err, st, "%s(cuda %d): %s: %s (%s)", op, dev->ordinal, call, zero_cu->cudaGetErrorString(e),
+                     zero_cu->cudaGetErrorName(e));
 }
 
-#define CU(op, call)                                                    \
-    do {                                                                \
-        cudaError_t cu_e_ = (call);                                     \
-        if (cu_e_ != cudaSuccess) return cuda_fail(dev, cu_e_, op, #call); \
+/* CU(op, cudaFoo, (args)): call cudaFoo through the module's table; on an
+ * error return the status, naming the call as written. */
+#define CU(op, fn, args)                                                           \
+    do {                                                                           \
+        cudaError_t cu_e_ = zero_cu->fn args;                                      \
+        if (cu_e_ != cudaSuccess) return cuda_fail(dev, cu_e_, op, #fn #args);     \
     } while (0)
 
-#define SET_DEVICE(op) CU(op, cudaSetDevice(dev->ordinal))
+#define SET_DEVICE(op) CU(op, cudaSetDevice, (dev->ordinal))
 
 int zero_cuda_device_count_(void)
 {
+    /* Without the module no CUDA device is usable (the reason is left on this thread). */
+    if (zero_cuda_load("zero_cuda_available") != ZERO_OK) return 0;
     int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
+    cudaError_t e = zero_cu->cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
-        (void)cudaGetLastError();
+        (void)zero_cu->cudaGetLastError();
         return 0;
     }
     return n;
@@ -59,12 +64,13 @@ int zero_cuda_device_count_(void)
 
 static zero_status cuda_open(zero_device *dev, int ordinal)
 {
+    ZERO_TRY(zero_cuda_load("zero_device_create"));
     int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
+    cudaError_t e = zero_cu->cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count <= 0) {
-        (void)cudaGetLastError();
+        (void)zero_cu->cudaGetLastError();
         return zero_fail(NULL, ZERO_UNSUPPORTED, "zero_device_create: no usable CUDA device (cudaGetDeviceCount: %s)",
-                         e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+                         e != cudaSuccess ? zero_cu->cudaGetErrorString(e) : "0 devices");
     }
     if (ordinal == -1) {
         int local_rank;
@@ -79,14 +85,14 @@ static zero_status cuda_open(zero_device *dev, int ordinal)
     if (!impl) return zero_fail(NULL, ZERO_OUT_OF_MEMORY, "zero_device_create: out of host memory");
     pthread_mutex_init(&impl->sumsq_mu, NULL);
     zero_status st = ZERO_OK;
-    if ((e = cudaSetDevice(ordinal)) != cudaSuccess ||
-        (e = cudaMalloc((void **)&impl->partials, ZERO_CUDA_SUMSQ_BLOCKS * sizeof(double))) != cudaSuccess ||
-        (e = cudaMalloc(&impl->result, 2 * sizeof(double))) != cudaSuccess ||
-        (e = cudaMallocHost(&impl->result_host, 2 * sizeof(double))) != cudaSuccess) {
-        (void)cudaGetLastError();
-        st = zero_fail(NULL, ZERO_BACKEND, "zero_device_create(cuda %d): %s", ordinal, cudaGetErrorString(e));
-        cudaFree(impl->partials);
-        cudaFree(impl->result);
+    if ((e = zero_cu->cudaSetDevice(ordinal)) != cudaSuccess ||
+        (e = zero_cu->cudaMalloc((void **)&impl->partials, ZERO_CUDA_SUMSQ_BLOCKS * sizeof(double))) != cudaSuccess ||
+        (e = zero_cu->cudaMalloc(&impl->result, 2 * sizeof(double))) != cudaSuccess ||
+        (e = zero_cu->cudaMallocHost(&impl->result_host, 2 * sizeof(double))) != cudaSuccess) {
+        (void)zero_cu->cudaGetLastError();
+        st = zero_fail(NULL, ZERO_BACKEND, "zero_device_create(cuda %d): %s", ordinal, zero_cu->cudaGetErrorString(e));
+        zero_cu->cudaFree(impl->partials);
+        zero_cu->cudaFree(impl->result);
         pthread_mutex_destroy(&impl->sumsq_mu);
         free(impl);
         return st;
@@ -99,13 +105,13 @@ static void cuda_close(zero_device *dev)
 {
     cuda_impl *impl = dev->impl;
     if (!impl) return;
-    cudaSetDevice(dev->ordinal);
-    cudaFree(impl->partials);
-    cudaFree(impl->result);
-    cudaFreeHost(impl->result_host);
+    zero_cu->cudaSetDevice(dev->ordinal);
+    zero_cu->cudaFree(impl->partials);
+    zero_cu->cudaFree(impl->result);
+    zero_cu->cudaFreeHost(impl->result_host);
     pthread_mutex_destroy(&impl->sumsq_mu);
     free(impl);
-    (void)cudaGetLastError();
+    (void)zero_cu->cudaGetLastError();
 }
 
 /* ---------------------------------------------------------------- memory */
@@ -113,11 +119,11 @@ static void cuda_close(zero_device *dev)
 static zero_status cuda_alloc(zero_device *dev, size_t bytes, void **out)
 {
     SET_DEVICE("zero_device_alloc");
-    cudaError_t e = cudaMalloc(out, bytes); /* cudaMalloc aligns to >= 256 bytes */
+    cudaError_t e = zero_cu->cudaMalloc(out, bytes); /* cudaMalloc aligns to >= 256 bytes */
     if (e == cudaErrorMemoryAllocation) {
         size_t free_b = 0, total_b = 0;
-        (void)cudaGetLastError();
-        cudaMemGetInfo(&free_b, &total_b);
+        (void)zero_cu->cudaGetLastError();
+        zero_cu->cudaMemGetInfo(&free_b, &total_b);
         *out = NULL;
         return zero_fail(&dev->err, ZERO_OUT_OF_MEMORY,
                          "zero_device_alloc(cuda %d): %zu bytes requested, %zu of %zu free", dev->ordinal, bytes,
@@ -132,15 +138,15 @@ static zero_status cuda_alloc(zero_device *dev, size_t bytes, void **out)
 
 static void cuda_free(zero_device *dev, void *ptr)
 {
-    cudaSetDevice(dev->ordinal);
-    cudaFree(ptr);
-    (void)cudaGetLastError();
+    zero_cu->cudaSetDevice(dev->ordinal);
+    zero_cu->cudaFree(ptr);
+    (void)zero_cu->cudaGetLastError();
 }
 
 static zero_status cuda_alloc_pinned(zero_device *dev, size_t bytes, void **out)
 {
     SET_DEVICE("zero_host_alloc_pinned");
-    cudaError_t e = cudaHostAlloc(out, bytes, cudaHostAllocPortable);
+    cudaError_t e = zero_cu->cudaHostAlloc(out, bytes, cudaHostAllocPortable);
     if (e != cudaSuccess) {
         *out = NULL;
         return cuda_fail(dev, e, "zero_host_alloc_pinned", "cudaHostAlloc");
@@ -151,22 +157,22 @@ static zero_status cuda_alloc_pinned(zero_device *dev, size_t bytes, void **out)
 static void cuda_free_pinned(zero_device *dev, void *ptr)
 {
     (void)dev;
-    cudaFreeHost(ptr);
-    (void)cudaGetLastError();
+    zero_cu->cudaFreeHost(ptr);
+    (void)zero_cu->cudaGetLastError();
 }
 
 static zero_status cuda_host_register(zero_device *dev, void *ptr, size_t bytes)
 {
     SET_DEVICE("zero_host_alloc_numa");
-    CU("zero_host_alloc_numa", cudaHostRegister(ptr, bytes, cudaHostRegisterPortable));
+    CU("zero_host_alloc_numa", cudaHostRegister, (ptr, bytes, cudaHostRegisterPortable));
     return ZERO_OK;
 }
 
 static void cuda_host_unregister(zero_device *dev, void *ptr)
 {
     (void)dev;
-    cudaHostUnregister(ptr); /* fails harmlessly if registration had failed */
-    (void)cudaGetLastError();
+    zero_cu->cudaHostUnregister(ptr); /* fails harmlessly if registration had failed */
+    (void)zero_cu->cudaGetLastError();
 }
 
 /* ---------------------------------------------------------------- streams, events */
@@ -175,29 +181,29 @@ static zero_status cuda_stream_create(zero_device *dev, zero_stream *s)
 {
     SET_DEVICE("zero_stream_create");
     cudaStream_t cs;
-    CU("zero_stream_create", cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    CU("zero_stream_create", cudaStreamCreateWithFlags, (&cs, cudaStreamNonBlocking));
     s->impl = cs;
     return ZERO_OK;
 }
 
 static void cuda_stream_destroy(zero_stream *s)
 {
-    cudaSetDevice(s->dev->ordinal);
-    cudaStreamDestroy(stream_of(s));
-    (void)cudaGetLastError();
+    zero_cu->cudaSetDevice(s->dev->ordinal);
+    zero_cu->cudaStreamDestroy(stream_of(s));
+    (void)zero_cu->cudaGetLastError();
 }
 
 static zero_status cuda_stream_sync(zero_device *dev, zero_stream *s)
 {
     SET_DEVICE("zero_stream_sync");
-    CU("zero_stream_sync", cudaStreamSynchronize(stream_of(s)));
+    CU("zero_stream_sync", cudaStreamSynchronize, (stream_of(s)));
     return ZERO_OK;
 }
 
 static zero_status cuda_device_sync(zero_device *dev)
 {
     SET_DEVICE("zero_device_sync");
-    CU("zero_device_sync", cudaDeviceSynchronize());
+    CU("zero_device_sync", cudaDeviceSynchronize, ());
     return ZERO_OK;
 }
 
@@ -205,42 +211,42 @@ static zero_status cuda_event_create(zero_device *dev, zero_event *ev)
 {
     SET_DEVICE("zero_event_create");
     cudaEvent_t ce;
-    CU("zero_event_create", cudaEventCreateWithFlags(&ce, cudaEventDisableTiming));
+    CU("zero_event_create", cudaEventCreateWithFlags, (&ce, cudaEventDisableTiming));
     ev->impl = ce;
     return ZERO_OK;
 }
 
 static void cuda_event_destroy(zero_event *ev)
 {
-    cudaEventDestroy((cudaEvent_t)ev->impl);
-    (void)cudaGetLastError();
+    zero_cu->cudaEventDestroy((cudaEvent_t)ev->impl);
+    (void)zero_cu->cudaGetLastError();
 }
 
 static zero_status cuda_event_record(zero_device *dev, zero_event *ev, zero_stream *s)
 {
     SET_DEVICE("zero_event_record");
-    CU("zero_event_record", cudaEventRecord((cudaEvent_t)ev->impl, stream_of(s)));
+    CU("zero_event_record", cudaEventRecord, ((cudaEvent_t)ev->impl, stream_of(s)));
     return ZERO_OK;
 }
 
 static zero_status cuda_stream_wait_event(zero_device *dev, zero_stream *s, zero_event *ev)
 {
     SET_DEVICE("zero_stream_wait_event");
-    CU("zero_stream_wait_event", cudaStreamWaitEvent(stream_of(s), (cudaEvent_t)ev->impl, 0));
+    CU("zero_stream_wait_event", cudaStreamWaitEvent, (stream_of(s), (cudaEvent_t)ev->impl, 0));
     return ZERO_OK;
 }
 
 static zero_status cuda_event_sync(zero_device *dev, zero_event *ev)
 {
-    CU("zero_event_sync", cudaEventSynchronize((cudaEvent_t)ev->impl));
+    CU("zero_event_sync", cudaEventSynchronize, ((cudaEvent_t)ev->impl));
     return ZERO_OK;
 }
 
 static zero_status cuda_event_query(zero_device *dev, zero_event *ev, int *done)
 {
-    cudaError_t e = cudaEventQuery((cudaEvent_t)ev->impl);
+    cudaError_t e = zero_cu->cudaEventQuery((cudaEvent_t)ev->impl);
     if (e == cudaErrorNotReady) {
-        (void)cudaGetLastError();
+        (void)zero_cu->cudaGetLastError();
         *done = 0;
         return ZERO_OK;
     }
@@ -258,49 +264,50 @@ static zero_status cuda_event_query(zero_device *dev, zero_event *ev, int *done)
 static zero_status cuda_memcpy(zero_device *dev, void *dst, const void *src, size_t bytes)
 {
     SET_DEVICE("zero_memcpy");
-    CU("zero_memcpy", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)0));
-    CU("zero_memcpy", cudaStreamSynchronize((cudaStream_t)0));
+    CU("zero_memcpy", cudaMemcpyAsync, (dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)0));
+    CU("zero_memcpy", cudaStreamSynchronize, ((cudaStream_t)0));
     return ZERO_OK;
 }
 
 static zero_status cuda_memcpy_async(zero_device *dev, void *dst, const void *src, size_t bytes, zero_stream *s)
 {
     SET_DEVICE("zero_memcpy_async");
-    CU("zero_memcpy_async", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_of(s)));
+    CU("zero_memcpy_async", cudaMemcpyAsync, (dst, src, bytes, cudaMemcpyDefault, stream_of(s)));
     return ZERO_OK;
 }
 
 /* ---------------------------------------------------------------- kernels */
 
-#define LAUNCH(op, call)                                                        \
-    do {                                                                        \
-        SET_DEVICE(op);                                                         \
-        int launch_e_ = (call);                                                 \
-        if (launch_e_) return cuda_fail(dev, (cudaError_t)launch_e_, op, #call); \
-        return ZERO_OK;                                                         \
+/* LAUNCH(op, zero_cuda_foo, (args)): a launcher of the module's kernels. */
+#define LAUNCH(op, fn, args)                                                              \
+    do {                                                                                  \
+        SET_DEVICE(op);                                                                   \
+        int launch_e_ = zero_cu->fn args;                                                 \
+        if (launch_e_) return cuda_fail(dev, (cudaError_t)launch_e_, op, #fn #args);      \
+        return ZERO_OK;                                                                   \
     } while (0)
 
 static zero_status cuda_fill(zero_device *dev, void *x, zero_dtype dt, size_t n, float value, zero_stream *s)
 {
-    LAUNCH("zero_fill_value", zero_cuda_fill(x, (int)dt, n, value, stream_of(s)));
+    LAUNCH("zero_fill_value", zero_cuda_fill, (x, (int)dt, n, value, stream_of(s)));
 }
 
 static zero_status cuda_scale(zero_device *dev, void *x, zero_dtype dt, size_t n, float alpha, zero_stream *s)
 {
-    LAUNCH("zero_scale", zero_cuda_scale(x, (int)dt, n, alpha, stream_of(s)));
+    LAUNCH("zero_scale", zero_cuda_scale, (x, (int)dt, n, alpha, stream_of(s)));
 }
 
 static zero_status cuda_axpy(zero_device *dev, float alpha, const void *x, void *y, zero_dtype dt, size_t n,
                              zero_stream *s)
 {
-    LAUNCH("zero_axpy", zero_cuda_axpy(alpha, x, y, (int)dt, n, stream_of(s)));
+    LAUNCH("zero_axpy", zero_cuda_axpy, (alpha, x, y, (int)dt, n, stream_of(s)));
 }
 
 static zero_status cuda_cast(zero_device *dev, const void *src, zero_dtype sdt, void *dst, zero_dtype ddt, size_t n,
                              zero_stream *s)
 {
     if (sdt == ddt) return cuda_memcpy_async(dev, dst, src, n * zero_dtype_size(sdt), s);
-    LAUNCH("zero_cast", zero_cuda_cast(src, (int)sdt, dst, (int)ddt, n, stream_of(s)));
+    LAUNCH("zero_cast", zero_cuda_cast, (src, (int)sdt, dst, (int)ddt, n, stream_of(s)));
 }
 
 static zero_status cuda_sumsq(zero_device *dev, const void *x, zero_dtype dt, size_t n, double *out, int *nonfinite,
@@ -310,15 +317,15 @@ static zero_status cuda_sumsq(zero_device *dev, const void *x, zero_dtype dt, si
     SET_DEVICE("zero_sumsq");
     pthread_mutex_lock(&impl->sumsq_mu);
     cudaStream_t cs = stream_of(s);
-    cudaError_t e = (cudaError_t)zero_cuda_sumsq(x, (int)dt, n, impl->partials, impl->result, cs);
+    cudaError_t e = (cudaError_t)zero_cu->zero_cuda_sumsq(x, (int)dt, n, impl->partials, impl->result, cs);
     const char *call = "sumsq kernels";
     if (e == cudaSuccess) {
         call = "cudaMemcpyAsync";
-        e = cudaMemcpyAsync(impl->result_host, impl->result, 2 * sizeof(double), cudaMemcpyDeviceToHost, cs);
+        e = zero_cu->cudaMemcpyAsync(impl->result_host, impl->result, 2 * sizeof(double), cudaMemcpyDeviceToHost, cs);
     }
     if (e == cudaSuccess) {
         call = "cudaStreamSynchronize";
-        e = cudaStreamSynchronize(cs);
+        e = zero_cu->cudaStreamSynchronize(cs);
     }
     if (e == cudaSuccess) {
         *out = ((const double *)impl->result_host)[0];

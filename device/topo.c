@@ -16,7 +16,7 @@
 #endif
 
 #if ZERO_HAVE_CUDA
-#include <hwloc/cudart.h>
+#include "device/cuda_module.h" /* hwloc's CUDA glue is in the module: it calls the runtime */
 #endif
 
 /* ---------------------------------------------------------------- the shared topology */
@@ -82,7 +82,7 @@ int zero_topo_cuda_cpuset_(hwloc_topology_t t, int ordinal, hwloc_bitmap_t out)
 #if ZERO_HAVE_CUDA
     if (ordinal < 0 || ordinal >= zero_cuda_device_count_()) return -1;
     if (!hwloc_topology_is_thissystem(t)) return -1;
-    if (hwloc_cudart_get_device_cpuset(t, ordinal, out) != 0) return -1;
+    if (zero_cu->zero_cuda_topo_cpuset(t, ordinal, out) != 0) return -1; /* loaded: the count was > 0 */
     hwloc_bitmap_and(out, out, hwloc_topology_get_topology_cpuset(t));
     return hwloc_bitmap_iszero(out) ? -1 : 0;
 #else

@@ -10,7 +10,7 @@
 #if ZERO_HAVE_CUDA
 #include <zero/zero_cuda.h>
 
-#include "zero/optim_cuda.h"
+#include "device/cuda_module.h"
 #endif
 
 static void make_hyper(const zero_engine *e, const zero_group *gr, float grad_scale, zero_optim_hyper *h)
@@ -43,10 +43,11 @@ static zero_status run_kernel(zero_engine *e, const zero_optim_hyper *h, int hos
 #if ZERO_HAVE_CUDA
         /* In stream order after the gradient work: no host wait. */
         void *cs = zero_stream_get_cuda(e->stream);
-        int err = adamw ? zero_cuda_adamw(h, p, g, m1, m2, n, cs) : zero_cuda_sgd(h, p, g, m1, n, cs);
+        /* The engine's device is a CUDA one: the module is loaded (cuda_module.h). */
+        int err = adamw ? zero_cu->zero_cuda_adamw(h, p, g, m1, m2, n, cs) : zero_cu->zero_cuda_sgd(h, p, g, m1, n, cs);
         if (err)
             return zero_fail(&e->err, ZERO_BACKEND, "engine step: optimizer kernel on rank %d: %s", e->rank,
-                             zero_cuda_optim_error_string(err));
+                             zero_cu->zero_cuda_optim_error_string(err));
         return ZERO_OK;
 #else
         return zero_fail(&e->err, ZERO_UNSUPPORTED, "engine step: CUDA device but libzero was built without CUDA");

@@ -1,8 +1,9 @@
-/* Internal: the CUDA optimizer step kernels (zero/optim_cuda.cu). They take
- * the same hyper block as the CPU kernels and round the same way (no
+/* Internal: the CUDA optimizer step kernels (zero/optim_cuda.cu), in the CUDA
+ * module (device/cuda_module.h): libzero calls them through its table. They
+ * take the same hyper block as the CPU kernels and round the same way (no
  * contraction into FMA) and are enqueued on `stream` (a cudaStream_t: the
  * engine's stream), without waiting. Return 0 or a cudaError_t value of the
- * launch. */
+ * launch; zero_cuda_optim_error_string names it. */
 #ifndef ZERO_OPTIM_CUDA_H
 #define ZERO_OPTIM_CUDA_H
 
@@ -14,10 +15,16 @@
 extern "C" {
 #endif
 
-int zero_cuda_adamw(const zero_optim_hyper *h, float *p, const float *g, float *m, float *v, size_t n,
-                    void *stream);
-int zero_cuda_sgd(const zero_optim_hyper *h, float *p, const float *g, float *buf, size_t n, void *stream);
-const char *zero_cuda_optim_error_string(int err);
+/* X(return type, name, parameters): declared here, and the members of the module's table. */
+#define ZERO_CUDA_OPTIM_FUNCS(X)                                                                          \
+    X(int, zero_cuda_adamw, (const zero_optim_hyper *h, float *p, const float *g, float *m, float *v,     \
+                             size_t n, void *stream))                                                     \
+    X(int, zero_cuda_sgd, (const zero_optim_hyper *h, float *p, const float *g, float *buf, size_t n,     \
+                           void *stream))                                                                 \
+    X(const char *, zero_cuda_optim_error_string, (int err))
+
+#define ZERO_CUDA_OPTIM_DECLARE_(ret, name, params) ret name params;
+ZERO_CUDA_OPTIM_FUNCS(ZERO_CUDA_OPTIM_DECLARE_)
 
 #ifdef __cplusplus
 }

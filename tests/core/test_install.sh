@@ -9,6 +9,8 @@
 #     through PKG_CONFIG_SYSROOT_DIR; and it names no library by absolute file
 #     path (libnccl.so used to be), only -L/-l flags;
 #   - the exported symbols are exactly the functions the headers mark ZERO_API;
+#   - zero.pc names no CUDA library, and a CUDA build's libzero-cuda is installed
+#     beside libzero and found there (device/cuda_module.h);
 #   - zero.h is the stable surface alone: the consumer above builds without
 #     ZERO_EXPERIMENTAL, and zero/experimental.h (with offload.h, topo.h)
 #     refuses to compile unless it is defined (docs/abi.md).
@@ -67,12 +69,28 @@ libd=$(pkg-config --libs-only-L zero | awk '{print $1}'); libd=${libd#-L}
 # No library named by absolute file path (only -L<dir> -l<name>), in Libs or Libs.private.
 abs=$(grep -E '^Libs' "$pc" | tr ' ' '\n' | grep -E '^/.*\.(so|a)(\.[0-9]+)*$' || true)
 [ -z "$abs" ] || bad "zero.pc names libraries by absolute path: $(echo $abs)"
+# libzero links no CUDA library (the CUDA module does: docs/device.md), so zero.pc names none.
+cudalibs=$(grep -E '^Libs' "$pc" | tr ' ' '\n' | grep -E '^-l(cudart|cublas|cublasLt|nccl|cuda)$' || true)
+[ -z "$cudalibs" ] || bad "zero.pc names CUDA libraries: $(echo $cudalibs)"
 # A sanitizer build's library needs the sanitizer runtime in the program too.
 san=$(meson introspect "$build" --buildoptions | /usr/bin/python3 -c \
   'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"]=="b_sanitize"))')
 [ "$san" = none ] || flags="$flags -fsanitize=$san"
 cc -std=c11 -Wall -Wextra -Werror "$tmp/consumer.c" -o "$tmp/consumer" $flags
 LD_LIBRARY_PATH=$(dirname "$lib") "$tmp/consumer" >/dev/null || bad "consumer built via pkg-config failed (exit $?)"
+
+# A CUDA build installs the CUDA module beside libzero, and the installed (moved: destdir)
+# libzero finds it there: opening a CUDA device gets past the load (to "no usable CUDA
+# device" without a GPU, or a device with one), never "could not be loaded".
+if [ -n "$(find "$build" -maxdepth 1 -name 'libzero-cuda.so.*')" ]; then
+  [ -f "$(dirname "$lib")/libzero-cuda.so.$major" ] || bad "libzero-cuda.so.$major not installed beside $lib"
+  printf '#include <stdio.h>\n#include <string.h>\n#include <zero/zero.h>\nint main(void) { zero_device *d = 0;\n'\
+'  zero_status st = zero_device_create(&d, ZERO_DEVICE_CUDA, 0); zero_device_destroy(d);\n'\
+'  if (st == ZERO_OK) return 0;\n  puts(zero_last_error());\n'\
+'  return st == ZERO_UNSUPPORTED && strstr(zero_last_error(), "no usable CUDA device") ? 0 : 1; }\n' > "$tmp/cuda_open.c"
+  cc -std=c11 -Wall -Werror "$tmp/cuda_open.c" -o "$tmp/cuda_open" $flags
+  LD_LIBRARY_PATH=$(dirname "$lib") "$tmp/cuda_open" || bad "the installed libzero did not load its CUDA module"
+fi
 
 # The ABI is exactly the header: every ZERO_API function exported, nothing else.
 grep -hoE '^ZERO_API[^;(]*\b[a-z_][a-z0-9_]*\(' "$root"/include/zero/*.h \
