@@ -102,26 +102,30 @@ void gpt_acts_free(gpt_acts *a)
 /* ------------------------------------------------------------ the layout */
 static void carve_block(gpt_carver *c, int cat, gpt_block_acts *b, const gpt_acts_shape *s)
 {
-    const size_t N = (size_t)s->B * s->T, C = (size_t)s->C, P = (size_t)s->tp_size;
-    const size_t Cl = C / P, Hl = 4 * C / P, NHl = (size_t)s->n_head / P, f = sizeof(float);
-    b->ln1 = gpt_carve(c, cat, N * C, f);
-    b->ln1_mean = gpt_carve(c, cat, N, f);
-    b->ln1_rstd = gpt_carve(c, cat, N, f);
-    b->qkv = gpt_carve(c, cat, N * 3 * Cl, f);
-    b->att = gpt_carve(c, cat, (size_t)s->B * NHl * s->T * s->T, f);
-    b->atty = gpt_carve(c, cat, N * Cl, f);
-    b->res2 = gpt_carve(c, cat, N * C, f);
-    b->ln2 = gpt_carve(c, cat, N * C, f);
-    b->ln2_mean = gpt_carve(c, cat, N, f);
-    b->ln2_rstd = gpt_carve(c, cat, N, f);
-    b->fch = gpt_carve(c, cat, N * Hl, f);
-    b->fch_gelu = gpt_carve(c, cat, N * Hl, f);
+    const size_t C = (size_t)s->C, P = (size_t)s->tp_size, Q = (size_t)(s->cp_size > 1 ? s->cp_size : 1);
+    const size_t Cl = C / P, Hl = 4 * C / P, NHa = (size_t)s->n_head / (P * Q), f = sizeof(float);
+    size_t Nc, Nr;
+    gpt_acts_rows(s, &Nc, &Nr);
+    b->ln1 = gpt_carve(c, cat, Nr * C, f);
+    b->ln1_mean = gpt_carve(c, cat, Nr, f);
+    b->ln1_rstd = gpt_carve(c, cat, Nr, f);
+    b->qkv = gpt_carve(c, cat, Nc * 3 * Cl, f);
+    b->att = gpt_carve(c, cat, (size_t)s->B * NHa * s->T * s->T, f);
+    b->atty = gpt_carve(c, cat, Nc * Cl, f);
+    b->res2 = gpt_carve(c, cat, Nr * C, f);
+    b->ln2 = gpt_carve(c, cat, Nr * C, f);
+    b->ln2_mean = gpt_carve(c, cat, Nr, f);
+    b->ln2_rstd = gpt_carve(c, cat, Nr, f);
+    b->fch = gpt_carve(c, cat, Nc * Hl, f);
+    b->fch_gelu = gpt_carve(c, cat, Nc * Hl, f);
 }
 
 void gpt_acts_layout(gpt_acts *a, const gpt_acts_shape *s, gpt_carver *c)
 {
-    const size_t N = (size_t)s->B * s->T, C = (size_t)s->C, V = (size_t)s->vocab, f = sizeof(float);
+    const size_t C = (size_t)s->C, V = (size_t)s->vocab, f = sizeof(float);
     const size_t Cl = C / (size_t)s->tp_size, Hl = 4 * C / (size_t)s->tp_size;
+    size_t Nc, N; /* N: the residual stream's rows */
+    gpt_acts_rows(s, &Nc, &N);
     const int L = s->layer_end - s->layer_begin, P = s->partition > 1 ? s->partition : 1;
     const int compact = any_recomputed(s) && (s->offload || P > 1);
     const size_t part = (N * C + (size_t)P - 1) / (size_t)P; /* a kept input's floats */
@@ -170,15 +174,24 @@ void gpt_acts_layout(gpt_acts *a, const gpt_acts_shape *s, gpt_carver *c)
                     if (gpt_acts_recomputed(s, s->layer_begin + i)) a->slots[sl].block[i] = b;
     }
     float *dres = gpt_carve(c, GPT_ACT_SCRATCH, N * C, f);
-    float *dln = gpt_carve(c, GPT_ACT_SCRATCH, N * C, f);
-    float *dqkv = gpt_carve(c, GPT_ACT_SCRATCH, N * 3 * Cl, f);
-    float *dfch = gpt_carve(c, GPT_ACT_SCRATCH, N * Hl, f);
+    float *dln = gpt_carve(c, GPT_ACT_SCRATCH, Nc * C, f);
+    float *dqkv = gpt_carve(c, GPT_ACT_SCRATCH, Nc * 3 * Cl, f);
+    float *dfch = gpt_carve(c, GPT_ACT_SCRATCH, Nc * Hl, f);
     float *dlogits = s->head ? gpt_carve(c, GPT_ACT_SCRATCH, N * V, f) : NULL;
+    float *sp_full = s->seq_parallel ? gpt_carve(c, GPT_ACT_SCRATCH, Nc * C, f) : NULL;
+    int cp = s->cp_size > 1;
+    float *cp_send = cp ? gpt_carve(c, GPT_ACT_SCRATCH, Nc * 3 * Cl, f) : NULL;
+    float *cp_recv = cp ? gpt_carve(c, GPT_ACT_SCRATCH, Nc * 3 * Cl, f) : NULL;
+    float *cp_heads = cp ? gpt_carve(c, GPT_ACT_SCRATCH, Nc * Cl, f) : NULL;
     if (a) {
         a->dres = dres;
         a->dln = dln;
         a->dqkv = dqkv;
         a->dfch = dfch;
         a->dlogits = dlogits;
+        a->sp_full = sp_full;
+        a->cp_send = cp_send;
+        a->cp_recv = cp_recv;
+        a->cp_heads = cp_heads;
     }
 }

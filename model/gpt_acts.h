@@ -41,17 +41,23 @@
 extern "C" {
 #endif
 
-/* One block's activations kept for its backward. N = B*T rows; Cl = C/tp
- * attention channels, Hl = 4C/tp MLP units, NHl = n_head/tp heads. The
- * block's output is not here: it is the next resid[]. */
+/* One block's activations kept for its backward. Cl = C/tp channels and
+ * Hl = 4C/tp MLP units of the column-parallel matmuls; rows (gpt_acts_rows):
+ * Nc = B*T/cp rows through the matmuls (this rank's sequence slice under
+ * context parallelism, else all B*T), Nr <= Nc rows of the residual stream
+ * (Nc/tp under sequence parallelism: the LayerNorm / residual regions).
+ * Attention runs on full sequences of the NHa = n_head/(tp*cp) heads of
+ * this rank, Ca = C/(tp*cp) channels (Ulysses: the all-to-all turns Nc rows
+ * of all Cl channels into B*T rows of Ca). The block's output is not here:
+ * it is the next resid[]. Without sp/cp: Nr = Nc = B*T, Ca = Cl. */
 typedef struct gpt_block_acts {
-    float *ln1, *ln1_mean, *ln1_rstd; /* N x C, N, N */
-    float *qkv;                       /* N x 3Cl: [q | k | v] of the local heads */
-    float *att;                       /* B x NHl x T x T softmax probabilities */
-    float *atty;                      /* N x Cl attention output before the projection */
-    float *res2;                      /* N x C residual after attention */
+    float *ln1, *ln1_mean, *ln1_rstd; /* Nr x C, Nr, Nr */
+    float *qkv;                       /* B*T x 3Ca: [q | k | v] of the attention heads (Nc x 3Cl floats) */
+    float *att;                       /* B x NHa x T x T softmax probabilities */
+    float *atty;                      /* Nc x Cl attention output before the projection (sequence rows) */
+    float *res2;                      /* Nr x C residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fch_gelu;            /* N x Hl before and after GELU */
+    float *fch, *fch_gelu;            /* Nc x Hl before and after GELU */
 } gpt_block_acts;
 
 typedef struct gpt_acts_shape {
@@ -64,7 +70,18 @@ typedef struct gpt_acts_shape {
     int offload;         /* inputs of recomputed blocks kept in the host region */
     int partition;       /* > 1: inputs of recomputed blocks kept as 1/partition slices (tp) */
     size_t align;        /* 64 (CPU cache lines), 256 (CUDA) */
+    int seq_parallel;    /* 1: Megatron sequence parallelism, the residual stream split over tp */
+    int cp_size;         /* Ulysses context parallelism: T split over cp ranks (0 or 1: none) */
 } gpt_acts_shape;
+
+/* Rows of a shape (see gpt_block_acts): through the matmuls, and of the
+ * residual stream this rank holds. */
+static inline void gpt_acts_rows(const gpt_acts_shape *s, size_t *Nc, size_t *Nr)
+{
+    size_t nc = (size_t)s->B * (size_t)s->T / (size_t)(s->cp_size > 1 ? s->cp_size : 1);
+    *Nc = nc;
+    *Nr = s->seq_parallel ? nc / (size_t)s->tp_size : nc;
+}
 
 /* Byte categories of a layout (gpt_activation_bytes' fields). */
 enum { GPT_ACT_INPUTS, GPT_ACT_BLOCKS, GPT_ACT_RECOMPUTE, GPT_ACT_HEAD, GPT_ACT_SCRATCH, GPT_ACT_HOST,
@@ -103,11 +120,19 @@ typedef struct gpt_acts {
     size_t kept_count;        /* floats in each kept[] buffer: N*C, or ceil(N*C / partition) */
     void *tables;             /* one allocation behind slots, sets and the pointer arrays */
     /* backward scratch common to every path */
-    float *dres;              /* N x C: gradient of the residual stream */
-    float *dln;               /* N x C */
-    float *dqkv;              /* N x 3Cl */
-    float *dfch;              /* N x Hl */
-    float *dlogits;           /* N x V, head only */
+    float *dres;              /* Nr x C: gradient of the residual stream */
+    float *dln;               /* Nc x C */
+    float *dqkv;              /* Nc x 3Cl */
+    float *dfch;              /* Nc x Hl */
+    float *dlogits;           /* Nr x V, head only */
+    /* sequence parallelism: one Nc x C buffer for what is all-gathered
+     * (LayerNorm outputs, residual gradients) or reduce-scattered (the
+     * row-parallel partial products, LayerNorm input gradients); NULL without */
+    float *sp_full;
+    /* context parallelism: the all-to-all's packed send buffer and landing
+     * buffer (Nc x 3Cl each), and the head-sharded attention output / its
+     * gradient (Nc x Cl floats); NULL without */
+    float *cp_send, *cp_recv, *cp_heads;
 } gpt_acts;
 
 /* 1 when block `layer` of this shape is recomputed in backward. */

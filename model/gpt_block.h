@@ -14,14 +14,30 @@
  * outside tensor parallelism. `what` names the tensor for messages. */
 typedef zero_status (*gpt_block_sum_fn)(void *ctx, float *buf, size_t n, const char *what, int layer);
 
+/* Sequence and context parallelism's exchanges (tp_gpt.c), NULL outside them.
+ * seq: Megatron SP over the tp group: all-gather `n` floats of every rank
+ * into `full` (gather 1) or reduce-scatter `full` into this rank's `n`
+ * (gather 0). heads: Ulysses over the cp group: the all-to-all of `count`
+ * floats per peer from `send` (packed by destination) into `recv`. */
+typedef zero_status (*gpt_block_seq_fn)(void *ctx, int gather, float *local, float *full, size_t n, const char *what,
+                                        int layer);
+typedef zero_status (*gpt_block_a2a_fn)(void *ctx, const float *send, float *recv, size_t count, const char *what,
+                                        int layer);
+
 typedef struct gpt_block_ctx {
     int B, T, C;          /* full widths */
-    int Cl, Hl, NHl;      /* this rank's attention channels, MLP units, heads (C, 4C, n_head without tp) */
+    int Cl, Hl, NHl;      /* this rank's matmul channels (C/tp), MLP units, attention heads (n_head/(tp*cp)) */
+    int Ca;               /* this rank's attention channels: Cl / cp */
+    int Nc, Nr;           /* rows through the matmuls and of the residual stream (gpt_acts_rows) */
+    int cp;               /* context-parallel ranks (1: none) */
     int lead;             /* adds the residual and the row-parallel biases (tp rank 0; 1 without tp) */
     int nthreads;
     gpt_gemm_math math;   /* the matmuls' precision (GPT_GEMM_BF16: bf16 products, fp32 sums) */
     gpt_block_sum_fn sum;
-    void *sum_ctx;
+    void *sum_ctx;        /* also the context of seq and heads */
+    gpt_block_seq_fn seq; /* set: sequence parallelism (instead of sum) */
+    gpt_block_a2a_fn heads; /* set: context parallelism (cp > 1) */
+    float *sp_full, *cp_send, *cp_recv, *cp_heads; /* their buffers (gpt_acts) */
     /* backward scratch (gpt_acts' common part, and the CPU kernels' own) */
     float *dln, *dqkv, *dfch, *partials, *att_scratch;
     /* Mixture of experts: one layer per block (NULL: dense MLPs); each

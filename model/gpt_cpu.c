@@ -51,7 +51,7 @@ static int max_threads(void)
 static gpt_acts_shape shape_of(const gpt_config *cfg, int B, int T, const gpt_checkpointing *ck)
 {
     gpt_acts_shape s = {B, T, cfg->d_model, cfg->n_head, cfg->vocab, 1, 0, cfg->n_layer, 1, 1,
-                        gpt_checkpointing_below(cfg, ck), 0, 1, 64};
+                        gpt_checkpointing_below(cfg, ck), 0, 1, 64, 0, 1};
     return s; /* cpu_offload: the activations are host memory already; partition: no tp group */
 }
 
@@ -161,7 +161,8 @@ zero_status gpt_workspace_create_moe(gpt_workspace **out, const gpt_config *cfg,
     gpt_carver_report(&c, &ws->bytes);
     ws->io = &ws->acts.slots[0];
     gpt_block_ctx *k = &ws->blk; /* layout() set the CPU scratch */
-    k->B = batch, k->T = seq, k->C = k->Cl = cfg->d_model, k->Hl = 4 * cfg->d_model, k->NHl = cfg->n_head;
+    k->B = batch, k->T = seq, k->C = k->Cl = k->Ca = cfg->d_model, k->Hl = 4 * cfg->d_model, k->NHl = cfg->n_head;
+    k->Nc = k->Nr = batch * seq, k->cp = 1;
     k->lead = 1, k->nthreads = ws->nthreads, k->sum = NULL, k->sum_ctx = NULL;
     k->dln = ws->acts.dln, k->dqkv = ws->acts.dqkv, k->dfch = ws->acts.dfch;
     if (cfg->moe_experts > 0) {

@@ -26,7 +26,7 @@ typedef struct run {
     const pp_step_args *a;
     const pp_run_opts *o;
     int s, P, V, M, last, module_final;
-    size_t N, C;
+    size_t N, C, NT;               /* rows this rank holds of a message (x C floats); tokens of a micro-batch */
     zero_request **req;   /* [op index]: the stage's comm requests */
     int *op_of[7];        /* [kind][c * M + m]: op index on this stage, -1 */
     int *prev;            /* [c * M + m]: micro-batch that held the slot before, -1 */
@@ -126,12 +126,12 @@ static zero_status forward(run *r, int c, int m)
         pp_trace_add(r->o ? r->o->trace : NULL, PP_SPAN_FORWARD, m, c, t0, pp_now());
         return ZERO_OK;
     }
-    if (q == 0) GPT_TRY(tp_forward_embed(ws, slot, a->tokens + (size_t)m * r->N, &a->params[GPT_MODULE_EMBED]));
+    if (q == 0) GPT_TRY(tp_forward_embed(ws, slot, a->tokens + (size_t)m * r->NT, &a->params[GPT_MODULE_EMBED]));
     tp_workspace_range(ws, &b, &e);
     for (int l = b; l < e; l++) GPT_TRY(tp_forward_block(ws, slot, l, &a->params[gpt_module_block(l)]));
     if (q == r->last) {
         float loss = 0.0f;
-        GPT_TRY(tp_forward_head(ws, slot, a->targets + (size_t)m * r->N, &a->params[r->module_final],
+        GPT_TRY(tp_forward_head(ws, slot, a->targets + (size_t)m * r->NT, &a->params[r->module_final],
                                 &a->params[GPT_MODULE_EMBED], &loss));
         r->loss_sum += loss;
     }
@@ -260,6 +260,7 @@ zero_status pp_run_plan(tp_workspace *const *ws, zero_comm *pp, const pp_plan *p
     if (!cfg) return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_run_plan: workspace of chunk 0 is NULL");
     r.module_final = gpt_module_final(cfg);
     r.N = tp_workspace_rows(ws[0]);
+    r.NT = tp_workspace_tokens(ws[0]);
     r.C = (size_t)cfg->d_model;
     for (int c = 0; c < r.V; c++) {
         int b, e, wb, we;

@@ -164,3 +164,31 @@ zero_status tp_engine_mp_create(zero_comm *world, const zero_grid *grid, zero_co
     (void)zero_comm_set_name(*out, name);
     return ZERO_OK;
 }
+
+zero_status tp_cp_groups_create(const zero_grid *grid, int cp, zero_comm **cp_out, zero_comm **dp_out)
+{
+    if (!grid || !grid->dp || !cp_out)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_cp_groups_create: grid, its dp group or cp_out is NULL");
+    *cp_out = NULL;
+    if (dp_out) *dp_out = NULL;
+    if (cp < 1 || grid->dp_size % cp)
+        return gpt_fail(ZERO_CONFIG, "tp_cp_groups_create: cp %d does not divide the grid's dp x cp size %d", cp,
+                        grid->dp_size);
+    const int r = grid->dp_rank, dp_rank = r / cp, cp_rank = r % cp;
+    char name[48];
+    zero_status st = zero_comm_split(grid->dp, dp_rank, cp_rank, cp_out);
+    if (st == ZERO_OK && dp_out) st = zero_comm_split(grid->dp, cp_rank, dp_rank, dp_out);
+    if (st != ZERO_OK) {
+        zero_comm_destroy(*cp_out);
+        *cp_out = NULL;
+        return gpt_fail(st, "tp_cp_groups_create: split of %s: %s", zero_comm_get_name(grid->dp),
+                        zero_comm_last_error(grid->dp));
+    }
+    snprintf(name, sizeof name, "cp(pp%d,tp%d,dp%d)", grid->pp_rank, grid->tp_rank, dp_rank);
+    (void)zero_comm_set_name(*cp_out, name);
+    if (dp_out) {
+        snprintf(name, sizeof name, "dp(pp%d,tp%d,cp%d)", grid->pp_rank, grid->tp_rank, cp_rank);
+        (void)zero_comm_set_name(*dp_out, name);
+    }
+    return ZERO_OK;
+}

@@ -70,6 +70,18 @@ zero_status tp_engine_sets(zero_engine *e, const gpt_config *cfg, const int *par
  * destroy with zero_comm_destroy after the engine. */
 zero_status tp_engine_mp_create(zero_comm *world, const zero_grid *grid, zero_comm **out);
 
+/* Context parallelism nested in the grid (docs/sequence-parallel.md). The
+ * grid is made with zero_grid_create(world, tp, pp): its "dp" group then
+ * spans dp x cp ranks, ordered dp-major (tp fastest, then cp, then dp, then
+ * pp: Megatron-core's tp-cp-dp-pp order), and is the engine's group (the
+ * replicated parameters' gradients are summed over cp there, as
+ * DeepSpeed-Ulysses folds sp into its data-parallel group). COLLECTIVE over
+ * grid->dp: splits it into the cp group of this rank (cp consecutive ranks,
+ * named "cp(pp,tp,dp)") and, when dp_out is not NULL, the true data-parallel
+ * group (the ranks with the same cp rank: they read different data).
+ * ZERO_CONFIG when cp does not divide grid->dp_size. */
+zero_status tp_cp_groups_create(const zero_grid *grid, int cp, zero_comm **cp_out, zero_comm **dp_out);
+
 /* COLLECTIVE over the dp group: grads_ready of every held module, in model order. */
 zero_status tp_engine_grads_ready(zero_engine *e, const gpt_config *cfg, const int *module_ids);
 

@@ -28,6 +28,9 @@ struct tp_workspace {
     gpt_config cfg;
     zero_comm *tp;
     int tp_size, tp_rank;
+    zero_comm *cp;                    /* context parallelism (NULL: none) */
+    int cp_size, cp_rank, sp;         /* sp: sequence parallelism over tp */
+    size_t Nr, row0;                  /* residual rows held; the first one among the Nc cp-local rows */
     int B, T, nthreads, begin, end, nslots;
     void *mem;
     gpt_activation_bytes bytes;
@@ -52,13 +55,39 @@ static zero_status tp_sum(void *ctx, float *buf, size_t n, const char *what, int
     return ZERO_OK;
 }
 
-/* ------------------------------------------------------------ layout */
-static gpt_acts_shape shape_of(const gpt_config *cfg, int tp_size, int B, int T, int begin, int end, int slots,
-                               const gpt_checkpointing *ck)
+/* Sequence parallelism: all-gather of every tp rank's rows, or
+ * reduce-scatter of the partial products to them. */
+static zero_status tp_seq(void *ctx, int gather, float *local, float *full, size_t n, const char *what, int layer)
 {
+    tp_workspace *ws = ctx;
+    zero_status st = gather ? zero_allgather(ws->tp, local, full, n, ZERO_F32)
+                            : zero_reduce_scatter(ws->tp, full, local, n, ZERO_F32, ZERO_SUM);
+    if (st != ZERO_OK)
+        return gpt_fail(st, "sequence-parallel %s of %s in block %d (tp rank %d of %d, group %s): %s",
+                        gather ? "all-gather" : "reduce-scatter", what, layer, ws->tp_rank, ws->tp_size,
+                        zero_comm_get_name(ws->tp), zero_comm_last_error(ws->tp));
+    return ZERO_OK;
+}
+
+/* Context parallelism: Ulysses' all-to-all over cp. */
+static zero_status cp_a2a(void *ctx, const float *send, float *recv, size_t count, const char *what, int layer)
+{
+    tp_workspace *ws = ctx;
+    zero_status st = zero_alltoall(ws->cp, send, recv, count, ZERO_F32);
+    if (st != ZERO_OK)
+        return gpt_fail(st, "context-parallel all-to-all of %s in block %d (cp rank %d of %d, group %s): %s", what,
+                        layer, ws->cp_rank, ws->cp_size, zero_comm_get_name(ws->cp), zero_comm_last_error(ws->cp));
+    return ZERO_OK;
+}
+
+/* ------------------------------------------------------------ layout */
+static gpt_acts_shape shape_of(const gpt_config *cfg, int tp_size, int cp_size, int B, int T, int begin, int end,
+                               int slots, const tp_options *o)
+{
+    const gpt_checkpointing *ck = o ? o->ck : NULL;
     gpt_acts_shape s = {B, T, cfg->d_model, cfg->n_head, cfg->vocab, tp_size, begin, end, slots,
                         end == cfg->n_layer, gpt_checkpointing_below(cfg, ck), 0, ck && ck->partition ? tp_size : 1,
-                        64};
+                        64, o && o->sequence_parallel, cp_size};
     return s; /* cpu_offload: host memory already */
 }
 
@@ -83,11 +112,32 @@ static int max_threads(void)
 #endif
 }
 
-static zero_status check_shape(const gpt_config *cfg, int tp_size, int batch, int seq, int layer_begin,
-                               int layer_end, int slots, const gpt_checkpointing *ck, const char *op)
+static zero_status check_shape(const gpt_config *cfg, int tp_size, int cp_size, int batch, int seq,
+                               int layer_begin, int layer_end, int slots, const tp_options *o, const char *op)
 {
+    const gpt_checkpointing *ck = o ? o->ck : NULL;
     GPT_TRY(tp_config_validate(cfg, tp_size));
     GPT_TRY(gpt_checkpointing_validate(ck, op));
+    if (cp_size > 1 && (seq % cp_size || cfg->n_head % (tp_size * cp_size)))
+        return gpt_fail(ZERO_CONFIG,
+                        "%s: context parallelism over %d ranks needs cp to divide seq %d and tp %d x cp to divide "
+                        "n_head %d",
+                        op, cp_size, seq, tp_size, cfg->n_head);
+    if (o && o->sequence_parallel) {
+        if (tp_size < 2)
+            return gpt_fail(ZERO_CONFIG, "%s: sequence parallelism needs a tp group of 2 or more ranks (tp %d)", op,
+                            tp_size);
+        if ((size_t)batch * (size_t)(seq / cp_size) % (size_t)tp_size)
+            return gpt_fail(ZERO_CONFIG,
+                            "%s: sequence parallelism: tp %d does not divide the %d x %d rows of a micro-batch "
+                            "(per cp rank)",
+                            op, tp_size, batch, seq / cp_size);
+        if (ck && ck->partition)
+            return gpt_fail(ZERO_CONFIG,
+                            "%s: checkpointing partition with sequence parallelism: a block's input is split over "
+                            "tp already",
+                            op);
+    }
     if (batch < 1 || seq < 1 || seq > cfg->seq_len || slots < 1 || layer_begin < 0 || layer_end > cfg->n_layer ||
         layer_begin >= layer_end)
         return gpt_fail(ZERO_INVALID_ARGUMENT,
@@ -100,10 +150,20 @@ static zero_status check_shape(const gpt_config *cfg, int tp_size, int batch, in
 zero_status tp_activation_bytes_for(const gpt_config *cfg, int tp_size, int batch, int seq, int layer_begin,
                                     int layer_end, int slots, const gpt_checkpointing *ck, gpt_activation_bytes *out)
 {
+    const tp_options o = {ck, 0, NULL};
+    return tp_activation_bytes_opts(cfg, tp_size, 1, batch, seq, layer_begin, layer_end, slots, &o, out);
+}
+
+zero_status tp_activation_bytes_opts(const gpt_config *cfg, int tp_size, int cp_size, int batch, int seq,
+                                     int layer_begin, int layer_end, int slots, const tp_options *o,
+                                     gpt_activation_bytes *out)
+{
     if (!out) return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_activation_bytes_for: out is NULL");
     memset(out, 0, sizeof *out);
-    GPT_TRY(check_shape(cfg, tp_size, batch, seq, layer_begin, layer_end, slots, ck, "tp_activation_bytes_for"));
-    gpt_acts_shape s = shape_of(cfg, tp_size, batch, seq, layer_begin, layer_end, slots, ck);
+    if (cp_size < 1) return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_activation_bytes_for: cp size %d", cp_size);
+    GPT_TRY(check_shape(cfg, tp_size, cp_size, batch, seq, layer_begin, layer_end, slots, o,
+                        "tp_activation_bytes_for"));
+    gpt_acts_shape s = shape_of(cfg, tp_size, cp_size, batch, seq, layer_begin, layer_end, slots, o);
     gpt_carver c;
     gpt_carver_init(&c, s.align, NULL, NULL);
     layout(NULL, &s, max_threads(), &c);
@@ -120,10 +180,19 @@ zero_status tp_workspace_create(tp_workspace **out, const gpt_config *cfg, zero_
 zero_status tp_workspace_create_ckpt(tp_workspace **out, const gpt_config *cfg, zero_comm *tp, int batch, int seq,
                                      int layer_begin, int layer_end, int slots, const gpt_checkpointing *ck)
 {
+    const tp_options o = {ck, 0, NULL};
+    return tp_workspace_create_opts(out, cfg, tp, batch, seq, layer_begin, layer_end, slots, &o);
+}
+
+zero_status tp_workspace_create_opts(tp_workspace **out, const gpt_config *cfg, zero_comm *tp, int batch, int seq,
+                                     int layer_begin, int layer_end, int slots, const tp_options *o)
+{
     if (!out) return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_workspace_create: out is NULL");
     *out = NULL;
     int tp_size = tp ? zero_comm_get_size(tp) : 1;
-    GPT_TRY(check_shape(cfg, tp_size, batch, seq, layer_begin, layer_end, slots, ck, "tp_workspace_create"));
+    zero_comm *cpc = o ? o->cp : NULL;
+    int cp_size = cpc ? zero_comm_get_size(cpc) : 1;
+    GPT_TRY(check_shape(cfg, tp_size, cp_size, batch, seq, layer_begin, layer_end, slots, o, "tp_workspace_create"));
     GPT_TRY(gpt_gemm_init()); /* also makes OpenBLAS single-threaded */
     tp_workspace *ws = calloc(1, sizeof *ws);
     if (!ws) return gpt_fail(ZERO_OUT_OF_MEMORY, "tp_workspace_create: no memory for the header");
@@ -131,6 +200,10 @@ zero_status tp_workspace_create_ckpt(tp_workspace **out, const gpt_config *cfg, 
     ws->tp = tp;
     ws->tp_size = tp_size;
     ws->tp_rank = tp ? zero_comm_get_rank(tp) : 0;
+    ws->cp = cp_size > 1 ? cpc : NULL;
+    ws->cp_size = cp_size;
+    ws->cp_rank = cpc ? zero_comm_get_rank(cpc) : 0;
+    ws->sp = o && o->sequence_parallel;
     ws->B = batch;
     ws->T = seq;
     ws->nthreads = max_threads();
@@ -138,7 +211,10 @@ zero_status tp_workspace_create_ckpt(tp_workspace **out, const gpt_config *cfg, 
     ws->end = layer_end;
     ws->nslots = slots;
     ws->bwd_next = -2;
-    gpt_acts_shape s = shape_of(cfg, tp_size, batch, seq, layer_begin, layer_end, slots, ck);
+    gpt_acts_shape s = shape_of(cfg, tp_size, cp_size, batch, seq, layer_begin, layer_end, slots, o);
+    size_t Nc;
+    gpt_acts_rows(&s, &Nc, &ws->Nr);
+    ws->row0 = ws->sp ? (size_t)ws->tp_rank * ws->Nr : 0;
     ws->slots = calloc((size_t)slots, sizeof *ws->slots);
     zero_status st = ws->slots ? gpt_acts_init(&ws->acts, &s)
                                : gpt_fail(ZERO_OUT_OF_MEMORY, "tp_workspace_create: no memory for %d slots", slots);
@@ -160,9 +236,13 @@ zero_status tp_workspace_create_ckpt(tp_workspace **out, const gpt_config *cfg, 
     gpt_carver_report(&c, &ws->bytes);
     gpt_block_ctx *k = &ws->blk; /* layout() set the CPU scratch */
     k->B = batch, k->T = seq, k->C = cfg->d_model;
-    k->Cl = cfg->d_model / tp_size, k->Hl = 4 * cfg->d_model / tp_size, k->NHl = cfg->n_head / tp_size;
+    k->Cl = cfg->d_model / tp_size, k->Hl = 4 * cfg->d_model / tp_size, k->NHl = cfg->n_head / (tp_size * cp_size);
+    k->Ca = k->Cl / cp_size, k->Nc = (int)Nc, k->Nr = (int)ws->Nr, k->cp = cp_size;
     k->lead = ws->tp_rank == 0, k->nthreads = ws->nthreads, k->sum = tp_sum, k->sum_ctx = ws;
+    k->seq = ws->sp ? tp_seq : NULL, k->heads = cp_size > 1 ? cp_a2a : NULL;
     k->dln = ws->acts.dln, k->dqkv = ws->acts.dqkv, k->dfch = ws->acts.dfch;
+    k->sp_full = ws->acts.sp_full, k->cp_send = ws->acts.cp_send, k->cp_recv = ws->acts.cp_recv;
+    k->cp_heads = ws->acts.cp_heads;
     for (int i = 0; i < slots; i++) ws->slots[i].next_fwd = -1;
     *out = ws;
     return ZERO_OK;
@@ -190,7 +270,8 @@ void tp_workspace_activation_bytes(const tp_workspace *ws, gpt_activation_bytes 
 
 const gpt_config *tp_workspace_config(const tp_workspace *ws) { return ws ? &ws->cfg : NULL; }
 int tp_workspace_slots(const tp_workspace *ws) { return ws ? ws->nslots : 0; }
-size_t tp_workspace_rows(const tp_workspace *ws) { return ws ? (size_t)ws->B * ws->T : 0; }
+size_t tp_workspace_rows(const tp_workspace *ws) { return ws ? ws->Nr : 0; }
+size_t tp_workspace_tokens(const tp_workspace *ws) { return ws ? (size_t)ws->B * ws->T : 0; }
 
 zero_status tp_workspace_set_matmul_dtype(tp_workspace *ws, zero_dtype dtype)
 {
@@ -256,7 +337,7 @@ static zero_status check_slot(const tp_workspace *ws, int slot, const char *op)
 static void keep_slice(tp_workspace *ws, const gpt_acts_slot *io, int i)
 {
     if (!io->kept[i]) return;
-    const size_t nc = (size_t)ws->B * ws->T * ws->cfg.d_model, part = ws->acts.kept_count;
+    const size_t nc = ws->Nr * (size_t)ws->cfg.d_model, part = ws->acts.kept_count;
     const size_t from = (size_t)ws->tp_rank * part, n = from < nc ? (nc - from < part ? nc - from : part) : 0;
     if (n) memcpy(io->kept[i], io->resid[i] + from, sizeof(float) * n);
     if (n < part) memset(io->kept[i] + n, 0, sizeof(float) * (part - n));
@@ -282,6 +363,86 @@ static zero_status check_no_w_due(const tp_workspace *ws, int slot, const char *
     return ZERO_OK;
 }
 
+/* ------------------------------------------------------------ this rank's rows
+ * Under sequence / context parallelism a rank holds some rows of the
+ * micro-batch (tp_gpt.h): they are runs of consecutive positions within one
+ * sequence. Run: local rows [i, i + len) are the micro-batch's tokens
+ * [g, g + len), positions [pos, pos + len). */
+typedef struct row_run {
+    size_t i, len, g, pos;
+} row_run;
+
+static int rows_split(const tp_workspace *ws) { return ws->Nr != (size_t)ws->B * ws->T; }
+
+/* The run starting at local row i (0 past the last row). */
+static int run_at(const tp_workspace *ws, size_t i, row_run *r)
+{
+    if (i >= ws->Nr) return 0;
+    const size_t T = (size_t)ws->T, Tl = T / (size_t)ws->cp_size, n = ws->row0 + i, tl = n % Tl;
+    r->i = i;
+    r->len = Tl - tl < ws->Nr - i ? Tl - tl : ws->Nr - i;
+    r->pos = (size_t)ws->cp_rank * Tl + tl;
+    r->g = n / Tl * T + r->pos;
+    return 1;
+}
+
+/* this rank's rows of a micro-batch's token ids (or targets) */
+static void take_rows(const tp_workspace *ws, const int32_t *all, int32_t *mine)
+{
+    row_run r = {0, 0, 0, 0};
+    while (run_at(ws, r.i + r.len, &r)) memcpy(mine + r.i, all + r.g, sizeof(int32_t) * r.len);
+}
+
+/* The loss's (sum, count) over the ranks sharing the micro-batch: the tp
+ * group under SP, the cp group. Every rank gets the same values. */
+static zero_status loss_allreduce(tp_workspace *ws, double *sum, long *count)
+{
+    double v[2] = {*sum, (double)*count};
+    zero_comm *g[2] = {ws->sp ? ws->tp : NULL, ws->cp};
+    for (int k = 0; k < 2; k++) {
+        if (!g[k]) continue;
+        zero_status st = zero_allreduce(g[k], v, v, 2, ZERO_F64, ZERO_SUM);
+        if (st != ZERO_OK)
+            return gpt_fail(st, "all-reduce of the loss over the %s group %s: %s", k ? "context-parallel" : "tp",
+                            zero_comm_get_name(g[k]), zero_comm_last_error(g[k]));
+    }
+    *sum = v[0];
+    *count = (long)v[1];
+    return ZERO_OK;
+}
+
+static zero_status sum_over_tp(tp_workspace *ws, float *g, size_t n, const char *what)
+{
+    if (!g) return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_seq_grad_allreduce: the gradient of %s is NULL", what);
+    zero_status st = zero_allreduce(ws->tp, g, g, n, ZERO_F32, ZERO_SUM);
+    if (st != ZERO_OK)
+        return gpt_fail(st, "tp_seq_grad_allreduce: all-reduce of the gradient of %s (group %s): %s", what,
+                        zero_comm_get_name(ws->tp), zero_comm_last_error(ws->tp));
+    return ZERO_OK;
+}
+
+zero_status tp_seq_grad_allreduce(tp_workspace *ws, gpt_tensors *grads)
+{
+    if (!ws || !grads) return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_seq_grad_allreduce: workspace or grads is NULL");
+    if (!ws->sp) return ZERO_OK;
+    const size_t C = (size_t)ws->cfg.d_model, V = (size_t)ws->cfg.vocab, T = (size_t)ws->cfg.seq_len;
+    gpt_tensors *e = &grads[GPT_MODULE_EMBED], *f = &grads[gpt_module_final(&ws->cfg)];
+    if (ws->begin == 0) {
+        GPT_TRY(sum_over_tp(ws, e->t[GPT_WTE], V * C, "wte"));
+        GPT_TRY(sum_over_tp(ws, e->t[GPT_WPE], T * C, "wpe"));
+    }
+    static const int ln[4] = {GPT_LN1_W, GPT_LN1_B, GPT_LN2_W, GPT_LN2_B};
+    static const char *const names[4] = {"ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias"};
+    for (int l = ws->begin; l < ws->end; l++)
+        for (int j = 0; j < 4; j++) GPT_TRY(sum_over_tp(ws, grads[gpt_module_block(l)].t[ln[j]], C, names[j]));
+    if (ws->end == ws->cfg.n_layer) {
+        GPT_TRY(sum_over_tp(ws, f->t[GPT_LNF_W], C, "ln_f.weight"));
+        GPT_TRY(sum_over_tp(ws, f->t[GPT_LNF_B], C, "ln_f.bias"));
+        if (ws->begin != 0) GPT_TRY(sum_over_tp(ws, e->t[GPT_WTE], V * C, "wte (the head's copy)"));
+    }
+    return ZERO_OK;
+}
+
 /* ------------------------------------------------------------ forward */
 zero_status tp_forward_embed(tp_workspace *ws, int slot, const int32_t *tokens, const gpt_tensors *embed)
 {
@@ -299,8 +460,18 @@ zero_status tp_forward_embed(tp_workspace *ws, int slot, const int32_t *tokens, 
     tp_slot *s = &ws->slots[slot];
     GPT_TRY(check_no_w_due(ws, slot, "tp_forward_embed"));
     gpt_acts_slot *io = &ws->acts.slots[slot];
-    memcpy(io->tokens, tokens, sizeof(int32_t) * (size_t)N);
-    gpt_encoder_forward(io->resid[0], io->tokens, embed->t[GPT_WTE], embed->t[GPT_WPE], ws->B, ws->T, ws->cfg.d_model);
+    if (rows_split(ws)) { /* this rank's rows, each run at its positions */
+        const size_t C = (size_t)ws->cfg.d_model;
+        take_rows(ws, tokens, io->tokens);
+        row_run r = {0, 0, 0, 0};
+        while (run_at(ws, r.i + r.len, &r))
+            gpt_encoder_forward(io->resid[0] + r.i * C, io->tokens + r.i, embed->t[GPT_WTE],
+                                (const float *)embed->t[GPT_WPE] + r.pos * C, 1, (int)r.len, (int)C);
+    } else {
+        memcpy(io->tokens, tokens, sizeof(int32_t) * (size_t)N);
+        gpt_encoder_forward(io->resid[0], io->tokens, embed->t[GPT_WTE], embed->t[GPT_WPE], ws->B, ws->T,
+                            ws->cfg.d_model);
+    }
     s->next_fwd = ws->begin;
     return ZERO_OK;
 }
@@ -339,18 +510,20 @@ zero_status tp_forward_head(tp_workspace *ws, int slot, const int32_t *targets, 
     if (!targets) return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_forward_head: targets is NULL");
     GPT_TRY(check_tensors("tp_forward_head", final_params, final_both, 2, "final parameter"));
     GPT_TRY(check_tensors("tp_forward_head", embed, wte_only, 1, "embed parameter"));
-    const int N = ws->B * ws->T, C = ws->cfg.d_model, V = ws->cfg.vocab;
-    for (int i = 0; i < N; i++)
+    const int N = (int)ws->Nr, C = ws->cfg.d_model, V = ws->cfg.vocab;
+    for (int i = 0; i < ws->B * ws->T; i++)
         if (targets[i] >= V)
             return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_forward_head: target %d at position %d is >= vocab %d",
                             targets[i], i, V);
     gpt_acts_slot *io = &ws->acts.slots[slot];
-    memcpy(io->targets, targets, sizeof(int32_t) * (size_t)N);
+    if (rows_split(ws)) take_rows(ws, targets, io->targets);
+    else memcpy(io->targets, targets, sizeof(int32_t) * (size_t)N);
     gpt_layernorm_forward(io->lnf, io->lnf_mean, io->lnf_rstd, tp_workspace_output(ws, slot), final_params->t[GPT_LNF_W],
                           final_params->t[GPT_LNF_B], N, C);
     /* the tied head, replicated over tp: logits = ln_f(x) wte^T */
     gpt_matmul_forward(ws->blk.math, io->logits, NULL, io->lnf, embed->t[GPT_WTE], NULL, N, C, V);
     double total = gpt_crossentropy_forward(io->lse, io->logits, io->targets, N, V, &s->valid);
+    if (rows_split(ws)) GPT_TRY(loss_allreduce(ws, &total, &s->valid)); /* the mean over the whole micro-batch */
     if (loss) *loss = s->valid ? (float)(total / s->valid) : 0.0f;
     s->head_done = 1;
     return ZERO_OK;
@@ -378,7 +551,7 @@ zero_status tp_backward_head(tp_workspace *ws, int slot, float dloss, const gpt_
     GPT_TRY(check_tensors("tp_backward_head", final_grads, final_both, 2, "final gradient"));
     GPT_TRY(check_tensors("tp_backward_head", embed, wte_only, 1, "embed parameter"));
     GPT_TRY(check_tensors("tp_backward_head", embed_grads, wte_only, 1, "embed gradient"));
-    const int N = ws->B * ws->T, C = ws->cfg.d_model, V = ws->cfg.vocab;
+    const int N = (int)ws->Nr, C = ws->cfg.d_model, V = ws->cfg.vocab;
     float scale = s->valid ? dloss / (float)s->valid : 0.0f;
     const gpt_acts_slot *io = &ws->acts.slots[slot];
     gpt_acts *a = &ws->acts;
@@ -470,6 +643,10 @@ zero_status tp_workspace_split_backward(tp_workspace *ws)
 {
     if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_workspace_split_backward: workspace is NULL");
     if (ws->wstash) return ZERO_OK;
+    if (ws->sp || ws->cp)
+        return gpt_fail(ZERO_UNSUPPORTED,
+                        "tp_workspace_split_backward: not with sequence or context parallelism (the deferred W "
+                        "would need the LayerNorm outputs all-gathered again)");
     if (ws->acts.shape.recompute_below > ws->begin)
         return gpt_fail(ZERO_UNSUPPORTED,
                         "tp_workspace_split_backward: blocks below %d are recomputed (activation checkpointing); a "
@@ -503,8 +680,17 @@ zero_status tp_backward_embed(tp_workspace *ws, int slot, gpt_tensors *embed_gra
         return gpt_fail(ZERO_INVALID_STATE, "tp_backward_embed: slot %d has not run every block backward on the first stage",
                         slot);
     GPT_TRY(check_tensors("tp_backward_embed", embed_grads, embed_both, 2, "embed gradient"));
-    gpt_encoder_backward(embed_grads->t[GPT_WTE], embed_grads->t[GPT_WPE], ws->acts.dres, ws->acts.slots[slot].tokens, ws->B,
-                         ws->T, ws->cfg.d_model);
+    const int32_t *tok = ws->acts.slots[slot].tokens;
+    if (rows_split(ws)) {
+        const size_t C = (size_t)ws->cfg.d_model;
+        row_run r = {0, 0, 0, 0};
+        while (run_at(ws, r.i + r.len, &r))
+            gpt_encoder_backward(embed_grads->t[GPT_WTE], (float *)embed_grads->t[GPT_WPE] + r.pos * C,
+                                 ws->acts.dres + r.i * C, tok + r.i, 1, (int)r.len, (int)C);
+    } else {
+        gpt_encoder_backward(embed_grads->t[GPT_WTE], embed_grads->t[GPT_WPE], ws->acts.dres, tok, ws->B, ws->T,
+                             ws->cfg.d_model);
+    }
     ws->bwd_next = -2;
     return ZERO_OK;
 }

@@ -104,27 +104,71 @@ zero_status tp_workspace_create(tp_workspace **out, const gpt_config *cfg, zero_
  * one block workspace (one forward or backward runs at a time). */
 zero_status tp_workspace_create_ckpt(tp_workspace **out, const gpt_config *cfg, zero_comm *tp, int batch, int seq,
                                      int layer_begin, int layer_end, int slots, const gpt_checkpointing *ck);
+/* Sequence and context parallelism (docs/sequence-parallel.md), with the
+ * checkpointing option in one struct; zeroed fields: off.
+ *
+ * sequence_parallel (Megatron SP, needs tp > 1, tp dividing batch*seq/cp):
+ * the LayerNorm / residual regions (and ln_f, the head's logits, the
+ * embedding) hold rank r's 1/tp of the rows: rows [r Nc/tp, (r+1) Nc/tp) of
+ * the Nc = batch*seq/cp token rows (b-major, so the sequence when batch is
+ * 1). An all-gather over tp replaces f before each column-parallel linear
+ * and a reduce-scatter replaces g's all-reduce after each row-parallel
+ * one; backward mirrors them and re-gathers the two LayerNorm outputs for
+ * the weight gradients (kept as 1/tp). The gradients of the LayerNorms',
+ * ln_f's, wte's and wpe's replicated tensors are then partial sums over
+ * the tp ranks: tp_seq_grad_allreduce sums them (once per step, after the
+ * last micro-batch; Megatron's all-reduce of sequence-parallel grads).
+ *
+ * cp (Ulysses context parallelism; NULL: none; borrowed, outlives the
+ * workspace): cp ranks split every sequence, rank c holding positions
+ * [c T/cp, (c+1) T/cp) of each of the batch rows (cp divides seq and
+ * n_head/tp). Around attention one all-to-all turns the qkv of those rows
+ * into full sequences of n_head/(tp*cp) heads and one turns the attention
+ * output back (two more in backward); everything else is sequence-local.
+ * Every parameter is replicated over cp and its gradient is this rank's
+ * rows' share: the sum over the cp group is the gradient (zero-train folds
+ * cp into the engine's data-parallel group, as DeepSpeed-Ulysses does).
+ *
+ * Both: tokens and targets passed to the runtime are the whole micro-batch
+ * (batch x seq, the same on every rank of the tp and cp groups); each rank
+ * takes its rows. The loss is the mean over the group's targets (one
+ * all-reduce of (sum, count) over each group), the same on every rank, and
+ * backward scales by that count. Not with split_backward (W would need the
+ * re-gathers) nor ck->partition under SP (the inputs are split already). */
+typedef struct tp_options {
+    const gpt_checkpointing *ck;
+    int sequence_parallel;
+    zero_comm *cp;
+} tp_options;
+
+zero_status tp_workspace_create_opts(tp_workspace **out, const gpt_config *cfg, zero_comm *tp, int batch, int seq,
+                                     int layer_begin, int layer_end, int slots, const tp_options *opts);
 void tp_workspace_destroy(tp_workspace *ws); /* NULL accepted */
 /* Bytes of the activation allocation; by kind; and for a shape without allocating. */
 size_t tp_workspace_bytes(const tp_workspace *ws);
 void tp_workspace_activation_bytes(const tp_workspace *ws, gpt_activation_bytes *out);
 zero_status tp_activation_bytes_for(const gpt_config *cfg, int tp_size, int batch, int seq, int layer_begin,
                                     int layer_end, int slots, const gpt_checkpointing *ck, gpt_activation_bytes *out);
+/* The same for a cp group of cp_size ranks (opts->cp is not read; NULL opts: none). */
+zero_status tp_activation_bytes_opts(const gpt_config *cfg, int tp_size, int cp_size, int batch, int seq,
+                                     int layer_begin, int layer_end, int slots, const tp_options *opts,
+                                     gpt_activation_bytes *out);
 const gpt_config *tp_workspace_config(const tp_workspace *ws);
 void tp_workspace_range(const tp_workspace *ws, int *layer_begin, int *layer_end);
 int tp_workspace_slots(const tp_workspace *ws);
-size_t tp_workspace_rows(const tp_workspace *ws); /* batch * seq */
+size_t tp_workspace_rows(const tp_workspace *ws);   /* rows of the residual stream held: batch*seq/cp (/tp under SP) */
+size_t tp_workspace_tokens(const tp_workspace *ws); /* tokens of a micro-batch: batch * seq */
 int tp_workspace_has_embed(const tp_workspace *ws); /* layer_begin == 0 */
 int tp_workspace_has_head(const tp_workspace *ws);  /* layer_end == n_layer */
 /* The matmuls' precision, as gpt_workspace_set_matmul_dtype (gpt.h): ZERO_F32
  * (the default) or ZERO_BF16 (bf16 products, fp32 sums); the rest stays fp32. */
 zero_status tp_workspace_set_matmul_dtype(tp_workspace *ws, zero_dtype dtype);
-/* The input of block layer_begin for slot `slot` (batch*seq x d_model): a
+/* The input of block layer_begin for slot `slot` (rows x d_model): a
  * later pipeline stage receives the previous stage's output into it. */
 float *tp_workspace_input(tp_workspace *ws, int slot);
 /* The output of block layer_end-1 for slot `slot` (what a stage sends on). */
 const float *tp_workspace_output(const tp_workspace *ws, int slot);
-/* The residual-stream gradient (batch*seq x d_model), shared by the slots:
+/* The residual-stream gradient (rows x d_model), shared by the slots:
  * a stage without the head receives d(output) into it before its backward
  * blocks; after the backward of block layer_begin it holds d(input). */
 float *tp_workspace_dresid(tp_workspace *ws);
@@ -143,6 +187,13 @@ zero_status tp_backward_head(tp_workspace *ws, int slot, float dloss, const gpt_
 zero_status tp_backward_block(tp_workspace *ws, int slot, int layer, const gpt_tensors *block,
                               gpt_tensors *block_grads);
 zero_status tp_backward_embed(tp_workspace *ws, int slot, gpt_tensors *embed_grads);
+
+/* COLLECTIVE over tp under sequence parallelism (else nothing): sums over
+ * the tp group the gradients that are partial there - the LayerNorms of the
+ * stage's blocks, and wte/wpe, ln_f where the stage holds them. `grads`:
+ * module-indexed sets (gpt_num_modules). Call once per step after the
+ * last micro-batch's backward (before a pipeline's tied-embedding sum). */
+zero_status tp_seq_grad_allreduce(tp_workspace *ws, gpt_tensors *grads);
 
 /* The block backward split in two for zero-bubble pipeline schedules
  * (gpt_block.h): B = tp_backward_block_input (everything but the linear

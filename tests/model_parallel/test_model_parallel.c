@@ -128,12 +128,17 @@ typedef struct mp_rank {
     tp_param_info *info; /* per full parameter */
     int *held;           /* on this stage */
     tp_workspace *ws;
+    zero_comm *cp; /* context parallelism (seq mode), else NULL */
+    int cp_size, sp;
 } mp_rank;
 
-static int mp_setup(mp_rank *r, zero_comm *world, int tp, int pp, pp_schedule kind, int micro)
+/* sequence parallelism (sp) and a cp group of cp ranks: seq mode only */
+static int mp_setup_seq(mp_rank *r, zero_comm *world, int tp, int pp, pp_schedule kind, int micro, int cp, int sp)
 {
     memset(r, 0, sizeof *r);
     MP_TRY(zero_grid_create(world, tp, pp, &r->grid));
+    r->cp_size = cp, r->sp = sp;
+    if (cp > 1) MP_TRY(tp_cp_groups_create(&r->grid, cp, &r->cp, NULL));
     r->tp = tp, r->pp = pp, r->tp_rank = r->grid.tp_rank, r->pp_rank = r->grid.pp_rank;
     MP_TRY(pp_stage_layers(&g_cfg, pp, r->pp_rank, &r->begin, &r->end));
     MP_TRY(pp_embed_group_create(r->grid.pp, &r->embed_group));
@@ -147,13 +152,20 @@ static int mp_setup(mp_rank *r, zero_comm *world, int tp, int pp, pp_schedule ki
     int slots = pp_slots_needed(kind, micro, pp, r->pp_rank);
     if (kind == PP_1F1B && pp_slots_needed(PP_GPIPE, micro, pp, r->pp_rank) > slots)
         slots = pp_slots_needed(PP_GPIPE, micro, pp, r->pp_rank); /* the same workspace runs both */
-    MP_TRY(tp_workspace_create(&r->ws, &g_cfg, r->grid.tp, BATCH, SEQ, r->begin, r->end, slots));
+    const tp_options o = {NULL, sp, r->cp};
+    MP_TRY(tp_workspace_create_opts(&r->ws, &g_cfg, r->grid.tp, BATCH, SEQ, r->begin, r->end, slots, &o));
     return 0;
+}
+
+static int mp_setup(mp_rank *r, zero_comm *world, int tp, int pp, pp_schedule kind, int micro)
+{
+    return mp_setup_seq(r, world, tp, pp, kind, micro, 1, 0);
 }
 
 static void mp_teardown(mp_rank *r)
 {
     tp_workspace_destroy(r->ws);
+    zero_comm_destroy(r->cp);
     zero_comm_destroy(r->embed_group);
     zero_grid_destroy(&r->grid);
     free(r->info);
@@ -276,6 +288,10 @@ static int run_step(mp_rank *r, pp_schedule kind, float **shards, float **grads,
     sets_from(grads, g);
     pp_step_args a = {micro, tok, tgt, 1.0f / micro, p, g};
     MP_TRY(pp_train_step(r->ws, r->grid.pp, kind, &a, loss));
+    MP_TRY(tp_seq_grad_allreduce(r->ws, g)); /* nothing without sequence parallelism */
+    if (r->cp) /* every gradient is this rank's rows' share: the sum over cp is the gradient */
+        for (size_t i = 0; i < gpt_num_params(&g_cfg); i++)
+            if (r->held[i]) MP_TRY(zero_allreduce(r->cp, grads[i], grads[i], r->info[i].numel, ZERO_F32, ZERO_SUM));
     MP_TRY(pp_tied_grad_allreduce(r->embed_group, &g_cfg, &g[GPT_MODULE_EMBED]));
     free(p);
     free(g);
@@ -408,6 +424,182 @@ static int grads_mode(zero_comm *world, int tp, int pp)
         free(g2[i]);
     }
     free(ref), free(shards), free(g1), free(g2), free(tok), free(tgt);
+    full_free(full);
+    mp_teardown(&r);
+    return 0;
+}
+
+/* ------------------------------------------------------------ sequence / context parallelism
+ * seq mode (TP PP seq CP SP): Megatron sequence parallelism over tp (SP 1)
+ * and/or Ulysses context parallelism over cp ranks (tp_gpt.h), world =
+ * TP * CP * PP. Every rank gets the whole micro-batches and takes its rows.
+ *   - loss within 1e-5 relative of the single-rank model and every gradient
+ *     (after tp_seq_grad_allreduce and the sum over cp) within the tp tests'
+ *     tolerance; replicated gradients bitwise equal over tp; 1F1B bitwise GPipe;
+ *   - the activation report equals the formula below exactly;
+ *   - the comm counters of one step equal the theory exactly: under SP per
+ *     block and micro-batch 6 all-gathers and 4 reduce-scatters of Nr x C
+ *     floats per rank (S (tp-1)/tp bytes each, S = 4 Nc C), which minus the
+ *     2 backward re-gathers is exactly the all-reduce bytes of the same step
+ *     without SP (measured); under cp 4 all-to-alls per block and micro-batch
+ *     of 3, 1, 1, 3 x 4 B (T/cp) Ca (cp-1) bytes (Ca = C/(tp cp)); plus one
+ *     all-reduce of the loss's (sum, count) (2 doubles) per micro-batch on
+ *     the last stage, and under SP the partial gradients' all-reduce. */
+static void counters_of(zero_comm *c, zero_comm_counters *out)
+{
+    memset(out, 0, sizeof *out);
+    if (c) zero_comm_get_counters(c, out);
+}
+
+static uint64_t ar_bytes(size_t count, size_t elem, int n) { return (uint64_t)(2 * count * elem * (size_t)(n - 1) / (size_t)n); }
+
+static int seq_mode(zero_comm *world, int tp, int pp, int cp, int sp)
+{
+    mp_rank r, plain;
+    if (mp_setup_seq(&r, world, tp, pp, PP_1F1B, MICRO, cp, sp)) return 1;
+    size_t np = gpt_num_params(&g_cfg), NT = (size_t)MICRO * BATCH * SEQ;
+    float **full = full_params_make(11);
+    int32_t *tok = malloc(sizeof(int32_t) * NT), *tgt = malloc(sizeof(int32_t) * NT);
+    make_batch(tok, tgt, MICRO, 5);
+    tgt[3] = -1; /* an ignored target */
+    float **ref = calloc(np, sizeof *ref);
+    for (size_t i = 0; i < np; i++) ref[i] = calloc(r.info[i].full.numel, sizeof(float));
+    float ref_loss, l1, l2;
+    if (reference(full, tok, tgt, MICRO, ref, &ref_loss)) return 1;
+    float **shards = shards_make(&r, full), **g1 = shards_make(&r, NULL), **g2 = shards_make(&r, NULL);
+    if (run_step(&r, PP_GPIPE, shards, g1, tok, tgt, MICRO, &l1)) return 1;
+    if (run_step(&r, PP_1F1B, shards, g2, tok, tgt, MICRO, &l2)) return 1;
+    double worst = 0;
+    CHECK_MSG(fabs(l1 - ref_loss) <= 1e-5 * fabs(ref_loss), "loss %.9g vs reference %.9g", l1, ref_loss);
+    if (check_grads(&r, g1, ref, 0, &worst)) return 1;
+    CHECK_MSG(l2 == l1, "1F1B loss %.9g vs GPipe %.9g", l2, l1);
+    for (size_t i = 0; i < np; i++)
+        if (r.held[i])
+            CHECK_MSG(memcmp(g1[i], g2[i], sizeof(float) * r.info[i].numel) == 0, "%s: 1F1B gradient differs from GPipe",
+                      r.info[i].full.name);
+
+    /* activation memory: the formula, exactly */
+    const size_t B = BATCH, T = SEQ, C = (size_t)g_cfg.d_model, V = (size_t)g_cfg.vocab, P = (size_t)tp,
+                 Q = (size_t)cp, L = (size_t)(r.end - r.begin), S = (size_t)tp_workspace_slots(r.ws);
+    const size_t N = B * T, Nc = N / Q, Nr = sp ? Nc / P : Nc, Cl = C / P, Hl = 4 * C / P, Ca = Cl / Q;
+    const size_t NHa = (size_t)g_cfg.n_head / (P * Q), head = r.end == g_cfg.n_layer;
+    const size_t set = 3 * r64(4 * Nr * C) + 4 * r64(4 * Nr) + r64(12 * Nc * Cl) + r64(4 * B * NHa * T * T) +
+                       r64(4 * Nc * Cl) + 2 * r64(4 * Nc * Hl);
+    gpt_activation_bytes a, base;
+    tp_workspace_activation_bytes(r.ws, &a);
+    const tp_options none = {NULL, 0, NULL};
+    MP_TRY(tp_activation_bytes_opts(&g_cfg, tp, 1, BATCH, SEQ, r.begin, r.end, (int)S, &none, &base));
+    CHECK_MSG(a.blocks == S * L * set, "blocks: %zu bytes, formula %zu", a.blocks, S * L * set);
+    CHECK_MSG(a.inputs == S * (L + 1) * r64(4 * Nr * C), "inputs: %zu bytes, formula %zu", a.inputs,
+              S * (L + 1) * r64(4 * Nr * C));
+    const size_t want_head = S * (2 * r64(4 * Nr) + (head ? r64(4 * Nr * C) + 3 * r64(4 * Nr) + r64(4 * Nr * V) : 0));
+    CHECK_MSG(a.head == want_head, "head: %zu bytes, formula %zu", a.head, want_head);
+    /* scratch: the tp workspace's with its row counts changed, plus SP's gather buffer and cp's three */
+    const size_t sc_rows = r64(4 * Nr * C) + r64(4 * Nc * C) + r64(12 * Nc * Cl) + r64(4 * Nc * Hl) + (head ? r64(4 * Nr * V) : 0);
+    const size_t sc_base = r64(4 * N * C) * 2 + r64(12 * N * Cl) + r64(4 * N * Hl) + (head ? r64(4 * N * V) : 0);
+    const size_t want_sc = base.scratch - sc_base + sc_rows + (sp ? r64(4 * Nc * C) : 0) +
+                           (Q > 1 ? 2 * r64(12 * Nc * Cl) + r64(4 * Nc * Cl) : 0);
+    CHECK_MSG(a.scratch == want_sc, "scratch: %zu bytes, formula %zu", a.scratch, want_sc);
+    CHECK(a.total == a.inputs + a.blocks + a.head + a.scratch);
+
+    /* communication of one 1F1B step, from the counters */
+    int nm = gpt_num_modules(&g_cfg);
+    gpt_tensors *ps = malloc(sizeof *ps * nm), *gs = malloc(sizeof *gs * nm);
+    float **g3 = shards_make(&r, NULL);
+    sets_from(shards, ps);
+    sets_from(g3, gs);
+    pp_step_args sa = {MICRO, tok, tgt, 1.0f / MICRO, ps, gs};
+    zero_comm_counters t0, c0, t1, t2;
+    float l3;
+    zero_comm_reset_counters(r.grid.tp);
+    if (r.cp) zero_comm_reset_counters(r.cp);
+    MP_TRY(pp_train_step(r.ws, r.grid.pp, PP_1F1B, &sa, &l3));
+    counters_of(r.grid.tp, &t0);
+    counters_of(r.cp, &c0);
+    MP_TRY(tp_seq_grad_allreduce(r.ws, gs));
+    counters_of(r.grid.tp, &t1);
+    const uint64_t M = MICRO, unit = 4 * Nr * C * (P - 1); /* one SP all-gather or reduce-scatter */
+    const uint64_t loss_tp = sp && head ? M * ar_bytes(2, 8, tp) : 0;
+    if (sp) {
+        CHECK_MSG(t0.bytes_sent[ZERO_OP_ALLGATHER] == M * L * 6 * unit, "SP all-gather bytes %llu, theory %llu",
+                  (unsigned long long)t0.bytes_sent[ZERO_OP_ALLGATHER], (unsigned long long)(M * L * 6 * unit));
+        CHECK_MSG(t0.bytes_sent[ZERO_OP_REDUCE_SCATTER] == M * L * 4 * unit, "SP reduce-scatter bytes %llu, theory %llu",
+                  (unsigned long long)t0.bytes_sent[ZERO_OP_REDUCE_SCATTER], (unsigned long long)(M * L * 4 * unit));
+        CHECK_MSG(t0.bytes_sent[ZERO_OP_ALLREDUCE] == loss_tp, "SP all-reduce bytes in the step %llu, theory %llu",
+                  (unsigned long long)t0.bytes_sent[ZERO_OP_ALLREDUCE], (unsigned long long)loss_tp);
+        uint64_t grad_ar = 0; /* the LayerNorms, and wte / wpe / ln_f where held */
+        for (size_t i = 0; i < np; i++) {
+            const gpt_param_info *f = &r.info[i].full;
+            int partial = f->module == GPT_MODULE_EMBED || f->module == gpt_module_final(&g_cfg) ||
+                          f->index == GPT_LN1_W || f->index == GPT_LN1_B || f->index == GPT_LN2_W || f->index == GPT_LN2_B;
+            if (r.held[i] && partial) grad_ar += ar_bytes(f->numel, 4, tp);
+        }
+        uint64_t got = t1.bytes_sent[ZERO_OP_ALLREDUCE] - t0.bytes_sent[ZERO_OP_ALLREDUCE];
+        CHECK_MSG(got == grad_ar, "tp_seq_grad_allreduce bytes %llu, theory %llu", (unsigned long long)got,
+                  (unsigned long long)grad_ar);
+    }
+    if (cp > 1) {
+        const uint64_t a2a = M * L * 8 * 4 * B * (T / Q) * Ca * (Q - 1);
+        CHECK_MSG(c0.bytes_sent[ZERO_OP_ALLTOALL] == a2a && c0.calls[ZERO_OP_ALLTOALL] == M * L * 4,
+                  "cp all-to-all bytes %llu in %llu calls, theory %llu in %llu",
+                  (unsigned long long)c0.bytes_sent[ZERO_OP_ALLTOALL], (unsigned long long)c0.calls[ZERO_OP_ALLTOALL],
+                  (unsigned long long)a2a, (unsigned long long)(M * L * 4));
+        const uint64_t loss_cp = head ? M * ar_bytes(2, 8, cp) : 0;
+        CHECK_MSG(c0.bytes_sent[ZERO_OP_ALLREDUCE] == loss_cp, "cp all-reduce bytes %llu, theory %llu",
+                  (unsigned long long)c0.bytes_sent[ZERO_OP_ALLREDUCE], (unsigned long long)loss_cp);
+        CHECK(c0.bytes_sent[ZERO_OP_ALLGATHER] + c0.bytes_sent[ZERO_OP_REDUCE_SCATTER] == 0);
+    }
+    /* the same step without SP / cp (tp only, the same tp group) on the same rows: its all-reduce bytes */
+    uint64_t tp_ar = 0;
+    if (sp) {
+        if (mp_setup_seq(&plain, world, tp, pp, PP_1F1B, MICRO, cp, 0)) return 1;
+        float **g4 = shards_make(&plain, NULL);
+        sets_from(g4, gs);
+        zero_comm_reset_counters(plain.grid.tp);
+        MP_TRY(pp_train_step(plain.ws, plain.grid.pp, PP_1F1B, &sa, &l3));
+        counters_of(plain.grid.tp, &t2);
+        tp_ar = t2.bytes_sent[ZERO_OP_ALLREDUCE];
+        CHECK_MSG(tp_ar == M * L * 4 * ar_bytes(Nc * C, 4, tp), "tp all-reduce bytes %llu, theory %llu",
+                  (unsigned long long)tp_ar, (unsigned long long)(M * L * 4 * ar_bytes(Nc * C, 4, tp)));
+        uint64_t sp_bytes = t0.bytes_sent[ZERO_OP_ALLGATHER] + t0.bytes_sent[ZERO_OP_REDUCE_SCATTER] - M * L * 2 * unit;
+        CHECK_MSG(sp_bytes == tp_ar, "SP all-gather + reduce-scatter bytes less the re-gathers %llu != tp's all-reduce "
+                  "bytes %llu", (unsigned long long)sp_bytes, (unsigned long long)tp_ar);
+        for (size_t i = 0; i < np; i++) free(g4[i]);
+        free(g4);
+        mp_teardown(&plain);
+    }
+    double all_worst = worst;
+    MP_TRY(zero_allreduce(world, &worst, &all_worst, 1, ZERO_F64, ZERO_MAX));
+    if (g_rank == 0)
+        printf("tp %d pp %d cp %d sp %d: loss %.7f (reference %.7f, rel %.1e), largest gradient error / max|ref| %.2e; "
+               "rank 0 activations %zu bytes (stored %zu; tp-only %zu, stored %zu); step bytes sent: tp all-gather "
+               "%llu, reduce-scatter %llu, all-reduce %llu (+%llu gradients; tp-only all-reduce %llu), cp "
+               "all-to-all %llu\n",
+               tp, pp, cp, sp, l1, ref_loss, fabs(l1 - ref_loss) / fabs(ref_loss), all_worst, a.total,
+               a.inputs + a.blocks + a.head, base.total, base.inputs + base.blocks + base.head,
+               (unsigned long long)t0.bytes_sent[ZERO_OP_ALLGATHER],
+               (unsigned long long)t0.bytes_sent[ZERO_OP_REDUCE_SCATTER],
+               (unsigned long long)t0.bytes_sent[ZERO_OP_ALLREDUCE],
+               (unsigned long long)(t1.bytes_sent[ZERO_OP_ALLREDUCE] - t0.bytes_sent[ZERO_OP_ALLREDUCE]),
+               (unsigned long long)tp_ar, (unsigned long long)c0.bytes_sent[ZERO_OP_ALLTOALL]);
+
+    /* refusals by name */
+    tp_workspace *bad = NULL;
+    const tp_options sp1 = {NULL, 1, NULL};
+    if (tp == 1) {
+        CHECK(tp_workspace_create_opts(&bad, &g_cfg, r.grid.tp, BATCH, SEQ, r.begin, r.end, 1, &sp1) == ZERO_CONFIG);
+        CHECK(strstr(gpt_last_error(), "sequence parallelism needs a tp group") != NULL);
+    } else {
+        CHECK(tp_workspace_split_backward(r.ws) == (sp || cp > 1 ? ZERO_UNSUPPORTED : ZERO_OK));
+    }
+    if (r.cp) {
+        const tp_options o = {NULL, 0, r.cp};
+        CHECK(tp_workspace_create_opts(&bad, &g_cfg, r.grid.tp, BATCH, 6, r.begin, r.end, 1, &o) ==
+              (6 % cp ? ZERO_CONFIG : ZERO_OK));
+        tp_workspace_destroy(bad);
+    }
+    for (size_t i = 0; i < np; i++) free(ref[i]), free(shards[i]), free(g1[i]), free(g2[i]), free(g3[i]);
+    free(ref), free(shards), free(g1), free(g2), free(g3), free(tok), free(tgt), free(ps), free(gs);
     full_free(full);
     mp_teardown(&r);
     return 0;
@@ -748,6 +940,8 @@ int main(int argc, char **argv)
     else if (argc > 3 && strcmp(argv[3], "engine") == 0)
         rc = engine_mode(world, tp, pp, argc > 4 ? atoi(argv[4]) : 1, argc > 5 ? atoi(argv[5]) : 4,
                          argc > 6 ? atof(argv[6]) : 0.0);
+    else if (argc > 3 && strcmp(argv[3], "seq") == 0)
+        rc = seq_mode(world, tp, pp, argc > 4 ? atoi(argv[4]) : 1, argc > 5 ? atoi(argv[5]) : 0);
     else if (argc > 3 && strcmp(argv[3], "overflow") == 0)
         rc = overflow_mode(world, tp, pp);
     else

@@ -16,7 +16,8 @@ def test_print_config_is_complete_and_reloadable(tmp_path):
     # defaults filled in, DeepSpeed's names
     assert cfg["model"] == {"n_layer": 4, "n_head": 4, "d_model": 128, "seq_len": 64, "vocab": 256, "tp": 1, "pp": 1,
                             "pp_schedule": "1f1b", "pp_virtual": 1,
-                            "moe": {"experts": 0, "top_k": 1, "capacity_factor": 1.0, "aux_loss_coef": 0.01, "ep": 1}}
+                            "moe": {"experts": 0, "top_k": 1, "capacity_factor": 1.0, "aux_loss_coef": 0.01, "ep": 1},
+                            "cp": 1, "sequence_parallel": False}
     assert cfg["train_micro_batch_size_per_gpu"] == 8 and cfg["gradient_accumulation_steps"] == 1
     assert cfg["train_batch_size"] == 8
     assert cfg["zero_optimization"]["stage"] == 3

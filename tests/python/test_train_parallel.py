@@ -24,14 +24,21 @@ def run(tmp_path, name, extra, ranks):
     return metrics(m), p
 
 
-@pytest.mark.parametrize("tp,pp,stage", [(2, 1, 3), (1, 2, 1), (2, 2, 2)])
-def test_parallel_matches_one_rank(tmp_path, tp, pp, stage):
-    dp = 4 // (tp * pp)
+# cp: Ulysses context parallelism, the engine over dp x cp; sp: Megatron sequence parallelism over tp
+# (n_head 4 where tp x cp = 4 heads are needed, in both runs)
+@pytest.mark.parametrize("tp,pp,cp,sp,stage", [(2, 1, 1, 0, 3), (1, 2, 1, 0, 1), (2, 2, 1, 0, 2), (2, 1, 1, 1, 3),
+                                               (1, 1, 2, 0, 2), (2, 1, 2, 1, 1)])
+def test_parallel_matches_one_rank(tmp_path, tp, pp, cp, sp, stage):
+    dp = 4 // (tp * pp * cp)
     accum = 4 // dp  # 16 sequences per step: micro 4 x accum x dp
-    par, p = run(tmp_path, "par", ["--steps", str(STEPS), "--set", f"model.tp={tp}", "--set", f"model.pp={pp}", "--stage", str(stage),
-                                   "--grad-accum", str(accum)], ranks=4)
-    ref, _ = run(tmp_path, "ref", ["--steps", str(STEPS), "--stage", str(stage), "--grad-accum", "4"], ranks=1)
-    assert f"tp {tp} x pp {pp} x dp {dp}" in p.stdout
+    heads = ["--set", "model.n_head=4"] if tp * cp == 4 else []
+    grid = ["--set", f"model.tp={tp}", "--set", f"model.pp={pp}", "--set", f"model.cp={cp}",
+            "--set", f"model.sequence_parallel={'true' if sp else 'false'}"]
+    par, p = run(tmp_path, "par", ["--steps", str(STEPS), "--stage", str(stage), "--grad-accum", str(accum)] + grid + heads,
+                 ranks=4)
+    ref, _ = run(tmp_path, "ref", ["--steps", str(STEPS), "--stage", str(stage), "--grad-accum", "4"] + heads, ranks=1)
+    assert f"tp {tp} x cp {cp} x pp {pp} x dp {dp}" in p.stdout
+    assert ("sequence parallel over tp" in p.stdout) == bool(sp)
     assert [r["step"] for r in par] == list(range(1, STEPS + 1))
     for a, b in zip(par, ref):
         # the same samples each step; only the summation order of tp partial sums and the
@@ -73,7 +80,9 @@ def test_parallel_bf16_matches_one_rank_bf16(tmp_path, tp, pp, stage, sched):
 
 
 @pytest.mark.parametrize("extra,needle", [
-    (["--set", "model.tp=3"], "world size 4 must equal dp * tp * pp"),
+    (["--set", "model.tp=3"], "world size 4 must equal dp * tp * cp * pp"),
+    (["--set", "model.sequence_parallel=true"], "model.sequence_parallel: needs model.tp >= 2"),
+    (["--set", "model.cp=4", "--set", "model.n_head=2"], "model.cp: 4 must divide model.seq_len 16, and model.tp 1 x"),
     (["--set", "model.tp=4", "--set", "model.n_head=2"], "model.tp: 4 does not divide model.n_head 2"),
     (["--set", "model.pp=4"], "model.pp: 4 stages need model.n_layer >= 4"),
     (["--set", "model.pp=2", "--set", "fp16.enabled=true"], "fp16.enabled: model.tp / model.pp > 1"),

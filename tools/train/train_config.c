@@ -687,7 +687,7 @@ static int parse_clean(train_config *c, json_t *root, int world, char *err, size
     c->comm_timeout_s = TRAIN_DEFAULT_COMM_TIMEOUT_S;
     c->data_path = strdup("auto");
     c->data_suffixes_auto = 1;
-    c->tp = c->pp = 1;
+    c->tp = c->pp = c->cp = 1;
     c->pp_schedule = strdup("1f1b");
     c->pp_virtual = 1;
     c->moe_top_k = 1;
@@ -699,13 +699,15 @@ static int parse_clean(train_config *c, json_t *root, int world, char *err, size
     {
         json_t *m0 = json_object_get(root, "model");
         if (json_is_object(m0) && (get_int32(m0, "model", "tp", &c->tp, 1, 1024, err, n) ||
-                                   get_int32(m0, "model", "pp", &c->pp, 1, 1024, err, n)))
+                                   get_int32(m0, "model", "pp", &c->pp, 1, 1024, err, n) ||
+                                   get_int32(m0, "model", "cp", &c->cp, 1, 1024, err, n) ||
+                                   get_bool(m0, "model", "sequence_parallel", &c->sequence_parallel, err, n)))
             return -1;
-        if (world % (c->tp * c->pp))
-            return cfail(err, n, "model.tp %d * model.pp %d: the world size %d must equal dp * tp * pp",
-                         c->tp, c->pp, world);
+        if (world % (c->tp * c->pp * c->cp))
+            return cfail(err, n, "model.tp %d * model.cp %d * model.pp %d: the world size %d must equal dp * tp * cp * pp",
+                         c->tp, c->cp, c->pp, world);
     }
-    const int dp = world / (c->tp * c->pp);
+    const int dp = world / (c->tp * c->pp * c->cp);
     c->dp = dp;
 
     /* ------------------------------------------------ batch sizes (DeepSpeed's rule)
@@ -775,7 +777,7 @@ static int parse_clean(train_config *c, json_t *root, int world, char *err, size
         return -1;
     if (model) {
         static const char *const keys[] = {"n_layer",     "n_head", "d_model", "seq_len", "vocab", "tp", "pp",
-                                           "pp_schedule", "pp_virtual", "moe", NULL};
+                                           "pp_schedule", "pp_virtual", "moe", "cp", "sequence_parallel", NULL};
         if (check_keys(model, "model", keys, err, n) ||
             get_int32(model, "model", "n_layer", &c->n_layer, 1, 1024, err, n) ||
             get_int32(model, "model", "n_head", &c->n_head, 1, 1024, err, n) ||
@@ -805,8 +807,18 @@ static int parse_clean(train_config *c, json_t *root, int world, char *err, size
         return cfail(err, n, "model.moe.ep: %d must divide model.moe.experts %d (> 0)", c->moe_ep, c->moe_experts);
     if (c->moe_ep > 1 && dp % c->moe_ep)
         return cfail(err, n, "model.moe.ep: %d does not divide the %d data-parallel ranks", c->moe_ep, dp);
-    if (c->moe_experts && c->tp * c->pp > 1)
-        return cfail(err, n, "model.moe: the MoE model does not run with model.tp / model.pp > 1 yet (use model.moe.ep)");
+    if (c->moe_experts && c->tp * c->pp * c->cp > 1)
+        return cfail(err, n, "model.moe: the MoE model does not run with model.tp / model.pp / model.cp > 1 yet (use "
+                             "model.moe.ep)");
+    if (c->sequence_parallel && c->tp < 2)
+        return cfail(err, n, "model.sequence_parallel: needs model.tp >= 2 (it splits the tp group's replicated "
+                             "LayerNorm / residual regions along the sequence)");
+    if (c->sequence_parallel && (c->micro_batch * (c->seq_len / c->cp)) % c->tp)
+        return cfail(err, n, "model.sequence_parallel: model.tp %d does not divide the %d x %d rows of a micro-batch "
+                             "(per cp rank)", c->tp, c->micro_batch, c->seq_len / c->cp);
+    if (c->cp > 1 && (c->seq_len % c->cp || c->n_head % (c->tp * c->cp)))
+        return cfail(err, n, "model.cp: %d must divide model.seq_len %d, and model.tp %d x model.cp must divide "
+                             "model.n_head %d", c->cp, c->seq_len, c->tp, c->n_head);
     if (c->d_model % c->n_head)
         return cfail(err, n, "model.d_model: %d is not divisible by model.n_head %d", c->d_model, c->n_head);
     if (c->n_head % c->tp)
@@ -887,7 +899,7 @@ static int parse_clean(train_config *c, json_t *root, int world, char *err, size
             return cfail(err, n, "train.steps: %lld steps * train_batch_size %lld * model.seq_len %d tokens overflow "
                          "64 bits", (long long)c->steps, (long long)c->train_batch_size, c->seq_len);
     }
-    if (c->tp * c->pp > 1 && strcmp(c->device, "cpu") != 0)
+    if (c->tp * c->pp * c->cp > 1 && strcmp(c->device, "cpu") != 0)
         return cfail(err, n, "train.device: \"%s\": model.tp / model.pp > 1 run on the CPU only", c->device);
     if (c->moe_experts && strcmp(c->device, "cpu") != 0)
         return cfail(err, n, "train.device: \"%s\": the MoE model (model.moe.experts > 0) runs on the CPU only",
@@ -919,9 +931,10 @@ static int parse_clean(train_config *c, json_t *root, int world, char *err, size
     json_t *moe = json_pack("{s:i,s:i,s:f,s:f,s:i}", "experts", c->moe_experts, "top_k", c->moe_top_k,
                             "capacity_factor", c->moe_capacity_factor, "aux_loss_coef", c->moe_aux_loss_coef, "ep",
                             c->moe_ep);
-    json_object_set_new(e, "model", json_pack("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:i,s:o}", "n_layer", c->n_layer, "n_head",
+    json_object_set_new(e, "model", json_pack("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:i,s:o,s:i,s:b}", "n_layer", c->n_layer, "n_head",
                                               c->n_head, "d_model", c->d_model, "seq_len", c->seq_len, "vocab",
-                                              c->vocab, "tp", c->tp, "pp", c->pp, "pp_schedule", c->pp_schedule, "pp_virtual", c->pp_virtual, "moe", moe));
+                                              c->vocab, "tp", c->tp, "pp", c->pp, "pp_schedule", c->pp_schedule, "pp_virtual", c->pp_virtual, "moe", moe,
+                                              "cp", c->cp, "sequence_parallel", c->sequence_parallel));
     json_t *sfx = json_array();
     if (c->data_suffixes)
         for (char **s = c->data_suffixes; *s; s++) json_array_append_new(sfx, json_string(*s));

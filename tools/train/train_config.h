@@ -71,8 +71,9 @@ typedef struct train_config {
     int micro_batch, grad_accum;
     /* model */
     int n_layer, n_head, d_model, seq_len, vocab;
-    /* model parallelism (model.tp, model.pp; Megatron's grid order); dp = world / (tp * pp) */
-    int tp, pp, dp;
+    /* model parallelism (model.tp, model.pp, model.cp; Megatron-core's grid order tp, cp, dp, pp);
+     * dp = world / (tp * cp * pp); model.sequence_parallel: Megatron SP over tp (docs/sequence-parallel.md) */
+    int tp, pp, dp, cp, sequence_parallel;
     char *pp_schedule;  /* model.pp_schedule: "1f1b" (default), "gpipe", "interleaved", "zb-h1", "zb-h2" (docs/pipeline.md) */
     int pp_virtual;     /* model.pp_virtual: chunks per stage; >= 2 for "interleaved", else 1 */
     /* model.moe: mixture-of-experts blocks (experts 0: dense), expert parallelism over ep

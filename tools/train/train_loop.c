@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "pp_trace.h"
+#include "train_comm_report.h"
 #include "train_run.h"
 
 static double cpu_s(void)
@@ -146,6 +147,8 @@ int train_loop(run *r)
     int rc = 0;
     double nvme_base[TRAIN_RANK_FIELDS];
     if (c->metrics_file) local_rank_fields(r, nvme_base);
+    train_comm_report comms;
+    train_comm_report_start(&comms, r);
     while (r->step < c->steps) {
         double t0 = train_now_s(), c0 = cpu_s();
         /* the scheduler counts applied updates, as DeepSpeed's engine steps
@@ -301,6 +304,7 @@ int train_loop(run *r)
             for (int q = 0; q < r->world && q < 16; q++) printf(" %d: %.2f (%.2f)", q, mem_all[3 * q + 2], mem_all[3 * q + 1]);
             printf("%s\n", r->world > 16 ? " ..." : "");
         }
+        train_comm_report_print(&comms, r->step - start_step);
         if (c->ckpt_dir) printf("summary: checkpoints in %s\n", c->ckpt_dir);
         fflush(stdout);
     }

@@ -333,7 +333,7 @@ int main(int argc, char **argv)
     }
     r.zcfg.gradient_accumulation_steps = r.cfg.grad_accum;
     r.zcfg.lr = r.cfg.lr;
-    const int model_parallel = r.cfg.tp * r.cfg.pp > 1;
+    const int model_parallel = r.cfg.tp * r.cfg.pp * r.cfg.cp > 1;
     if (model_parallel && r.zcfg.compute_dtype == ZERO_F16) {
         r0printf(&r, stderr, "zero-train: config: fp16.enabled: model.tp / model.pp > 1 compute in fp32 or bf16 "
                              "(fp16's loss scaling is not in the tensor/pipeline runtime)\n");
@@ -443,7 +443,8 @@ int main(int argc, char **argv)
         /* the grid, the engine over its dp group, this rank's stage and tp shards (of
          * model.pp_virtual chunks for "interleaved"; set_schedule names a mismatch) */
         int chunks = strcmp(r.cfg.pp_schedule, "interleaved") == 0 ? r.cfg.pp_virtual : 1;
-        int ok = train_parallel_create(&r.par, r.host_comm, &g, r.cfg.tp, r.cfg.pp, chunks, r.cfg.micro_batch,
+        int ok = train_parallel_create(&r.par, r.host_comm, &g, r.cfg.tp, r.cfg.pp, chunks, r.cfg.cp,
+                                       r.cfg.sequence_parallel, r.cfg.micro_batch,
                                        r.cfg.grad_accum, r.cfg.seed, &r.zcfg, r.dev, &r.engine, &ckpt, err,
                                        sizeof err) == 0;
         if (ok && train_parallel_set_schedule(r.par, r.cfg.pp_schedule, r.cfg.pp_virtual, err, sizeof err) != 0)
@@ -511,10 +512,11 @@ int main(int argc, char **argv)
                      r.cfg.moe_ep, r.world / r.cfg.moe_ep, g.moe_experts / r.cfg.moe_ep);
         if (model_parallel)
             r0printf(&r, stdout,
-                     "model parallel: tp %d x pp %d x dp %d (Megatron order: tp fastest, then dp, then pp), %s "
-                     "(%d chunks per stage) over %d micro-batches; rank 0 holds %.3f M parameters of its stage's "
-                     "tp shards\n",
-                     r.cfg.tp, r.cfg.pp, r.dp, r.cfg.pp_schedule, r.cfg.pp_virtual, r.cfg.grad_accum,
+                     "model parallel: tp %d x cp %d x pp %d x dp %d (Megatron-core order: tp fastest, then cp, "
+                     "dp, pp)%s, %s (%d chunks per stage) over %d micro-batches; rank 0 holds %.3f M parameters of "
+                     "its stage's tp shards\n",
+                     r.cfg.tp, r.cfg.cp, r.cfg.pp, r.dp, r.cfg.sequence_parallel ? ", sequence parallel over tp" : "",
+                     r.cfg.pp_schedule, r.cfg.pp_virtual, r.cfg.grad_accum,
                      plan.numel / 1e6);
     }
 

@@ -17,6 +17,8 @@ struct train_parallel {
     zero_grid grid;
     zero_comm *embed;   /* the tied-embedding group {first, last stage}; NULL elsewhere */
     zero_comm *mp;      /* tp x pp ranks of this dp rank: the engine's norm group */
+    zero_comm *cp;      /* context parallelism: the cp ranks sharing this rank's sequences; NULL without */
+    int cp_size, sp;    /* model.cp; model.sequence_parallel */
     zero_engine *engine;
     int chunks;          /* model.pp_virtual: chunks per stage (interleaved schedules) */
     tp_workspace **ws;   /* one per chunk: chunk c holds blocks pp_chunk_layers(c) */
@@ -112,7 +114,8 @@ static int f32_copies_sync(train_parallel *p, int widen, char *err, size_t en)
 }
 
 int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_config *cfg, int tp, int pp, int chunks,
-                          int micro, int micro_batches, uint64_t seed, const zero_config *zc, zero_device *dev,
+                          int cp, int sequence_parallel, int micro, int micro_batches, uint64_t seed,
+                          const zero_config *zc, zero_device *dev,
                           zero_engine **engine, const gpt_checkpointing *ck, char *err, size_t en)
 {
     *out = NULL;
@@ -121,6 +124,8 @@ int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_conf
     if (!p) return pfail(err, en, "model parallel: out of memory");
     p->cfg = *cfg;
     p->micro_batches = micro_batches;
+    p->cp_size = cp;
+    p->sp = sequence_parallel;
     if (ck) p->ck = *ck;
     const int nm = gpt_num_modules(cfg);
     p->param_ids = calloc(gpt_num_params(cfg), sizeof *p->param_ids);
@@ -133,16 +138,19 @@ int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_conf
         pfail(err, en, "model parallel: out of memory");
         goto fail;
     }
+    /* the grid's "dp" group spans dp x cp (the engine's group: gradients summed over cp there) */
     PTRY(zero_grid_create(world, tp, pp, &p->grid), "grid");
+    if (cp > 1) PTRY(tp_cp_groups_create(&p->grid, cp, &p->cp, NULL), "context-parallel group");
     PTRY(pp_embed_group_create(p->grid.pp, &p->embed), "pipeline embedding group");
     PTRY(tp_engine_mp_create(world, &p->grid, &p->mp), "model-parallel group");
     /* one slot per chunk for now: train_parallel_set_schedule sizes them for the plan */
     for (int c = 0; c < p->chunks; c++) {
         int b, e;
         PTRY(pp_chunk_layers(cfg, pp, p->chunks, p->grid.pp_rank, c, &b, &e), "pipeline stages");
-        PTRY(tp_workspace_create_ckpt(&p->ws[c], cfg, p->grid.tp, micro, cfg->seq_len, b, e,
+        const tp_options o = {ck, sequence_parallel, p->cp};
+        PTRY(tp_workspace_create_opts(&p->ws[c], cfg, p->grid.tp, micro, cfg->seq_len, b, e,
                                       p->chunks > 1 ? 1 : pp_slots_needed(PP_1F1B, micro_batches, pp, p->grid.pp_rank),
-                                      ck),
+                                      &o),
              "tp workspace");
         PTRY(tp_workspace_set_matmul_dtype(p->ws[c], zc->compute_dtype == ZERO_BF16 ? ZERO_BF16 : ZERO_F32),
              "tp workspace");
@@ -179,6 +187,7 @@ void train_parallel_destroy(train_parallel *p)
     zero_engine_destroy(p->engine);
     for (int c = 0; p->ws && c < p->chunks; c++) tp_workspace_destroy(p->ws[c]);
     free(p->ws);
+    zero_comm_destroy(p->cp);
     zero_comm_destroy(p->mp);
     zero_comm_destroy(p->embed);
     zero_grid_destroy(&p->grid);
@@ -196,8 +205,19 @@ void train_parallel_destroy(train_parallel *p)
     free(p);
 }
 
-int train_parallel_dp_size(const train_parallel *p) { return p->grid.dp_size; }
-int train_parallel_dp_rank(const train_parallel *p) { return p->grid.dp_rank; }
+int train_parallel_comms(const train_parallel *p, const char **names, zero_comm **comms)
+{
+    int n = 0;
+    names[n] = "tp", comms[n++] = p->grid.tp;
+    if (p->cp) names[n] = "cp", comms[n++] = p->cp;
+    names[n] = "pp", comms[n++] = p->grid.pp;
+    names[n] = p->cp ? "dp x cp (engine)" : "dp (engine)", comms[n++] = p->grid.dp;
+    return n;
+}
+
+/* the data-parallel replicas (the cp ranks of one share its sequences) */
+int train_parallel_dp_size(const train_parallel *p) { return p->grid.dp_size / p->cp_size; }
+int train_parallel_dp_rank(const train_parallel *p) { return p->grid.dp_rank / p->cp_size; }
 int train_parallel_tp_rank(const train_parallel *p) { return p->grid.tp_rank; }
 int train_parallel_pp_rank(const train_parallel *p) { return p->grid.pp_rank; }
 zero_comm *train_parallel_dp_comm(const train_parallel *p) { return p->grid.dp; }
@@ -222,14 +242,15 @@ void train_parallel_activation_bytes(const train_parallel *p, gpt_activation_byt
 {
     memset(now, 0, sizeof *now);
     memset(without, 0, sizeof *without);
+    const tp_options o = {NULL, p->sp, NULL};
     for (int c = 0; c < p->chunks; c++) {
         int b, e;
         gpt_activation_bytes n, w;
         tp_workspace_activation_bytes(p->ws[c], &n);
         tp_workspace_range(p->ws[c], &b, &e);
-        if (tp_activation_bytes_for(&p->cfg, p->grid.tp_size,
-                                    (int)(tp_workspace_rows(p->ws[c]) / (size_t)p->cfg.seq_len), p->cfg.seq_len, b, e,
-                                    tp_workspace_slots(p->ws[c]), NULL, &w) != ZERO_OK)
+        if (tp_activation_bytes_opts(&p->cfg, p->grid.tp_size, p->cp_size,
+                                     (int)(tp_workspace_tokens(p->ws[c]) / (size_t)p->cfg.seq_len), p->cfg.seq_len, b,
+                                     e, tp_workspace_slots(p->ws[c]), &o, &w) != ZERO_OK)
             w = n;
         add_bytes(now, &n);
         add_bytes(without, &w);
@@ -264,11 +285,17 @@ int train_parallel_micro_steps(train_parallel *p, const int32_t *tokens, const i
         ZERO_OK)
         return pfail(err, en, "%s", gpt_last_error());
     if (bf16 && f32_copies_sync(p, 1, err, en) != 0) return -1;
-    pp_step_args a = {p->micro_batches, tokens, targets, 1.0f / (float)p->micro_batches, p->params, p->grads};
+    /* dloss: the mean over micro-batches; with cp, times cp: the engine averages over dp x cp ranks, and the
+     * cp ranks' gradients are shares of one replica's gradient (their sum) */
+    pp_step_args a = {p->micro_batches, tokens, targets, (float)p->cp_size / (float)p->micro_batches, p->params,
+                      p->grads};
     pp_run_opts o = {p->tracing ? &p->trace : NULL, 0.0};
     zero_status st = p->has_plan ? pp_run_plan(p->ws, p->grid.pp, &p->plan, &a, &o, loss)
                                  : pp_train_step(p->ws[0], p->grid.pp, PP_1F1B, &a, loss);
     if (st != ZERO_OK) return pfail(err, en, "pipeline step: %s", gpt_last_error());
+    for (int c = 0; c < p->chunks; c++) /* each chunk's blocks (interleaved: >= 2 stages, so wte once per rank) */
+        if (tp_seq_grad_allreduce(p->ws[c], p->grads) != ZERO_OK)
+            return pfail(err, en, "sequence-parallel gradients: %s", gpt_last_error());
     if (pp_tied_grad_allreduce(p->embed, &p->cfg, &p->grads[GPT_MODULE_EMBED]) != ZERO_OK)
         return pfail(err, en, "tied embedding gradient: %s", gpt_last_error());
     if (bf16 && f32_copies_sync(p, 0, err, en) != 0) return -1;
@@ -298,9 +325,10 @@ int train_parallel_set_schedule(train_parallel *p, const char *schedule, int chu
         int b, e;
         tp_workspace *ws = NULL;
         tp_workspace_range(p->ws[c], &b, &e);
-        if (tp_workspace_create_ckpt(&ws, &p->cfg, p->grid.tp,
-                                     (int)(tp_workspace_rows(p->ws[c]) / (size_t)p->cfg.seq_len), p->cfg.seq_len, b, e,
-                                     need, p->ck.blocks ? &p->ck : NULL) != ZERO_OK ||
+        const tp_options o = {p->ck.blocks ? &p->ck : NULL, p->sp, p->cp};
+        if (tp_workspace_create_opts(&ws, &p->cfg, p->grid.tp,
+                                     (int)(tp_workspace_tokens(p->ws[c]) / (size_t)p->cfg.seq_len), p->cfg.seq_len, b,
+                                     e, need, &o) != ZERO_OK ||
             tp_workspace_set_matmul_dtype(ws, p->dtype == ZERO_BF16 ? ZERO_BF16 : ZERO_F32) != ZERO_OK) {
             tp_workspace_destroy(ws);
             pp_plan_free(&plan);

@@ -21,9 +21,13 @@ typedef struct train_parallel train_parallel;
  * accumulates the micro-batches itself) on `dev` (CPU, fp32 compute),
  * registers and finalizes. `chunks` (model.pp_virtual, >= 1): chunks per
  * stage - the stage holds the blocks of all its chunks (interleaved schedules).
+ * cp > 1: Ulysses context parallelism over cp ranks nested between tp and
+ * dp (tp_cp_groups_create), the engine over the dp x cp ranks;
+ * sequence_parallel: Megatron SP over tp (tp_gpt.h's tp_options).
  * *engine is owned by the returned object. */
 int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_config *cfg, int tp, int pp, int chunks,
-                          int micro, int micro_batches, uint64_t seed, const zero_config *zc, zero_device *dev,
+                          int cp, int sequence_parallel, int micro, int micro_batches, uint64_t seed,
+                          const zero_config *zc, zero_device *dev,
                           zero_engine **engine, const gpt_checkpointing *ck, char *err, size_t err_size);
 /* Before the first step: the pipeline schedule by name (model.pp_schedule; pp_plan.h) with `chunks`
  * chunks per stage (model.pp_virtual; the create's `chunks`). Without this call zero-train runs 1F1B. Builds and checks the
@@ -37,6 +41,9 @@ void train_parallel_trace_optimizer(train_parallel *p, double t0, double t1);
 int train_parallel_write_trace(train_parallel *p, zero_comm *world, const char *path, char *err, size_t err_size);
 void train_parallel_destroy(train_parallel *p); /* NULL accepted */
 
+/* The groups of this rank for the communication report: tp, cp (if any),
+ * pp and the engine's ("dp", or "dp x cp" with cp); returns how many. */
+int train_parallel_comms(const train_parallel *p, const char **names, zero_comm **comms);
 int train_parallel_dp_size(const train_parallel *p);
 int train_parallel_tp_rank(const train_parallel *p);
 int train_parallel_pp_rank(const train_parallel *p);
