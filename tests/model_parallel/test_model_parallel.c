@@ -478,6 +478,30 @@ static int seq_mode(zero_comm *world, int tp, int pp, int cp, int sp)
             CHECK_MSG(memcmp(g1[i], g2[i], sizeof(float) * r.info[i].numel) == 0, "%s: 1F1B gradient differs from GPipe",
                       r.info[i].full.name);
 
+    /* activation checkpointing (blocks 0-1 recomputed; the recomputation repeats SP's gathers and
+     * cp's all-to-alls): bitwise the 1F1B gradients without it */
+    {
+        tp_workspace *plain_ws = r.ws;
+        const gpt_checkpointing ck = {2, 0, 0};
+        const tp_options co = {&ck, sp, r.cp};
+        MP_TRY(tp_workspace_create_opts(&r.ws, &g_cfg, r.grid.tp, BATCH, SEQ, r.begin, r.end,
+                                        tp_workspace_slots(plain_ws), &co));
+        float **gc = shards_make(&r, NULL);
+        float lc;
+        if (run_step(&r, PP_1F1B, shards, gc, tok, tgt, MICRO, &lc)) return 1;
+        CHECK_MSG(lc == l2, "checkpointing: loss %.9g vs %.9g without", lc, l2);
+        for (size_t i = 0; i < np; i++)
+            if (r.held[i]) {
+                CHECK_MSG(memcmp(gc[i], g2[i], sizeof(float) * r.info[i].numel) == 0,
+                          "%s: gradient with checkpointing differs from without (tp %d cp %d sp %d)",
+                          r.info[i].full.name, tp, cp, sp);
+                free(gc[i]);
+            }
+        free(gc);
+        tp_workspace_destroy(r.ws);
+        r.ws = plain_ws;
+    }
+
     /* activation memory: the formula, exactly */
     const size_t B = BATCH, T = SEQ, C = (size_t)g_cfg.d_model, V = (size_t)g_cfg.vocab, P = (size_t)tp,
                  Q = (size_t)cp, L = (size_t)(r.end - r.begin), S = (size_t)tp_workspace_slots(r.ws);

@@ -7,14 +7,16 @@
 
 #include "train_run.h"
 
-/* The model's shape as checkpoints record it: model.tp / model.pp are the
- * run's layout, not the model (and checkpoints are refused unless both are
- * 1), so they stay out: older checkpoints compare equal. New reference. */
+/* The model's shape as checkpoints record it: model.tp / model.pp and
+ * model.cp / model.sequence_parallel are the run's layout, not the model,
+ * so they stay out (tp / pp are checked apart, "parallel"). New reference. */
 static json_t *model_shape(const run *r)
 {
     json_t *m = json_deep_copy(json_object_get(r->cfg.effective, "model"));
     json_object_del(m, "tp");
     json_object_del(m, "pp");
+    json_object_del(m, "cp");
+    json_object_del(m, "sequence_parallel");
     return m;
 }
 
