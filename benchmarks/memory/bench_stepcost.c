@@ -74,7 +74,12 @@ int bench_cmd_stepcost(int argc, char **argv)
         zero_engine_plan_info(e, &plan);
         /* the elements the step updates: everything at stage 0, the shard otherwise */
         size_t n = (size_t)(stage == 0 ? plan.padded_numel : plan.shard_numel);
-        float *p = calloc(n, 4), *g = calloc(n, 4), *m1 = calloc(n, 4), *m2 = calloc(n, 4);
+        float *p = malloc(n * 4), *g = malloc(n * 4), *m1 = malloc(n * 4), *m2 = malloc(n * 4);
+        /* Real pages with ordinary values: calloc'd arrays that the kernel
+         * only reads (the gradient) would all map the one shared zero page
+         * and sit in cache, flattering the kernel. */
+        for (size_t i = 0; p && g && m1 && m2 && i < n; i++)
+            p[i] = 0.01f * (float)(i % 97), g[i] = 1e-3f * (float)(i % 89), m1[i] = 1e-4f, m2[i] = 1e-6f;
         zero_optim_hyper h = {.grad_scale = 1.0f, .decay = 0.99999f, .beta1 = 0.9f, .one_minus_beta1 = 0.1f,
                               .beta2 = 0.999f, .one_minus_beta2 = 0.001f, .neg_step_size = -1e-3f,
                               .bc2_sqrt = 0.5f, .eps = 1e-8f, .neg_lr = -1e-3f, .momentum = 0.9f,

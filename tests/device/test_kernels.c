@@ -247,6 +247,26 @@ static void test_sumsq(ctx *c, zero_dtype dt, size_t n)
               zero_dtype_name(dt), n, got, ref, tol);
     CHECK_MSG(memcmp(&got, &again, sizeof got) == 0, "sumsq %s n=%zu not repeatable", zero_dtype_name(dt), n);
     CHECK(nf == 0);
+    if (!c->is_cuda) {
+        /* The CPU device's documented order (device/cpu_backend.c): blocks of
+         * 16384 elements summed in order, each block over 32 lanes (element
+         * i in lane i % 32) added in lane order. This plain loop is compiled
+         * for the baseline ISA, so equality also says the library's AVX2
+         * clone sums in the same order as its baseline one. */
+        double exact = 0.0;
+        for (size_t b0 = 0; b0 < n; b0 += 16384) {
+            size_t b1 = b0 + 16384 < n ? b0 + 16384 : n;
+            double lane[32] = {0}, blk = 0.0;
+            for (size_t i = b0; i < b1; i++) {
+                double v = (double)ref_load(x, dt, i);
+                lane[(i - b0) % 32] += v * v;
+            }
+            for (int l = 0; l < 32; l++) blk += lane[l];
+            exact += blk;
+        }
+        CHECK_MSG(memcmp(&got, &exact, sizeof got) == 0, "sumsq %s n=%zu: %.17g, the documented order gives %.17g",
+                  zero_dtype_name(dt), n, got, exact);
+    }
 
     /* one inf, then one NaN, anywhere: flagged */
     size_t pos = n / 2;
