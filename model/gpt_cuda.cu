@@ -68,7 +68,19 @@ struct gpt_cuda_workspace {
 
     int phase;       /* as gpt_cpu.c: 0 idle, 1 forward, 2 forward done, 3 backward */
     int next_layer;
+
+    /* split backward (gpt_cuda_workspace_split_backward): per block, the four
+     * linear layers' upstream gradients B kept for W; its own cudaMalloc */
+    float *wstash;
+    unsigned char *w_due;  /* host, n_layer: B ran, W not yet */
 };
+
+/* One block's W stash, in floats: d(fc_proj out) N x C, d(fc out) after GELU
+ * N x 4C, d(attn proj out) N x C, d(qkv) N x 3C. */
+static size_t wstash_floats(const gpt_cuda_workspace *ws)
+{
+    return (size_t)ws->B * ws->T * 9 * ws->cfg.d_model;
+}
 
 static size_t module_numel(const gpt_config *cfg, int module)
 {
@@ -608,6 +620,8 @@ extern "C" void gpt_cuda_workspace_destroy(gpt_cuda_workspace *ws)
     if (ws->blas) cublasDestroy(ws->blas);
     if (ws->host_mem) cudaStreamSynchronize(ws->stream); /* copies to the pinned buffer in flight */
     if (ws->mem) cudaFree(ws->mem);
+    if (ws->wstash) cudaFree(ws->wstash);
+    free(ws->w_due);
     if (ws->host_mem) cudaFreeHost(ws->host_mem);
     gpt_acts_free(&ws->acts);
     free(ws->host_targets);
@@ -659,6 +673,11 @@ extern "C" zero_status gpt_cuda_forward_begin(gpt_cuda_workspace *ws, const int3
 {
     if (!ws || !tokens) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_forward_begin: workspace or tokens is NULL");
     GPT_TRY(check_set(ws, "gpt_cuda_forward_begin", embed, GPT_MODULE_EMBED, "parameter"));
+    for (int l = 0; ws->w_due && l < ws->cfg.n_layer; l++)
+        if (ws->w_due[l])
+            return gpt_fail(ZERO_INVALID_STATE,
+                            "gpt_cuda_forward_begin: block %d's weight gradients (W) are still due: the forward "
+                            "would overwrite the activations they need", l);
     const int N = ws->B * ws->T, C = ws->cfg.d_model, V = ws->cfg.vocab;
     ws->valid = 0;
     for (int i = 0; i < N; i++) {
@@ -809,16 +828,31 @@ extern "C" zero_status gpt_cuda_backward_end(gpt_cuda_workspace *ws, float dloss
     return ZERO_OK;
 }
 
-extern "C" zero_status gpt_cuda_backward_block(gpt_cuda_workspace *ws, int layer, const gpt_tensors *block,
-                                               gpt_tensors *block_grads)
+/* A linear layer's backward in B: the input gradient, and (input_only) its
+ * upstream gradient kept in the stash for W instead of the weight and bias
+ * gradients now. The unsplit backward is matmul_backward: the same gemms in
+ * the same order, so B then W computes what it does. */
+static zero_status linear_backward(gpt_cuda_workspace *ws, float *stash, float *dinp, float *dw, float *db,
+                                   const float *dout, const float *inp, const float *w, int N, int C, int OC)
 {
-    if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_backward_block: workspace is NULL");
+    if (!stash) return matmul_backward(ws, dinp, dw, db, dout, inp, w, N, C, OC);
+    CUDA_TRY(cudaMemcpyAsync(stash, dout, sizeof(float) * (size_t)N * OC, cudaMemcpyDeviceToDevice, ws->stream));
+    return gemm(ws, 0, 0, N, C, OC, dout, OC, 0, w, C, 0, 0.0f, dinp, C, 0, 1);
+}
+
+/* The whole block backward, or (input_only) its B half. */
+static zero_status block_backward(gpt_cuda_workspace *ws, const char *op, int layer, const gpt_tensors *block,
+                                  gpt_tensors *block_grads, int input_only)
+{
+    if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "%s: workspace is NULL", op);
     if (ws->phase != 3 || layer != ws->next_layer)
-        return gpt_fail(ZERO_INVALID_STATE, "gpt_cuda_backward_block: block %d called out of order (expected %d)",
+        return gpt_fail(ZERO_INVALID_STATE, "%s: block %d called out of order (expected %d)", op,
                         layer, ws->phase == 3 ? ws->next_layer : ws->cfg.n_layer - 1);
+    if (input_only && !ws->wstash)
+        return gpt_fail(ZERO_INVALID_STATE, "%s: the workspace has no W stash (gpt_cuda_workspace_split_backward)", op);
     int m = gpt_module_block(layer);
-    GPT_TRY(check_set(ws, "gpt_cuda_backward_block", block, m, "parameter"));
-    GPT_TRY(check_set(ws, "gpt_cuda_backward_block", block_grads, m, "gradient"));
+    GPT_TRY(check_set(ws, op, block, m, "parameter"));
+    GPT_TRY(check_set(ws, op, block_grads, m, "gradient"));
     const int B = ws->B, T = ws->T, C = ws->cfg.d_model, NH = ws->cfg.n_head, hs = C / NH, N = B * T;
     gpt_block_acts *a = ws->io->block[layer];
     const float *x = ws->io->resid[layer];
@@ -832,19 +866,23 @@ extern "C" zero_status gpt_cuda_backward_block(gpt_cuda_workspace *ws, int layer
     GPT_TRY(stage_grads(ws, m, block_grads, ws->module_g, g));
     size_t nh = (size_t)N * C;
     float *dres = ws->acts.dres, *dln = ws->acts.dln, *dqkv = ws->acts.dqkv, *dfch = ws->acts.dfch;
+    /* the stash of this block (input_only): fc_proj, fc, attn proj, qkv upstream gradients */
+    float *st = input_only ? ws->wstash + (size_t)layer * wstash_floats(ws) : NULL;
+    float *st_fcproj = st, *st_fc = st ? st + nh : NULL, *st_proj = st ? st + 5 * nh : NULL,
+          *st_qkv = st ? st + 6 * nh : NULL;
 
     /* MLP half */
-    GPT_TRY(matmul_backward(ws, dfch, g[GPT_FCPROJ_W], g[GPT_FCPROJ_B], dres, a->fch_gelu, p[GPT_FCPROJ_W], N,
-                            4 * C, C));
+    GPT_TRY(linear_backward(ws, st_fcproj, dfch, g[GPT_FCPROJ_W], g[GPT_FCPROJ_B], dres, a->fch_gelu,
+                            p[GPT_FCPROJ_W], N, 4 * C, C));
     gelu_backward_kernel<<<blocks_for(4 * nh, 256), 256, 0, ws->stream>>>(dfch, a->fch, dfch, 4 * nh);
     LAUNCH_CHECK("gelu_backward");
-    GPT_TRY(matmul_backward(ws, dln, g[GPT_FC_W], g[GPT_FC_B], dfch, a->ln2, p[GPT_FC_W], N, C, 4 * C));
+    GPT_TRY(linear_backward(ws, st_fc, dln, g[GPT_FC_W], g[GPT_FC_B], dfch, a->ln2, p[GPT_FC_W], N, C, 4 * C));
     GPT_TRY(layernorm_backward(ws, dres, g[GPT_LN2_W], g[GPT_LN2_B], dln, a->res2, p[GPT_LN2_W], a->ln2_mean,
                                a->ln2_rstd, N, C));
 
     /* attention half */
-    GPT_TRY(matmul_backward(ws, dln, g[GPT_ATTPROJ_W], g[GPT_ATTPROJ_B], dres, a->atty, p[GPT_ATTPROJ_W], N, C,
-                            C));
+    GPT_TRY(linear_backward(ws, st_proj, dln, g[GPT_ATTPROJ_W], g[GPT_ATTPROJ_B], dres, a->atty, p[GPT_ATTPROJ_W],
+                            N, C, C));
     heads_permute_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>(ws->dy, dln, B, T, NH, hs, 0);
     LAUNCH_CHECK("heads_permute");
     qkv_permute_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>(ws->q, ws->k, ws->v, a->qkv, B, T, NH, hs, 1);
@@ -861,11 +899,81 @@ extern "C" zero_status gpt_cuda_backward_block(gpt_cuda_workspace *ws, int layer
     qkv_permute_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>(ws->dq, ws->dk, ws->dv, dqkv, B, T, NH, hs,
                                                                    0);
     LAUNCH_CHECK("qkv_permute");
-    GPT_TRY(matmul_backward(ws, dln, g[GPT_QKV_W], g[GPT_QKV_B], dqkv, a->ln1, p[GPT_QKV_W], N, C, 3 * C));
+    GPT_TRY(linear_backward(ws, st_qkv, dln, g[GPT_QKV_W], g[GPT_QKV_B], dqkv, a->ln1, p[GPT_QKV_W], N, C, 3 * C));
     GPT_TRY(layernorm_backward(ws, dres, g[GPT_LN1_W], g[GPT_LN1_B], dln, x, p[GPT_LN1_W], a->ln1_mean,
                                a->ln1_rstd, N, C));
     GPT_TRY(unstage_grads(ws, m, block_grads, ws->module_g));
+    if (input_only) ws->w_due[layer] = 1;
     ws->next_layer--;
+    return ZERO_OK;
+}
+
+extern "C" zero_status gpt_cuda_backward_block(gpt_cuda_workspace *ws, int layer, const gpt_tensors *block,
+                                               gpt_tensors *block_grads)
+{
+    return block_backward(ws, "gpt_cuda_backward_block", layer, block, block_grads, 0);
+}
+
+/* ------------------------------------------------------------ API: split backward */
+extern "C" zero_status gpt_cuda_workspace_split_backward(gpt_cuda_workspace *ws)
+{
+    if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_split_backward: workspace is NULL");
+    if (ws->wstash) return ZERO_OK;
+    for (int l = 0; l < ws->cfg.n_layer; l++)
+        if (gpt_acts_recomputed(&ws->acts.shape, l))
+            return gpt_fail(ZERO_UNSUPPORTED,
+                            "gpt_cuda_workspace_split_backward: block %d is recomputed (activation checkpointing): "
+                            "W needs its activations kept until it runs", l);
+    size_t bytes = sizeof(float) * wstash_floats(ws) * (size_t)ws->cfg.n_layer;
+    ws->w_due = (unsigned char *)calloc((size_t)ws->cfg.n_layer, 1);
+    if (!ws->w_due) return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_cuda_workspace_split_backward: no host memory");
+    cudaError_t e = cudaMalloc(&ws->wstash, bytes);
+    if (e != cudaSuccess) {
+        ws->wstash = NULL;
+        free(ws->w_due);
+        ws->w_due = NULL;
+        return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_cuda_workspace_split_backward: cudaMalloc of %zu bytes: %s", bytes,
+                        cudaGetErrorString(e));
+    }
+    return ZERO_OK;
+}
+
+extern "C" size_t gpt_cuda_workspace_wstash_bytes(const gpt_cuda_workspace *ws)
+{
+    return ws && ws->wstash ? sizeof(float) * wstash_floats(ws) * (size_t)ws->cfg.n_layer : 0;
+}
+
+extern "C" zero_status gpt_cuda_backward_block_input(gpt_cuda_workspace *ws, int layer, const gpt_tensors *block,
+                                                     gpt_tensors *block_grads)
+{
+    return block_backward(ws, "gpt_cuda_backward_block_input", layer, block, block_grads, 1);
+}
+
+extern "C" zero_status gpt_cuda_backward_block_weight(gpt_cuda_workspace *ws, int layer, gpt_tensors *block_grads)
+{
+    const char *op = "gpt_cuda_backward_block_weight";
+    if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "%s: workspace is NULL", op);
+    if (layer < 0 || layer >= ws->cfg.n_layer || !ws->w_due || !ws->w_due[layer])
+        return gpt_fail(ZERO_INVALID_STATE, "%s: block %d has no B waiting for its W (gpt_cuda_backward_block_input "
+                                            "first)", op, layer);
+    int m = gpt_module_block(layer);
+    GPT_TRY(check_set(ws, op, block_grads, m, "gradient"));
+    const int C = ws->cfg.d_model, N = ws->B * ws->T;
+    const size_t nh = (size_t)N * C;
+    const gpt_block_acts *a = ws->io->block[layer];
+    float *st = ws->wstash + (size_t)layer * wstash_floats(ws), *g[GPT_MAX_MODULE_TENSORS];
+    GPT_TRY(stage_grads(ws, m, block_grads, ws->module_g, g));
+    /* matmul_backward's weight half, in the unsplit backward's order */
+    GPT_TRY(gemm(ws, 1, 0, C, 4 * C, N, st, C, 0, a->fch_gelu, 4 * C, 0, 1.0f, g[GPT_FCPROJ_W], 4 * C, 0, 1));
+    GPT_TRY(column_sums(ws, g[GPT_FCPROJ_B], st, NULL, NULL, NULL, N, C));
+    GPT_TRY(gemm(ws, 1, 0, 4 * C, C, N, st + nh, 4 * C, 0, a->ln2, C, 0, 1.0f, g[GPT_FC_W], C, 0, 1));
+    GPT_TRY(column_sums(ws, g[GPT_FC_B], st + nh, NULL, NULL, NULL, N, 4 * C));
+    GPT_TRY(gemm(ws, 1, 0, C, C, N, st + 5 * nh, C, 0, a->atty, C, 0, 1.0f, g[GPT_ATTPROJ_W], C, 0, 1));
+    GPT_TRY(column_sums(ws, g[GPT_ATTPROJ_B], st + 5 * nh, NULL, NULL, NULL, N, C));
+    GPT_TRY(gemm(ws, 1, 0, 3 * C, C, N, st + 6 * nh, 3 * C, 0, a->ln1, C, 0, 1.0f, g[GPT_QKV_W], C, 0, 1));
+    GPT_TRY(column_sums(ws, g[GPT_QKV_B], st + 6 * nh, NULL, NULL, NULL, N, 3 * C));
+    GPT_TRY(unstage_grads(ws, m, block_grads, ws->module_g));
+    ws->w_due[layer] = 0;
     return ZERO_OK;
 }
 

@@ -73,6 +73,27 @@ zero_status gpt_cuda_backward_block(gpt_cuda_workspace *ws, int layer, const gpt
                                     gpt_tensors *block_grads);
 zero_status gpt_cuda_backward_begin(gpt_cuda_workspace *ws, gpt_tensors *embed_grads);
 
+/* The block backward split in two for zero-bubble pipeline schedules, as on
+ * the CPU (gpt_block.h): B = gpt_cuda_backward_block_input (everything but
+ * the four linear layers' weight and bias gradients; the same order rules
+ * as gpt_cuda_backward_block), which copies each of those layers' upstream
+ * gradient into the block's W stash; W = gpt_cuda_backward_block_weight
+ * (those gradients, from the stash and the block's activations), any time
+ * after its B and before the next forward (gpt_cuda_forward_begin is
+ * ZERO_INVALID_STATE while a W is due: the forward would overwrite the
+ * activations W reads). Both enqueue on the workspace's stream. B then W
+ * runs the gemms of the unsplit backward on the same operands; the bias and
+ * LayerNorm reductions use atomics, so only the gemm outputs are
+ * reproducible bit for bit (tests/model/test_gpt_cuda_split.c).
+ * gpt_cuda_workspace_split_backward allocates the stash (its own cudaMalloc of
+ * n_layer x batch x seq x 9 d_model floats: gpt_cuda_workspace_wstash_bytes);
+ * ZERO_UNSUPPORTED when blocks are recomputed (activation checkpointing). */
+zero_status gpt_cuda_workspace_split_backward(gpt_cuda_workspace *ws);
+size_t gpt_cuda_workspace_wstash_bytes(const gpt_cuda_workspace *ws);
+zero_status gpt_cuda_backward_block_input(gpt_cuda_workspace *ws, int layer, const gpt_tensors *block,
+                                          gpt_tensors *block_grads);
+zero_status gpt_cuda_backward_block_weight(gpt_cuda_workspace *ws, int layer, gpt_tensors *block_grads);
+
 zero_status gpt_cuda_forward(gpt_cuda_workspace *ws, const int32_t *tokens, const int32_t *targets,
                              const gpt_tensors *params, float *loss);
 zero_status gpt_cuda_backward(gpt_cuda_workspace *ws, float dloss, const gpt_tensors *params,

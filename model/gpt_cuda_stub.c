@@ -100,3 +100,24 @@ zero_status gpt_cuda_backward(gpt_cuda_workspace *ws, float dloss, const gpt_ten
     (void)ws, (void)dloss, (void)params, (void)grads;
     return NO_CUDA("gpt_cuda_backward");
 }
+
+zero_status gpt_cuda_workspace_split_backward(gpt_cuda_workspace *ws)
+{
+    (void)ws;
+    return NO_CUDA("gpt_cuda_workspace_split_backward");
+}
+
+size_t gpt_cuda_workspace_wstash_bytes(const gpt_cuda_workspace *ws) { (void)ws; return 0; }
+
+zero_status gpt_cuda_backward_block_input(gpt_cuda_workspace *ws, int layer, const gpt_tensors *block,
+                                          gpt_tensors *block_grads)
+{
+    (void)ws, (void)layer, (void)block, (void)block_grads;
+    return NO_CUDA("gpt_cuda_backward_block_input");
+}
+
+zero_status gpt_cuda_backward_block_weight(gpt_cuda_workspace *ws, int layer, gpt_tensors *block_grads)
+{
+    (void)ws, (void)layer, (void)block_grads;
+    return NO_CUDA("gpt_cuda_backward_block_weight");
+}

@@ -18,6 +18,7 @@ typedef struct chk {
     int **gid;        /* [s][i]: comm group of op i (-1 for compute ops) */
     int **partner_s, **partner_i; /* comm op's match on the peer stage */
     int *prev_in_slot; /* [key]: the key that held the slot before (-1) */
+    const double *cost; /* NULL: every compute op takes 1/V; else F, B, W take cost[0..2] */
 } chk;
 
 static int key_of(const chk *k, int s, int c, int m) { return (s * k->V + c) * k->M + m; }
@@ -408,8 +409,9 @@ static zero_status simulate(chk *k)
                 double start = m.t[s];
                 if (w >= 0) start = dmax(start, m.td[s][w]);
                 if (second >= 0) start = dmax(start, m.td[s][second]);
-                m.t[s] = start + unit;
-                m.busy[s] += unit;
+                const double d = k->cost ? k->cost[op->kind] : unit;
+                m.t[s] = start + d;
+                m.busy[s] += d;
                 m.pc[s]++;
                 progress = 1;
             }
@@ -490,7 +492,25 @@ out:
 /* ------------------------------------------------------------ entry */
 zero_status pp_plan_check(pp_plan *p) { return pp_plan_check_stuck(p, NULL); }
 
-zero_status pp_plan_check_stuck(pp_plan *p, int *stuck_first)
+static zero_status check_costed(pp_plan *p, int *stuck_first, const double *cost);
+
+zero_status pp_plan_check_stuck(pp_plan *p, int *stuck_first) { return check_costed(p, stuck_first, NULL); }
+
+zero_status pp_plan_bubble_for(pp_plan *p, double f, double b, double w, double *bubble, double *makespan)
+{
+    if (!p || !p->checked || !bubble)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_plan_bubble_for: no checked plan or bubble is NULL");
+    if (!(f >= 0) || !(b >= 0) || !(w >= 0) || f + b + w <= 0)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_plan_bubble_for: op times F %g, B %g, W %g", f, b, w);
+    const double cost[3] = {f, b, w}, unit_bubble = p->bubble, unit_makespan = p->makespan;
+    zero_status st = check_costed(p, NULL, cost);
+    *bubble = p->bubble;
+    if (makespan) *makespan = p->makespan;
+    p->bubble = unit_bubble, p->makespan = unit_makespan; /* the plan keeps its unit-time figures */
+    return st;
+}
+
+static zero_status check_costed(pp_plan *p, int *stuck_first, const double *cost)
 {
     if (!p || !p->ops || !p->count) return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_plan_check: no plan");
     free(p->peak_live), free(p->peak_stage), free(p->slots), free(p->slot_of), free(p->landing), free(p->landing_of);
@@ -500,6 +520,7 @@ zero_status pp_plan_check_stuck(pp_plan *p, int *stuck_first)
     memset(&k, 0, sizeof k);
     k.p = p, k.P = p->stages, k.V = p->chunks, k.M = p->micro_batches;
     k.stuck_first = stuck_first;
+    k.cost = cost;
     size_t nkey = (size_t)k.P * k.V * k.M;
     zero_status st = ZERO_OK;
     int bad = 0;

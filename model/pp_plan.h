@@ -136,6 +136,14 @@ zero_status pp_plan_check(pp_plan *plan);
  * it waits in, -1 when none (the generators repair their plans with it). */
 zero_status pp_plan_check_stuck(pp_plan *plan, int *stuck_first);
 
+/* The theoretical bubble (and makespan, may be NULL) of a checked plan when
+ * every F takes f, every B b and every W w (per chunk op; communication
+ * free), by the checker's simulation; the plan's unit-time figures are kept.
+ * An unsplit backward is B then W at once, so b + w is its time (a measured
+ * unsplit backward can be passed as b with w = 0). For comparing a measured
+ * bubble with what the schedule allows at the measured op costs. */
+zero_status pp_plan_bubble_for(pp_plan *plan, double f, double b, double w, double *bubble, double *makespan);
+
 /* "F3.1" style text of one op (for messages and dumps). */
 void pp_op_describe(const pp_op *op, char *buf, size_t len);
 

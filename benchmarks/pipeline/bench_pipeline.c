@@ -50,6 +50,8 @@ typedef struct sched_run {
     tp_workspace *ws[8];
     pp_trace trace;
     double bubble_sum; /* measured, summed over counted steps (this stage) */
+    double step_sum;   /* step times, summed over counted steps */
+    double op_sum[PP_SPAN_KIND_COUNT], op_n[PP_SPAN_KIND_COUNT]; /* span time and count by kind, counted steps */
     int steps;
 } sched_run;
 
@@ -90,11 +92,12 @@ static double step(bench *b, sched_run *r, zero_comm *pp, int counted)
         const pp_span *sp = &r->trace.spans[i];
         if (sp->kind != PP_SPAN_COMM) busy += sp->t1 - sp->t0;
         t0 = fmin(t0, sp->t0), t1 = fmax(t1, sp->t1);
+        if (counted) r->op_sum[sp->kind] += sp->t1 - sp->t0, r->op_n[sp->kind] += 1;
     }
     double w[2] = {-t0, t1}, g[2];
     if (zero_allreduce(pp, w, g, 2, ZERO_F64, ZERO_MAX) != ZERO_OK) return -1;
     double bubble = 1.0 - busy / (g[1] + g[0]);
-    if (counted) r->bubble_sum += bubble, r->steps++;
+    if (counted) r->bubble_sum += bubble, r->step_sum += g[1] + g[0], r->steps++;
     r->trace.step++;
     return bubble;
 }
@@ -105,6 +108,19 @@ static void report(const bench *b, sched_run *r, zero_comm *pp, FILE *json, int 
     zero_allreduce(pp, &mine, &all, 1, ZERO_F64, ZERO_SUM);
     double *per = calloc((size_t)b->P, sizeof(double));
     zero_allgather(pp, &mine, per, 1, ZERO_F64);
+    /* the ops' mean times over all stages, the share of the step spent waiting for
+     * transfers, and the bubble the checker's simulation gives at those op times: how far
+     * the measured bubble is from the schedule's at this machine's F:B:W (not 1:1:1) */
+    double ops[2 * PP_SPAN_KIND_COUNT], ops_all[2 * PP_SPAN_KIND_COUNT];
+    for (int k = 0; k < PP_SPAN_KIND_COUNT; k++) ops[k] = r->op_sum[k], ops[PP_SPAN_KIND_COUNT + k] = r->op_n[k];
+    zero_allreduce(pp, ops, ops_all, 2 * PP_SPAN_KIND_COUNT, ZERO_F64, ZERO_SUM);
+    double mean[PP_SPAN_KIND_COUNT];
+    for (int k = 0; k < PP_SPAN_KIND_COUNT; k++)
+        mean[k] = ops_all[PP_SPAN_KIND_COUNT + k] > 0 ? ops_all[k] / ops_all[PP_SPAN_KIND_COUNT + k] : 0;
+    double comm_frac = r->step_sum > 0 ? ops_all[PP_SPAN_COMM] / (r->step_sum * b->P) : 0, costed = -1;
+    if (pp_plan_bubble_for(&r->plan, mean[PP_SPAN_FORWARD], mean[PP_SPAN_BACKWARD], mean[PP_SPAN_WEIGHT_GRAD], &costed,
+                           NULL) != ZERO_OK)
+        costed = -1;
     if (g_rank != 0) {
         free(per);
         return;
@@ -118,6 +134,10 @@ static void report(const bench *b, sched_run *r, zero_comm *pp, FILE *json, int 
     printf("  (per stage measured:");
     for (int s = 0; s < b->P; s++) printf(" %.3f", per[s]);
     printf(")\n");
+    printf("%-12s mean op ms: F %.3f  B %.3f  W %.3f (%s)  waiting for transfers %.3f of the step;  theoretical at "
+           "these op times %.3f\n",
+           r->plan.name, mean[PP_SPAN_FORWARD] * 1e3, mean[PP_SPAN_BACKWARD] * 1e3, mean[PP_SPAN_WEIGHT_GRAD] * 1e3,
+           r->plan.split ? "B and W apart" : "B = the whole backward", comm_frac, costed);
     if (json) {
         fprintf(json, "%s{\"schedule\": \"%s\", \"p\": %d, \"m\": %d, \"v\": %d, \"compute\": \"%s\", \"op_ms\": %.3f, "
                       "\"steps\": %d, \"measured_bubble\": %.5f, \"theoretical_bubble\": %.5f, \"peak_live_stage_units\": [",
@@ -126,7 +146,10 @@ static void report(const bench *b, sched_run *r, zero_comm *pp, FILE *json, int 
         for (int s = 0; s < b->P; s++) fprintf(json, "%s%.3f", s ? ", " : "", r->plan.peak_stage[s]);
         fprintf(json, "], \"measured_per_stage\": [");
         for (int s = 0; s < b->P; s++) fprintf(json, "%s%.5f", s ? ", " : "", per[s]);
-        fprintf(json, "]}");
+        fprintf(json, "], \"mean_op_ms\": {\"F\": %.4f, \"B\": %.4f, \"W\": %.4f}, \"comm_wait_fraction\": %.5f, "
+                      "\"theoretical_at_measured_op_times\": %.5f}",
+                mean[PP_SPAN_FORWARD] * 1e3, mean[PP_SPAN_BACKWARD] * 1e3, mean[PP_SPAN_WEIGHT_GRAD] * 1e3, comm_frac,
+                costed);
     }
     (void)peak;
     free(per);

@@ -152,6 +152,13 @@ gpu_check coll_staged_np2 tests/mpirun.sh 2 "$build/tests/collectives/test_coll_
 # bf16 params within stated bf16 tolerances (see tests/model/test_gpt_cuda.c).
 gpu_check model_gpt_cuda "$build/tests/model/test_gpt_cuda"
 
+# ---------------------------------------------------------------- pipeline (issue 13): the CUDA B/W split
+# The CUDA GPT's backward split into B (input gradients) and W (weight
+# gradients) for zero-bubble schedules, against its unsplit backward: weight
+# gradients bitwise, the atomics-reduced rest within 1e-5 (fp32 and bf16);
+# misuse named (tests/model/test_gpt_cuda_split.c).
+gpu_check pipeline_cuda_bw_split "$build/tests/model/test_gpt_cuda_split"
+
 # ---------------------------------------------------------------- engine (ZeRO stages on CUDA)
 # Stages 1-3 bitwise equal to stage 0 on the GPU (f32/bf16, AdamW/SGD,
 # accumulation, clipping, overlap): CUDA optimizer kernels, device casts and

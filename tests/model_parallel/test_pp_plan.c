@@ -90,6 +90,21 @@ static void generators(void)
     /* the numbers docs/pipeline.md quotes: 33, 31, 27 units for 24 of work per stage */
     CHECK(a.makespan == 33 && b.makespan == 31 && c.makespan == 27);
     CHECK(b.split && c.split && !a.split);
+    /* op costs (pp_plan_bubble_for): unit costs give the unit figures back; 1F1B's bubble
+     * (p-1)/(M+p-1) holds at any F:B ratio (an unsplit backward: b with w = 0); ZB-H2's
+     * advantage rests on W filling the gaps: with W free it is no better than 1F1B's
+     * flush-bound 3/11 at M = 8, p = 4 and B = 2F; the plan keeps its unit figures */
+    double bub, span;
+    CHECK_OK(pp_plan_bubble_for(&c, 1, 1, 1, &bub, &span));
+    CHECK(fabs(bub - c.bubble) < 1e-12 && span == 27);
+    CHECK_OK(pp_plan_bubble_for(&a, 1, 2, 0, &bub, &span));
+    CHECK_MSG(fabs(bub - 3.0 / 11) < 1e-12 && span == 33, "1f1b at F 1, B+W 2: %.4f %.1f", bub, span);
+    CHECK_OK(pp_plan_bubble_for(&a, 1, 3, 0, &bub, NULL));
+    CHECK(fabs(bub - 3.0 / 11) < 1e-12);
+    CHECK_OK(pp_plan_bubble_for(&c, 1, 2, 0, &bub, NULL));
+    CHECK_MSG(bub > c.bubble + 0.05, "zb-h2 with W free %.4f, unit %.4f", bub, c.bubble);
+    CHECK(c.makespan == 27 && pp_plan_bubble_for(&c, -1, 1, 1, &bub, NULL) == ZERO_INVALID_ARGUMENT &&
+          strstr(gpt_last_error(), "op times F -1"));
     pp_plan_free(&a), pp_plan_free(&b), pp_plan_free(&c), pp_plan_free(&d);
 }
 

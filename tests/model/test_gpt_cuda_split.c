@@ -1,0 +1,169 @@
+/* The CUDA GPT's backward split into B and W (gpt_cuda.h, for zero-bubble
+ * pipeline schedules) against its unsplit backward, on a GPU; skips (77)
+ * without one or in a build without CUDA (tests/gpu/run_gpu_tests.sh runs it).
+ *
+ * 2 blocks, 4 heads, d_model 64, seq 40, batch 3, vocab 256; GPT-2's init.
+ * One unsplit pass; one pass whose blocks run B (gpt_cuda_backward_block_input)
+ * in the backward and their W (gpt_cuda_backward_block_weight) after the
+ * embedding's backward, in ascending block order. Asserted, for fp32
+ * parameters with fp32 matmuls and for bf16 parameters with bf16 matmuls:
+ *  - every linear layer's weight gradient BITWISE equal: the same gemm on the
+ *    same operands (the upstream gradient chain has no atomics);
+ *  - every other gradient (biases, LayerNorms, embeddings: fp32 atomics, whose
+ *    order varies run to run) within 1e-5 x max |tensor|, plus one bf16 rounding
+ *    step (2^-7 |value|) with bf16 gradients, where an atomic-order difference
+ *    can round the other way;
+ *  - misuse named: a forward while a W is due (ZERO_INVALID_STATE), a W
+ *    without its B, the split on a workspace that recomputes blocks
+ *    (ZERO_UNSUPPORTED). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "gpt.h"
+#include "gpt_cuda.h"
+#include "zero_build_config.h"
+#include <zero/device.h>
+
+#if ZERO_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#define L_ 2
+#define B_ 3
+#define T_ 40
+
+static void layout(const gpt_config *cfg, char *base, size_t elem, gpt_tensors *sets)
+{
+    size_t off = 0;
+    for (size_t i = 0; i < gpt_num_params(cfg); i++) {
+        gpt_param_info info;
+        gpt_param_info_get(cfg, i, &info);
+        sets[info.module].t[info.index] = base + off * elem;
+        off += info.numel;
+    }
+}
+
+/* One pass (split or not); the gradients as fp32 on the host. */
+static int run(const gpt_config *cfg, const float *params, size_t total, zero_dtype dt, gpt_cuda_math math, int split,
+               const int32_t *tok, const int32_t *tgt, float *grads)
+{
+    size_t es = dt == ZERO_BF16 ? 2 : 4;
+    void *dp = NULL, *dg = NULL, *host = malloc(total * es);
+    gpt_tensors p[L_ + 2], g[L_ + 2];
+    memset(p, 0, sizeof p), memset(g, 0, sizeof g);
+    if (!host || cudaMalloc(&dp, total * es) != cudaSuccess || cudaMalloc(&dg, total * es) != cudaSuccess) return -1;
+    for (size_t i = 0; i < total; i++) {
+        if (dt == ZERO_BF16) ((uint16_t *)host)[i] = zero_f32_to_bf16(params[i]);
+        else ((float *)host)[i] = params[i];
+    }
+    cudaMemcpy(dp, host, total * es, cudaMemcpyHostToDevice);
+    cudaMemset(dg, 0, total * es);
+    layout(cfg, dp, es, p);
+    layout(cfg, dg, es, g);
+    gpt_cuda_workspace *ws = NULL;
+    zero_status st = gpt_cuda_workspace_create(&ws, cfg, B_, T_, dt, math, NULL);
+    const int fm = gpt_module_final(cfg);
+    if (st == ZERO_OK && split) {
+        st = gpt_cuda_workspace_split_backward(ws);
+        CHECK(st != ZERO_OK || gpt_cuda_workspace_wstash_bytes(ws) == sizeof(float) * L_ * B_ * T_ * 9 * 64);
+    }
+    if (st == ZERO_OK) st = gpt_cuda_forward(ws, tok, tgt, p, NULL);
+    if (st == ZERO_OK && !split) st = gpt_cuda_backward(ws, 1.0f, p, g);
+    if (st == ZERO_OK && split) {
+        st = gpt_cuda_backward_end(ws, 1.0f, &p[fm], &g[fm], &p[GPT_MODULE_EMBED], &g[GPT_MODULE_EMBED]);
+        for (int l = L_ - 1; l >= 0 && st == ZERO_OK; l--)
+            st = gpt_cuda_backward_block_input(ws, l, &p[gpt_module_block(l)], &g[gpt_module_block(l)]);
+        if (st == ZERO_OK) st = gpt_cuda_backward_begin(ws, &g[GPT_MODULE_EMBED]);
+        /* W is due: a forward would overwrite what it reads */
+        if (st == ZERO_OK) {
+            CHECK(gpt_cuda_forward(ws, tok, tgt, p, NULL) == ZERO_INVALID_STATE &&
+                  strstr(gpt_last_error(), "block 0's weight gradients (W) are still due"));
+        }
+        for (int l = 0; l < L_ && st == ZERO_OK; l++) st = gpt_cuda_backward_block_weight(ws, l, &g[gpt_module_block(l)]);
+        if (st == ZERO_OK) {
+            CHECK(gpt_cuda_backward_block_weight(ws, 0, &g[gpt_module_block(0)]) == ZERO_INVALID_STATE &&
+                  strstr(gpt_last_error(), "block 0 has no B waiting for its W"));
+        }
+    }
+    CHECK_MSG(st == ZERO_OK, "%s pass: %s", split ? "split" : "unsplit", gpt_last_error());
+    cudaDeviceSynchronize();
+    cudaMemcpy(host, dg, total * es, cudaMemcpyDeviceToHost);
+    for (size_t i = 0; i < total; i++)
+        grads[i] = dt == ZERO_BF16 ? zero_bf16_to_f32(((uint16_t *)host)[i]) : ((float *)host)[i];
+    gpt_cuda_workspace_destroy(ws);
+    cudaFree(dp), cudaFree(dg), free(host);
+    return st == ZERO_OK ? 0 : -1;
+}
+
+static int is_linear_weight(const gpt_param_info *info)
+{
+    return info->module >= 1 && info->module <= L_ &&
+           (info->index == GPT_QKV_W || info->index == GPT_ATTPROJ_W || info->index == GPT_FC_W ||
+            info->index == GPT_FCPROJ_W);
+}
+
+static void compare(const gpt_config *cfg, const char *mode, const float *split, const float *whole, double rel)
+{
+    size_t off = 0;
+    int bitwise = 0;
+    for (size_t i = 0; i < gpt_num_params(cfg); i++) {
+        gpt_param_info info;
+        gpt_param_info_get(cfg, i, &info);
+        const float *a = split + off, *b = whole + off;
+        double scale = 0, worst = 0;
+        for (size_t j = 0; j < info.numel; j++) scale = fmax(scale, fabs(b[j])), worst = fmax(worst, fabs(a[j] - b[j]));
+        int outside = 0;
+        for (size_t j = 0; j < info.numel; j++) outside += !(fabs(a[j] - b[j]) <= 1e-5 * scale + rel * fabs(b[j]));
+        CHECK_MSG(scale > 0, "%s: %s: the gradient is zero", mode, info.name);
+        if (is_linear_weight(&info)) {
+            CHECK_MSG(memcmp(a, b, info.numel * sizeof(float)) == 0, "%s: %s: B then W is not bitwise the unsplit "
+                      "backward (max abs diff %.3g)", mode, info.name, worst);
+            bitwise++;
+        } else {
+            CHECK_MSG(outside == 0, "%s: %s: %d elements outside 1e-5 x %.3g + %g |value| (max abs diff %.3g)", mode,
+                      info.name, outside, scale, rel, worst);
+        }
+        off += info.numel;
+    }
+    CHECK(bitwise == 4 * L_);
+    printf("%s: %d weight gradients bitwise, the rest within 1e-5 x max\n", mode, bitwise);
+}
+#endif
+
+int main(void)
+{
+    if (!gpt_cuda_available()) CHECK_SKIP("no CUDA GPU visible (or this build has no CUDA path)");
+#if ZERO_HAVE_CUDA
+    gpt_config cfg = {.n_layer = L_, .n_head = 4, .d_model = 64, .seq_len = T_, .vocab = 256};
+    size_t total = gpt_param_elements(&cfg), off = 0;
+    float *params = malloc(total * 4), *gw = malloc(total * 4), *gs = malloc(total * 4);
+    int32_t tok[B_ * T_], tgt[B_ * T_];
+    for (size_t i = 0; i < gpt_num_params(&cfg); i++) {
+        gpt_param_info info;
+        gpt_param_info_get(&cfg, i, &info);
+        gpt_param_init(&cfg, &info, 7, params + off);
+        off += info.numel;
+    }
+    for (int i = 0; i < B_ * T_; i++) tok[i] = (i * 37 + 11) % 256, tgt[i] = (i * 53 + 3) % 256;
+    const struct { zero_dtype dt; gpt_cuda_math math; const char *name; } modes[] = {
+        {ZERO_F32, GPT_CUDA_MATH_FP32, "fp32 params, fp32 math"},
+        {ZERO_BF16, GPT_CUDA_MATH_BF16, "bf16 params, bf16 math"},
+    };
+    for (int k = 0; k < 2; k++)
+        if (run(&cfg, params, total, modes[k].dt, modes[k].math, 0, tok, tgt, gw) == 0 &&
+            run(&cfg, params, total, modes[k].dt, modes[k].math, 1, tok, tgt, gs) == 0)
+            compare(&cfg, modes[k].name, gs, gw, modes[k].dt == ZERO_BF16 ? 1.0 / 128 : 0.0);
+    /* the split needs the activations kept */
+    gpt_checkpointing ck = {1, 0, 0};
+    gpt_cuda_workspace *ws = NULL;
+    CHECK_OK(gpt_cuda_workspace_create_ckpt(&ws, &cfg, B_, T_, ZERO_F32, GPT_CUDA_MATH_FP32, NULL, &ck));
+    CHECK(gpt_cuda_workspace_split_backward(ws) == ZERO_UNSUPPORTED &&
+          strstr(gpt_last_error(), "block 0 is recomputed"));
+    gpt_cuda_workspace_destroy(ws);
+    free(params), free(gw), free(gs);
+#endif
+    return check_exit();
+}
