@@ -277,6 +277,36 @@ static zero_status gen_interleaved(pp_plan *p, int s)
     return st;
 }
 
+/* ZB-H1 as Qi et al. hand it (ICLR 2024, figure 3): 1F1B whose stage s
+ * defers s of its W's. Per stage: p - s - 1 warm-up forwards; s steps of F
+ * then B without its W; then F, B, W (the W of the oldest B whose W is
+ * pending, so W's run in micro-batch order) while forwards remain; then B,
+ * W; then the s deferred W's, which run where 1F1B's stage s waits for
+ * the later stages' backwards in the cool-down. Every stage holds at most p
+ * micro-batches between F and W (1F1B's first stage's peak), and with F = B
+ * = W the step is (p - 1) x (F + B - W) longer than the work: 27 units for
+ * 24 of work at p = 4, M = 8 (1F1B: 33). */
+static void gen_zb_h1(const pp_plan *p, int s, compute_list *l, int *bad)
+{
+    const int M = p->micro_batches;
+    int nf = 0, nb = 0, nw = 0, warm = p->stages - s - 1;
+    for (; nf < warm && nf < M; nf++) *bad |= cl_push(l, PP_OP_F, nf, 0);
+    for (int k = 0; k < s && nf < M; k++) {
+        *bad |= cl_push(l, PP_OP_F, nf++, 0);
+        *bad |= cl_push(l, PP_OP_B, nb++, 0);
+    }
+    while (nf < M) {
+        *bad |= cl_push(l, PP_OP_F, nf++, 0);
+        *bad |= cl_push(l, PP_OP_B, nb++, 0);
+        *bad |= cl_push(l, PP_OP_W, nw++, 0);
+    }
+    while (nb < M) {
+        *bad |= cl_push(l, PP_OP_B, nb++, 0);
+        *bad |= cl_push(l, PP_OP_W, nw++, 0);
+    }
+    while (nw < M) *bad |= cl_push(l, PP_OP_W, nw++, 0);
+}
+
 /* The zero-bubble schedules, found the way Qi et al.'s heuristic does: a
  * list schedule in unit time steps (F = B = W = 1, communication free) where
  * a free stage runs a ready B first, else a ready F within its memory
@@ -421,12 +451,13 @@ zero_status pp_plan_build(pp_plan *plan, pp_schedule_kind kind, int stages, int 
     }
     zero_status st = ZERO_OK;
     int bad = 0;
-    if (kind == PP_SCHED_ZB_H1 || kind == PP_SCHED_ZB_H2) {
-        st = gen_zero_bubble(plan, kind == PP_SCHED_ZB_H2, lists);
+    if (kind == PP_SCHED_ZB_H2) {
+        st = gen_zero_bubble(plan, 1, lists);
     } else {
         for (int s = 0; s < stages; s++) {
             if (kind == PP_SCHED_GPIPE) gen_gpipe(plan, s, &lists[s], &bad);
             else if (kind == PP_SCHED_1F1B) gen_1f1b(plan, s, &lists[s], &bad);
+            else if (kind == PP_SCHED_ZB_H1) gen_zb_h1(plan, s, &lists[s], &bad);
         }
         if (bad) st = gpt_fail(ZERO_OUT_OF_MEMORY, "pp_plan_generate: out of memory");
     }
