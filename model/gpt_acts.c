@@ -100,24 +100,27 @@ void gpt_acts_free(gpt_acts *a)
 }
 
 /* ------------------------------------------------------------ the layout */
+static size_t act_elem(const gpt_acts_shape *s) { return s->act_elem ? (size_t)s->act_elem : sizeof(float); }
+
 static void carve_block(gpt_carver *c, int cat, gpt_block_acts *b, const gpt_acts_shape *s)
 {
     const size_t C = (size_t)s->C, P = (size_t)s->tp_size, Q = (size_t)(s->cp_size > 1 ? s->cp_size : 1);
-    const size_t Cl = C / P, Hl = 4 * C / P, NHa = (size_t)s->n_head / (P * Q), f = sizeof(float);
+    const size_t Cl = C / P, Hl = 4 * C / P, NHa = (size_t)s->n_head / (P * Q), f = sizeof(float), e = act_elem(s);
     size_t Nc, Nr;
     gpt_acts_rows(s, &Nc, &Nr);
-    b->ln1 = gpt_carve(c, cat, Nr * C, f);
+    b->ln1 = gpt_carve(c, cat, Nr * C, e);
     b->ln1_mean = gpt_carve(c, cat, Nr, f);
     b->ln1_rstd = gpt_carve(c, cat, Nr, f);
-    b->qkv = gpt_carve(c, cat, Nc * 3 * Cl, f);
-    b->att = gpt_carve(c, cat, (size_t)s->B * NHa * s->T * s->T, f);
-    b->atty = gpt_carve(c, cat, Nc * Cl, f);
+    b->qkv = gpt_carve(c, cat, Nc * 3 * Cl, e);
+    b->att = s->flash ? NULL : gpt_carve(c, cat, (size_t)s->B * NHa * s->T * s->T, f);
+    b->att_lse = s->flash ? gpt_carve(c, cat, (size_t)s->B * NHa * s->T, f) : NULL;
+    b->atty = gpt_carve(c, cat, Nc * Cl, e);
     b->res2 = gpt_carve(c, cat, Nr * C, f);
-    b->ln2 = gpt_carve(c, cat, Nr * C, f);
+    b->ln2 = gpt_carve(c, cat, Nr * C, e);
     b->ln2_mean = gpt_carve(c, cat, Nr, f);
     b->ln2_rstd = gpt_carve(c, cat, Nr, f);
-    b->fch = gpt_carve(c, cat, Nc * Hl, f);
-    b->fch_gelu = gpt_carve(c, cat, Nc * Hl, f);
+    b->fch = gpt_carve(c, cat, Nc * Hl, e);
+    b->fch_gelu = gpt_carve(c, cat, Nc * Hl, e);
 }
 
 void gpt_acts_layout(gpt_acts *a, const gpt_acts_shape *s, gpt_carver *c)
@@ -156,7 +159,7 @@ void gpt_acts_layout(gpt_acts *a, const gpt_acts_shape *s, gpt_carver *c)
             if (a) slot->block[i] = b;
         }
         if (s->head) {
-            slot->lnf = gpt_carve(c, GPT_ACT_HEAD, N * C, f);
+            slot->lnf = gpt_carve(c, GPT_ACT_HEAD, N * C, act_elem(s));
             slot->lnf_mean = gpt_carve(c, GPT_ACT_HEAD, N, f);
             slot->lnf_rstd = gpt_carve(c, GPT_ACT_HEAD, N, f);
             slot->logits = gpt_carve(c, GPT_ACT_HEAD, N * V, f);
@@ -174,10 +177,10 @@ void gpt_acts_layout(gpt_acts *a, const gpt_acts_shape *s, gpt_carver *c)
                     if (gpt_acts_recomputed(s, s->layer_begin + i)) a->slots[sl].block[i] = b;
     }
     float *dres = gpt_carve(c, GPT_ACT_SCRATCH, N * C, f);
-    float *dln = gpt_carve(c, GPT_ACT_SCRATCH, Nc * C, f);
-    float *dqkv = gpt_carve(c, GPT_ACT_SCRATCH, Nc * 3 * Cl, f);
-    float *dfch = gpt_carve(c, GPT_ACT_SCRATCH, Nc * Hl, f);
-    float *dlogits = s->head ? gpt_carve(c, GPT_ACT_SCRATCH, N * V, f) : NULL;
+    float *dln = gpt_carve(c, GPT_ACT_SCRATCH, Nc * C, act_elem(s));
+    float *dqkv = gpt_carve(c, GPT_ACT_SCRATCH, Nc * 3 * Cl, act_elem(s));
+    float *dfch = gpt_carve(c, GPT_ACT_SCRATCH, Nc * Hl, act_elem(s));
+    float *dlogits = s->head ? gpt_carve(c, GPT_ACT_SCRATCH, N * V, act_elem(s)) : NULL;
     float *sp_full = s->seq_parallel ? gpt_carve(c, GPT_ACT_SCRATCH, Nc * C, f) : NULL;
     int cp = s->cp_size > 1;
     float *cp_send = cp ? gpt_carve(c, GPT_ACT_SCRATCH, Nc * 3 * Cl, f) : NULL;

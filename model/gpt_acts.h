@@ -53,7 +53,8 @@ extern "C" {
 typedef struct gpt_block_acts {
     float *ln1, *ln1_mean, *ln1_rstd; /* Nr x C, Nr, Nr */
     float *qkv;                       /* B*T x 3Ca: [q | k | v] of the attention heads (Nc x 3Cl floats) */
-    float *att;                       /* B x NHa x T x T softmax probabilities */
+    float *att;                       /* B x NHa x T x T softmax probabilities (NULL with flash) */
+    float *att_lse;                   /* flash attention: B x NHa x T log-sum-exp per query row, else NULL */
     float *atty;                      /* Nc x Cl attention output before the projection (sequence rows) */
     float *res2;                      /* Nr x C residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd;
@@ -72,6 +73,10 @@ typedef struct gpt_acts_shape {
     size_t align;        /* 64 (CPU cache lines), 256 (CUDA) */
     int seq_parallel;    /* 1: Megatron sequence parallelism, the residual stream split over tp */
     int cp_size;         /* Ulysses context parallelism: T split over cp ranks (0 or 1: none) */
+    int flash;           /* 1: fused attention: att_lse (B NHl T floats) in place of att (B NHl T^2) */
+    int act_elem;        /* bytes per element of the matmul-facing buffers (ln1, qkv, atty, ln2, fch,
+                          * fch_gelu, lnf and the scratch dln, dqkv, dfch, dlogits): 4 (fp32; 0 means 4)
+                          * or 2 (CUDA bf16 activations: the float pointers then address bf16) */
 } gpt_acts_shape;
 
 /* Rows of a shape (see gpt_block_acts): through the matmuls, and of the

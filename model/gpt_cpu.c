@@ -51,7 +51,7 @@ static int max_threads(void)
 static gpt_acts_shape shape_of(const gpt_config *cfg, int B, int T, const gpt_checkpointing *ck)
 {
     gpt_acts_shape s = {B, T, cfg->d_model, cfg->n_head, cfg->vocab, 1, 0, cfg->n_layer, 1, 1,
-                        gpt_checkpointing_below(cfg, ck), 0, 1, 64, 0, 1};
+                        gpt_checkpointing_below(cfg, ck), 0, 1, 64, 0, 1, 0, 4};
     return s; /* cpu_offload: the activations are host memory already; partition: no tp group */
 }
 

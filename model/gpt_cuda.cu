@@ -1,8 +1,19 @@
 /* The GPT on a CUDA GPU: the same math as gpt_cpu.c, with cuBLAS matmuls and
- * one small kernel per other operation. Activations are fp32; matmuls use
- * bf16 tensor-core products with fp32 accumulation (or plain fp32 for tests).
- * Attention is the simple kind: scores materialized per (batch, head) by a
- * strided-batched gemm, a causal softmax kernel, a second gemm for the values.
+ * one small kernel per other operation. Two activation modes (gpt_cuda.h):
+ *  - fp32 activations: cuBLAS gemms with bf16 tensor-core products and fp32
+ *    accumulation (or plain fp32 for tests); bias/residual by an init kernel
+ *    and beta = 1, GELU and bias gradients by their own kernels;
+ *  - bf16 activations: the matmul-facing buffers are bf16 (the layout's
+ *    act_elem = 2), the residual stream, logits and LayerNorm statistics
+ *    fp32; matmuls through cuBLASLt (gpt_cuda_lt.cu) with bf16 inputs, fp32
+ *    compute and fused epilogues: bias, GELU + bias (the pre-activation kept
+ *    as the epilogue's aux output), the GELU backward, the bias gradient.
+ *    Each epilogue falls back once (per workspace) to the plain matmul and
+ *    this file's kernel if cuBLASLt offers no algorithm for it.
+ * Attention: the simple kind (scores materialized per (batch, head) by a
+ * strided-batched gemm, a causal softmax kernel, a second gemm for the
+ * values; fp32 activations only) or the fused flash kernels of
+ * gpt_cuda_flash.cu (gpt_flash.h; no T x T buffer).
  *
  * Reductions over rows (bias and LayerNorm weight gradients, embedding
  * gradients) use fp32 atomics, so the CUDA path is not bitwise reproducible
@@ -16,7 +27,12 @@
 
 #include "gpt_acts.h"
 #include "gpt_cuda.h"
+#include "gpt_cuda_flash.cuh"
+#include "gpt_cuda_lt.cuh"
+#include "gpt_flash.h"
 #include "gpt_internal.h"
+
+typedef __nv_bfloat16 bf16;
 
 /* ------------------------------------------------------------ errors */
 #define CUDA_TRY(call)                                                                              \
@@ -46,8 +62,14 @@ struct gpt_cuda_workspace {
     int B, T;
     zero_dtype param_dtype;
     gpt_cuda_math math;
+    gpt_cuda_options opts;
+    int act_bf16;                   /* bf16 activations (opts.act_dtype) */
+    int flash;                      /* flash attention */
     cudaStream_t stream;
     cublasHandle_t blas;
+    cublasLtHandle_t lt;            /* bf16 activations: the epilogue matmuls */
+    void *lt_ws;                    /* its workspace, LT_WS_BYTES (outside the activation bytes) */
+    int no_gelu_epi, no_dgelu_epi, no_bgrad_epi; /* fallbacks taken (cuBLASLt had no algorithm) */
     gpt_activation_bytes bytes;
     void *mem;       /* one device allocation, carved */
     void *host_mem;  /* pinned: the offloaded inputs of recomputed blocks (cpu_offload), else NULL */
@@ -63,8 +85,13 @@ struct gpt_cuda_workspace {
     float *losses;                  /* N per-token losses */
     float *q, *k, *v, *y;           /* N x C each, per-head layout (B, NH, T, hs) */
     float *dq, *dk, *dv, *dy, *datt;
+    float *D;                       /* flash: B x NH x T row dots of the backward */
+    bf16 *dres16;                   /* bf16 activations: dres as a matmul input (N x C) */
+    float *bgrad;                   /* bf16 activations: the bias-gradient epilogue's output (4C) */
     /* fp32 staging of bf16 modules: the embed module and one other module */
     float *embed_p, *embed_g, *module_p, *module_g;
+    /* bf16 activations with fp32 parameters: bf16 copies for the matmuls */
+    bf16 *embed_p16, *module_p16;
 
     int phase;       /* as gpt_cpu.c: 0 idle, 1 forward, 2 forward done, 3 backward */
     int next_layer;
@@ -93,10 +120,14 @@ static size_t module_numel(const gpt_config *cfg, int module)
     return n;
 }
 
-static gpt_acts_shape cuda_shape(const gpt_config *cfg, int B, int T, const gpt_checkpointing *ck)
+#define LT_WS_BYTES ((size_t)32 << 20) /* cuBLASLt's recommended workspace on Hopper */
+
+static gpt_acts_shape cuda_shape(const gpt_config *cfg, int B, int T, const gpt_checkpointing *ck,
+                                 const gpt_cuda_options *o)
 {
     gpt_acts_shape s = {B, T, cfg->d_model, cfg->n_head, cfg->vocab, 1, 0, cfg->n_layer, 1, 1,
-                        gpt_checkpointing_below(cfg, ck), ck && ck->cpu_offload, 1, 256};
+                        gpt_checkpointing_below(cfg, ck), ck && ck->cpu_offload, 1, 256, 0, 1,
+                        o->attention == GPT_CUDA_ATTN_FLASH, o->act_dtype == ZERO_BF16 ? 2 : 4};
     return s;
 }
 
@@ -105,6 +136,7 @@ static gpt_acts_shape cuda_shape(const gpt_config *cfg, int B, int T, const gpt_
 static void cuda_layout(gpt_cuda_workspace *ws, const gpt_config *cfg, const gpt_acts_shape *s, zero_dtype dt,
                         gpt_carver *c)
 {
+    const int bf16_acts = s->act_elem == 2;
     const size_t N = (size_t)s->B * s->T, C = (size_t)s->C, f = sizeof(float);
     const size_t att = (size_t)s->B * s->n_head * s->T * s->T;
     gpt_cuda_workspace scratch;
@@ -113,9 +145,18 @@ static void cuda_layout(gpt_cuda_workspace *ws, const gpt_config *cfg, const gpt
     const int S = GPT_ACT_SCRATCH;
     ws->losses = (float *)gpt_carve(c, S, N, f);
     float **nc[] = {&ws->q, &ws->k, &ws->v, &ws->y, &ws->dq, &ws->dk, &ws->dv, &ws->dy};
-    for (size_t i = 0; i < sizeof nc / sizeof nc[0]; i++) *nc[i] = (float *)gpt_carve(c, S, N * C, f);
-    ws->datt = (float *)gpt_carve(c, S, att, f);
+    for (size_t i = 0; i < sizeof nc / sizeof nc[0]; i++) *nc[i] = s->flash ? NULL : (float *)gpt_carve(c, S, N * C, f);
+    ws->datt = s->flash ? NULL : (float *)gpt_carve(c, S, att, f);
+    ws->D = s->flash ? (float *)gpt_carve(c, S, (size_t)s->B * s->n_head * s->T, f) : NULL;
+    ws->dres16 = bf16_acts ? (bf16 *)gpt_carve(c, S, N * C, sizeof(bf16)) : NULL;
+    ws->bgrad = bf16_acts ? (float *)gpt_carve(c, S, 4 * C, f) : NULL;
     ws->embed_p = ws->embed_g = ws->module_p = ws->module_g = NULL;
+    ws->embed_p16 = ws->module_p16 = NULL;
+    if (bf16_acts && dt == ZERO_F32) {
+        size_t m = module_numel(cfg, gpt_module_block(0));
+        ws->embed_p16 = (bf16 *)gpt_carve(c, S, module_numel(cfg, GPT_MODULE_EMBED), sizeof(bf16));
+        ws->module_p16 = (bf16 *)gpt_carve(c, S, m, sizeof(bf16)); /* the final module has no matmul */
+    }
     if (dt == ZERO_BF16) {
         size_t e = module_numel(cfg, GPT_MODULE_EMBED);
         size_t m = module_numel(cfg, gpt_module_block(0));
@@ -141,6 +182,13 @@ __device__ inline float warp_max(float v)
     return v;
 }
 
+/* fp32 <-> the activation type (float, or bf16 rounded to nearest even) */
+__device__ __forceinline__ float ld_f32(float x) { return x; }
+__device__ __forceinline__ float ld_f32(bf16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T st_as(float x);
+template <> __device__ __forceinline__ float st_as<float>(float x) { return x; }
+template <> __device__ __forceinline__ bf16 st_as<bf16>(float x) { return __float2bfloat16_rn(x); }
+
 /* ------------------------------------------------------------ kernels */
 __global__ void encoder_forward_kernel(float *out, const int32_t *tok, const float *wte, const float *wpe, int N,
                                        int T, int C)
@@ -161,8 +209,9 @@ __global__ void encoder_backward_kernel(float *dwte, float *dwpe, const float *d
     atomicAdd(&dwpe[(size_t)(n % T) * C + c], dout[i]);
 }
 
-/* one warp per row */
-__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp, const float *w,
+/* one warp per row; out in the activation type OT */
+template <typename OT>
+__global__ void layernorm_forward_kernel(OT *out, float *mean, float *rstd, const float *inp, const float *w,
                                          const float *b, int N, int C)
 {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -173,8 +222,8 @@ __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, c
     float m = warp_sum(s) / C, v = 0.0f;
     for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
     float r = rsqrtf(warp_sum(v) / C + 1e-5f);
-    float *o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+    OT *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) o[c] = st_as<OT>((x[c] - m) * r * w[c] + b[c]);
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = r;
@@ -182,16 +231,18 @@ __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, c
 }
 
 /* dinp += ... (one warp per row); dw, db come from column_sums_kernel */
-__global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp, const float *w,
+template <typename DT>
+__global__ void layernorm_backward_dinp_kernel(float *dinp, const DT *dout, const float *inp, const float *w,
                                                const float *mean, const float *rstd, int N, int C)
 {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
+    const float *x = inp + (size_t)row * C;
+    const DT *d = dout + (size_t)row * C;
     float *dx = dinp + (size_t)row * C;
     float m = mean[row], r = rstd[row], sg = 0.0f, sgx = 0.0f;
     for (int c = lane; c < C; c += 32) {
-        float g = d[c] * w[c];
+        float g = ld_f32(d[c]) * w[c];
         sg += g;
         sgx += g * (x[c] - m) * r;
     }
@@ -199,14 +250,15 @@ __global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout, c
     sgx = warp_sum(sgx) / C;
     for (int c = lane; c < C; c += 32) {
         float xhat = (x[c] - m) * r;
-        dx[c] += (d[c] * w[c] - sg - xhat * sgx) * r;
+        dx[c] += (ld_f32(d[c]) * w[c] - sg - xhat * sgx) * r;
     }
 }
 
 /* dst[c] += sum over rows of dout[r,c] (inp == NULL) or of dout[r,c] * xhat[r,c].
  * Block: 32 columns x 8 row-lanes over a slice of rows; one atomic per column per block. */
 #define COLSUM_ROWS 256
-__global__ void column_sums_kernel(float *dst, const float *dout, const float *inp, const float *mean,
+template <typename DT>
+__global__ void column_sums_kernel(float *dst, const DT *dout, const float *inp, const float *mean,
                                    const float *rstd, int N, int C)
 {
     __shared__ float part[8][33];
@@ -215,7 +267,7 @@ __global__ void column_sums_kernel(float *dst, const float *dout, const float *i
     float s = 0.0f;
     if (c < C)
         for (int r = r0 + threadIdx.y; r < r1; r += 8) {
-            float d = dout[(size_t)r * C + c];
+            float d = ld_f32(dout[(size_t)r * C + c]);
             s += inp ? d * (inp[(size_t)r * C + c] - mean[r]) * rstd[r] : d;
         }
     part[threadIdx.y][threadIdx.x] = s;
@@ -235,22 +287,25 @@ __global__ void init_rows_kernel(float *out, const float *init, const float *bia
 }
 
 #define GELU_K 0.7978845608028654f
-__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n)
+template <typename AT>
+__global__ void gelu_forward_kernel(AT *out, const AT *inp, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+    float x = ld_f32(inp[i]);
+    out[i] = st_as<AT>(0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x))));
 }
 
-__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n)
+/* dinp may alias dout */
+template <typename AT>
+__global__ void gelu_backward_kernel(AT *dinp, const AT *inp, const AT *dout, size_t n)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float x = inp[i];
+    float x = ld_f32(inp[i]);
     float th = tanhf(GELU_K * (x + 0.044715f * x * x * x));
     float dth = (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * x * dth);
+    dinp[i] = st_as<AT>(ld_f32(dout[i]) * (0.5f * (1.0f + th) + 0.5f * x * dth));
 }
 
 /* qkv (B, T, 3, NH, hs) <-> q, k, v (B, NH, T, hs); to_heads = 1 splits, 0 merges (for the gradient). */
@@ -347,14 +402,27 @@ __global__ void crossentropy_forward_kernel(float *losses, float *lse_out, const
     }
 }
 
-__global__ void crossentropy_backward_kernel(float *dlogits, const float *logits, const float *lse,
+template <typename OT>
+__global__ void crossentropy_backward_kernel(OT *dlogits, const float *logits, const float *lse,
                                              const int32_t *targets, int N, int V, float scale)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)N * V) return;
     int n = (int)(i / V), j = (int)(i % V);
     int tg = targets[n];
-    dlogits[i] = tg < 0 ? 0.0f : scale * (expf(logits[i] - lse[n]) - (j == tg ? 1.0f : 0.0f));
+    dlogits[i] = st_as<OT>(tg < 0 ? 0.0f : scale * (expf(logits[i] - lse[n]) - (j == tg ? 1.0f : 0.0f)));
+}
+
+__global__ void f32_to_bf16_kernel(bf16 *dst, const float *src, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+__global__ void add_f32_kernel(float *dst, const float *src, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] += src[i];
 }
 
 __global__ void bf16_to_f32_kernel(float *dst, const __nv_bfloat16 *src, size_t n)
@@ -401,11 +469,16 @@ static zero_status matmul_forward(gpt_cuda_workspace *ws, float *out, const floa
     return gemm(ws, 0, 1, N, OC, C, inp, C, 0, w, C, 0, (init || bias) ? 1.0f : 0.0f, out, OC, 0, 1);
 }
 
-static zero_status column_sums(gpt_cuda_workspace *ws, float *dst, const float *dout, const float *inp,
+/* dst += column sums of dout (inp NULL) or of dout * xhat; dout in the
+ * activation type when act, else fp32 */
+static zero_status column_sums(gpt_cuda_workspace *ws, float *dst, const void *dout, int act, const float *inp,
                                const float *mean, const float *rstd, int N, int C)
 {
     dim3 grid((C + 31) / 32, (N + COLSUM_ROWS - 1) / COLSUM_ROWS), block(32, 8);
-    column_sums_kernel<<<grid, block, 0, ws->stream>>>(dst, dout, inp, mean, rstd, N, C);
+    if (act && ws->act_bf16)
+        column_sums_kernel<bf16><<<grid, block, 0, ws->stream>>>(dst, (const bf16 *)dout, inp, mean, rstd, N, C);
+    else
+        column_sums_kernel<float><<<grid, block, 0, ws->stream>>>(dst, (const float *)dout, inp, mean, rstd, N, C);
     LAUNCH_CHECK("column_sums");
     return ZERO_OK;
 }
@@ -415,46 +488,179 @@ static zero_status matmul_backward(gpt_cuda_workspace *ws, float *dinp, float *d
 {
     GPT_TRY(gemm(ws, 0, 0, N, C, OC, dout, OC, 0, w, C, 0, 0.0f, dinp, C, 0, 1));
     GPT_TRY(gemm(ws, 1, 0, OC, C, N, dout, OC, 0, inp, C, 0, 1.0f, dw, C, 0, 1));
-    if (db) GPT_TRY(column_sums(ws, db, dout, NULL, NULL, NULL, N, OC));
+    if (db) GPT_TRY(column_sums(ws, db, dout, 0, NULL, NULL, NULL, N, OC));
     return ZERO_OK;
 }
 
-static zero_status layernorm_forward(gpt_cuda_workspace *ws, float *out, float *mean, float *rstd,
+/* out: the activation type */
+static zero_status layernorm_forward(gpt_cuda_workspace *ws, void *out, float *mean, float *rstd,
                                      const float *inp, const float *w, const float *b, int N, int C)
 {
-    layernorm_forward_kernel<<<blocks_for((size_t)N * 32, 256), 256, 0, ws->stream>>>(out, mean, rstd, inp, w, b,
-                                                                                     N, C);
+    unsigned g = blocks_for((size_t)N * 32, 256);
+    if (ws->act_bf16) layernorm_forward_kernel<bf16><<<g, 256, 0, ws->stream>>>((bf16 *)out, mean, rstd, inp, w, b, N, C);
+    else layernorm_forward_kernel<float><<<g, 256, 0, ws->stream>>>((float *)out, mean, rstd, inp, w, b, N, C);
     LAUNCH_CHECK("layernorm_forward");
     return ZERO_OK;
 }
 
+/* dinp (fp32, the residual gradient) += ...; dout: the activation type */
 static zero_status layernorm_backward(gpt_cuda_workspace *ws, float *dinp, float *dw, float *db,
-                                      const float *dout, const float *inp, const float *w, const float *mean,
+                                      const void *dout, const float *inp, const float *w, const float *mean,
                                       const float *rstd, int N, int C)
 {
-    layernorm_backward_dinp_kernel<<<blocks_for((size_t)N * 32, 256), 256, 0, ws->stream>>>(dinp, dout, inp, w,
-                                                                                           mean, rstd, N, C);
+    unsigned g = blocks_for((size_t)N * 32, 256);
+    if (ws->act_bf16)
+        layernorm_backward_dinp_kernel<bf16><<<g, 256, 0, ws->stream>>>(dinp, (const bf16 *)dout, inp, w, mean, rstd, N, C);
+    else
+        layernorm_backward_dinp_kernel<float><<<g, 256, 0, ws->stream>>>(dinp, (const float *)dout, inp, w, mean, rstd,
+                                                                        N, C);
     LAUNCH_CHECK("layernorm_backward");
-    GPT_TRY(column_sums(ws, dw, dout, inp, mean, rstd, N, C));
-    return column_sums(ws, db, dout, NULL, NULL, NULL, N, C);
+    GPT_TRY(column_sums(ws, dw, dout, 1, inp, mean, rstd, N, C));
+    return column_sums(ws, db, dout, 1, NULL, NULL, NULL, N, C);
+}
+
+/* ------------------------------------------------------------ linear layers, both modes */
+/* A module's parameters as the kernels want them: f[k] fp32 (the caller's
+ * pointer or a widened copy), h[k] bf16 (bf16 activations only: the
+ * caller's pointer or a narrowed copy). */
+typedef struct module_view {
+    float *f[GPT_MAX_MODULE_TENSORS];
+    bf16 *h[GPT_MAX_MODULE_TENSORS];
+} module_view;
+
+/* out[N,OC] = init + bias + inp[N,C] W[OC,C]^T, W = tensor wk of `pv`, bias
+ * = tensor bk (-1: none). out_act: out is an activation (the activation
+ * type; else fp32, as init - the residual stream and the logits). gelu_aux
+ * (an activation buffer, or NULL): out = gelu(that sum), the sum itself kept
+ * in gelu_aux for the backward. */
+static zero_status linear_forward(gpt_cuda_workspace *ws, void *out, int out_act, const float *init, const void *inp,
+                                  const module_view *pv, int wk, int bk, int N, int C, int OC, void *gelu_aux)
+{
+    if (!ws->act_bf16) {
+        float *dst = gelu_aux ? (float *)gelu_aux : (float *)out;
+        const float *bias = bk >= 0 ? pv->f[bk] : NULL;
+        GPT_TRY(matmul_forward(ws, dst, init, (const float *)inp, pv->f[wk], bias, N, C, OC));
+        if (gelu_aux) {
+            gelu_forward_kernel<float><<<blocks_for((size_t)N * OC, 256), 256, 0, ws->stream>>>(
+                (float *)out, (const float *)gelu_aux, (size_t)N * OC);
+            LAUNCH_CHECK("gelu_forward");
+        }
+        return ZERO_OK;
+    }
+    gpt_lt_matmul m;
+    memset(&m, 0, sizeof m);
+    m.ta = 0, m.tb = 1, m.M = N, m.N = OC, m.K = C;
+    m.A = inp, m.lda = C, m.B = pv->h[wk], m.ldb = C, m.ab_type = CUDA_R_16BF;
+    m.D = out_act && gelu_aux && ws->no_gelu_epi ? gelu_aux : out, m.ldd = OC;
+    m.d_type = out_act ? CUDA_R_16BF : CUDA_R_32F;
+    m.C = init, m.beta = init ? 1.0f : 0.0f;
+    if (bk >= 0) m.bias = out_act ? (const void *)pv->h[bk] : (const void *)pv->f[bk];
+    if (gelu_aux && !ws->no_gelu_epi) {
+        m.epilogue = GPT_LT_GELU, m.aux = gelu_aux, m.ldaux = OC;
+        if (gpt_lt_run(ws->lt, &m, ws->lt_ws, LT_WS_BYTES, ws->stream) == ZERO_OK) return ZERO_OK;
+        ws->no_gelu_epi = 1; /* no GELU epilogue here: the bias epilogue, then the kernel */
+        m.epilogue = GPT_LT_NONE, m.aux = NULL, m.D = gelu_aux;
+    }
+    GPT_TRY(gpt_lt_run(ws->lt, &m, ws->lt_ws, LT_WS_BYTES, ws->stream));
+    if (gelu_aux) {
+        gelu_forward_kernel<bf16><<<blocks_for((size_t)N * OC, 256), 256, 0, ws->stream>>>(
+            (bf16 *)out, (const bf16 *)gelu_aux, (size_t)N * OC);
+        LAUNCH_CHECK("gelu_forward");
+    }
+    return ZERO_OK;
+}
+
+/* dinp[N,C] = dout W (an activation; gelu_aux: times gelu'(gelu_aux), the
+ * backward through the GELU that produced inp), dW += dout^T inp, db +=
+ * column sums of dout (bk -1: none). dout and inp are activations.
+ * stash (the split backward's B, fp32 activations only): dinp only, dout
+ * kept in the stash for W (gpt_cuda_backward_block_weight), which then runs
+ * matmul_backward's weight half - the same gemms in the same order. */
+static zero_status linear_backward(gpt_cuda_workspace *ws, float *stash, void *dinp, const module_view *pv, int wk,
+                                   float *const *g, int bk, const void *dout, const void *inp, int N, int C, int OC,
+                                   const void *gelu_aux)
+{
+    if (stash) {
+        CUDA_TRY(cudaMemcpyAsync(stash, dout, sizeof(float) * (size_t)N * OC, cudaMemcpyDeviceToDevice, ws->stream));
+        GPT_TRY(gemm(ws, 0, 0, N, C, OC, (const float *)dout, OC, 0, pv->f[wk], C, 0, 0.0f, (float *)dinp, C, 0, 1));
+    } else if (!ws->act_bf16) {
+        GPT_TRY(matmul_backward(ws, (float *)dinp, g[wk], bk >= 0 ? g[bk] : NULL, (const float *)dout,
+                                (const float *)inp, pv->f[wk], N, C, OC));
+    }
+    if (!ws->act_bf16) {
+        if (gelu_aux) {
+            gelu_backward_kernel<float><<<blocks_for((size_t)N * C, 256), 256, 0, ws->stream>>>(
+                (float *)dinp, (const float *)gelu_aux, (const float *)dinp, (size_t)N * C);
+            LAUNCH_CHECK("gelu_backward");
+        }
+        return ZERO_OK;
+    }
+    gpt_lt_matmul m;
+    memset(&m, 0, sizeof m); /* dinp = dout W */
+    m.ta = 0, m.tb = 0, m.M = N, m.N = C, m.K = OC;
+    m.A = dout, m.lda = OC, m.B = pv->h[wk], m.ldb = C, m.ab_type = CUDA_R_16BF;
+    m.D = dinp, m.ldd = C, m.d_type = CUDA_R_16BF;
+    int dgelu_done = 0;
+    if (gelu_aux && !ws->no_dgelu_epi) {
+        m.epilogue = GPT_LT_DGELU, m.aux = (void *)gelu_aux, m.ldaux = C;
+        if (gpt_lt_run(ws->lt, &m, ws->lt_ws, LT_WS_BYTES, ws->stream) == ZERO_OK) dgelu_done = 1;
+        else ws->no_dgelu_epi = 1;
+        m.epilogue = GPT_LT_NONE, m.aux = NULL;
+    }
+    if (!dgelu_done) {
+        GPT_TRY(gpt_lt_run(ws->lt, &m, ws->lt_ws, LT_WS_BYTES, ws->stream));
+        if (gelu_aux) {
+            gelu_backward_kernel<bf16><<<blocks_for((size_t)N * C, 256), 256, 0, ws->stream>>>(
+                (bf16 *)dinp, (const bf16 *)gelu_aux, (const bf16 *)dinp, (size_t)N * C);
+            LAUNCH_CHECK("gelu_backward");
+        }
+    }
+    memset(&m, 0, sizeof m); /* dW += dout^T inp, fp32 */
+    m.ta = 1, m.tb = 0, m.M = OC, m.N = C, m.K = N;
+    m.A = dout, m.lda = OC, m.B = inp, m.ldb = C, m.ab_type = CUDA_R_16BF;
+    m.D = g[wk], m.ldd = C, m.d_type = CUDA_R_32F, m.C = g[wk], m.beta = 1.0f;
+    if (bk >= 0 && !ws->no_bgrad_epi) {
+        m.epilogue = GPT_LT_BGRAD, m.bgrad = ws->bgrad; /* written, not added: then db += it */
+        if (gpt_lt_run(ws->lt, &m, ws->lt_ws, LT_WS_BYTES, ws->stream) == ZERO_OK) {
+            add_f32_kernel<<<blocks_for((size_t)OC, 256), 256, 0, ws->stream>>>(g[bk], ws->bgrad, (size_t)OC);
+            LAUNCH_CHECK("add_f32");
+            return ZERO_OK;
+        }
+        ws->no_bgrad_epi = 1;
+        m.epilogue = GPT_LT_NONE, m.bgrad = NULL;
+    }
+    GPT_TRY(gpt_lt_run(ws->lt, &m, ws->lt_ws, LT_WS_BYTES, ws->stream));
+    if (bk >= 0) GPT_TRY(column_sums(ws, g[bk], dout, 1, NULL, NULL, NULL, N, OC));
+    return ZERO_OK;
 }
 
 /* ------------------------------------------------------------ bf16 staging */
-/* The fp32 view of a module: the caller's pointers (fp32) or a widened copy. */
+/* The views of a module (module_view): fp32 - the caller's pointers or a
+ * copy widened into `scratch`; bf16 (bf16 activations only) - the caller's
+ * pointers or a copy narrowed into `scratch16`. */
 static zero_status stage_params(gpt_cuda_workspace *ws, int module, const gpt_tensors *in, float *scratch,
-                                float *out[GPT_MAX_MODULE_TENSORS])
+                                bf16 *scratch16, module_view *out)
 {
     gpt_param_info info;
+    memset(out, 0, sizeof *out);
     for (int k = 0; k < gpt_module_num_tensors(&ws->cfg, module); k++) {
+        gpt_param_info_get(&ws->cfg, gpt_param_position(&ws->cfg, module, k), &info);
         if (ws->param_dtype == ZERO_F32) {
-            out[k] = (float *)in->t[k];
+            out->f[k] = (float *)in->t[k];
+            if (ws->act_bf16) {
+                f32_to_bf16_kernel<<<blocks_for(info.numel, 256), 256, 0, ws->stream>>>(
+                    scratch16, (const float *)in->t[k], info.numel);
+                LAUNCH_CHECK("f32_to_bf16");
+                out->h[k] = scratch16;
+                scratch16 += info.numel;
+            }
             continue;
         }
-        gpt_param_info_get(&ws->cfg, gpt_param_position(&ws->cfg, module, k), &info);
         bf16_to_f32_kernel<<<blocks_for(info.numel, 256), 256, 0, ws->stream>>>(
             scratch, (const __nv_bfloat16 *)in->t[k], info.numel);
         LAUNCH_CHECK("bf16_to_f32");
-        out[k] = scratch;
+        out->f[k] = scratch;
+        out->h[k] = (bf16 *)in->t[k];
         scratch += info.numel;
     }
     return ZERO_OK;
@@ -516,8 +722,14 @@ extern "C" int gpt_cuda_available(void)
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+static const gpt_cuda_options *default_options(gpt_cuda_options *o, gpt_cuda_math math)
+{
+    o->math = math, o->act_dtype = ZERO_F32, o->attention = GPT_CUDA_ATTN_UNFUSED;
+    return o;
+}
+
 static zero_status check_args(const gpt_config *cfg, int batch, int seq, zero_dtype param_dtype,
-                              const gpt_checkpointing *ck, const char *op)
+                              const gpt_checkpointing *ck, const gpt_cuda_options *o, const char *op)
 {
     GPT_TRY(gpt_config_validate(cfg));
     if (cfg->moe_experts > 0)
@@ -530,16 +742,39 @@ static zero_status check_args(const gpt_config *cfg, int batch, int seq, zero_dt
     if (param_dtype != ZERO_F32 && param_dtype != ZERO_BF16)
         return gpt_fail(ZERO_UNSUPPORTED, "%s: parameter dtype %s (only f32 and bf16)", op,
                         zero_dtype_name(param_dtype));
+    if (o->math != GPT_CUDA_MATH_BF16 && o->math != GPT_CUDA_MATH_FP32)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "%s: math %d is not a gpt_cuda_math", op, (int)o->math);
+    if (o->attention != GPT_CUDA_ATTN_UNFUSED && o->attention != GPT_CUDA_ATTN_FLASH)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "%s: attention %d is not a gpt_cuda_attention", op, (int)o->attention);
+    if (o->act_dtype != ZERO_F32 && o->act_dtype != ZERO_BF16)
+        return gpt_fail(ZERO_UNSUPPORTED, "%s: activation dtype %s (only f32 and bf16)", op,
+                        zero_dtype_name(o->act_dtype));
+    if (o->act_dtype == ZERO_BF16 && o->attention != GPT_CUDA_ATTN_FLASH)
+        return gpt_fail(ZERO_UNSUPPORTED, "%s: bf16 activations need flash attention (the unfused one is fp32 only)", op);
+    if (o->act_dtype == ZERO_BF16 && o->math != GPT_CUDA_MATH_BF16)
+        return gpt_fail(ZERO_UNSUPPORTED, "%s: bf16 activations need math BF16 (their matmul inputs are bf16)", op);
+    if (o->attention == GPT_CUDA_ATTN_FLASH && cfg->d_model / cfg->n_head > GPT_FLASH_MAX_HS)
+        return gpt_fail(ZERO_UNSUPPORTED, "%s: flash attention takes heads of at most %d, this model's are %d", op,
+                        GPT_FLASH_MAX_HS, cfg->d_model / cfg->n_head);
     return ZERO_OK;
 }
 
 extern "C" zero_status gpt_cuda_activation_bytes_for(const gpt_config *cfg, int batch, int seq, zero_dtype param_dtype,
                                                      const gpt_checkpointing *ck, gpt_activation_bytes *out)
 {
+    return gpt_cuda_activation_bytes_for_opts(cfg, batch, seq, param_dtype, NULL, ck, out);
+}
+
+extern "C" zero_status gpt_cuda_activation_bytes_for_opts(const gpt_config *cfg, int batch, int seq,
+                                                          zero_dtype param_dtype, const gpt_cuda_options *opts,
+                                                          const gpt_checkpointing *ck, gpt_activation_bytes *out)
+{
     if (!out) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_activation_bytes_for: out is NULL");
     memset(out, 0, sizeof *out);
-    GPT_TRY(check_args(cfg, batch, seq, param_dtype, ck, "gpt_cuda_activation_bytes_for"));
-    gpt_acts_shape s = cuda_shape(cfg, batch, seq, ck);
+    gpt_cuda_options dflt;
+    if (!opts) opts = default_options(&dflt, GPT_CUDA_MATH_BF16);
+    GPT_TRY(check_args(cfg, batch, seq, param_dtype, ck, opts, "gpt_cuda_activation_bytes_for"));
+    gpt_acts_shape s = cuda_shape(cfg, batch, seq, ck, opts);
     gpt_carver c;
     gpt_carver_init(&c, s.align, NULL, NULL);
     cuda_layout(NULL, cfg, &s, param_dtype, &c);
@@ -558,9 +793,21 @@ extern "C" zero_status gpt_cuda_workspace_create_ckpt(gpt_cuda_workspace **out, 
                                                       int seq, zero_dtype param_dtype, gpt_cuda_math math,
                                                       void *cuda_stream, const gpt_checkpointing *ck)
 {
+    gpt_cuda_options o;
+    return gpt_cuda_workspace_create_opts(out, cfg, batch, seq, param_dtype, default_options(&o, math), cuda_stream,
+                                          ck);
+}
+
+extern "C" zero_status gpt_cuda_workspace_create_opts(gpt_cuda_workspace **out, const gpt_config *cfg, int batch,
+                                                      int seq, zero_dtype param_dtype, const gpt_cuda_options *opts,
+                                                      void *cuda_stream, const gpt_checkpointing *ck)
+{
     if (!out) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_create: out is NULL");
     *out = NULL;
-    GPT_TRY(check_args(cfg, batch, seq, param_dtype, ck, "gpt_cuda_workspace_create"));
+    gpt_cuda_options dflt;
+    if (!opts) opts = default_options(&dflt, GPT_CUDA_MATH_BF16);
+    GPT_TRY(check_args(cfg, batch, seq, param_dtype, ck, opts, "gpt_cuda_workspace_create"));
+    const gpt_cuda_math math = opts->math;
     if (!gpt_cuda_available())
         return gpt_fail(ZERO_UNSUPPORTED, "gpt_cuda_workspace_create: no CUDA device is visible");
     gpt_cuda_workspace *ws = (gpt_cuda_workspace *)calloc(1, sizeof *ws);
@@ -570,9 +817,12 @@ extern "C" zero_status gpt_cuda_workspace_create_ckpt(gpt_cuda_workspace **out, 
     ws->T = seq;
     ws->param_dtype = param_dtype;
     ws->math = math;
+    ws->opts = *opts;
+    ws->act_bf16 = opts->act_dtype == ZERO_BF16;
+    ws->flash = opts->attention == GPT_CUDA_ATTN_FLASH;
     ws->stream = (cudaStream_t)cuda_stream;
     size_t N = (size_t)batch * seq;
-    gpt_acts_shape shape = cuda_shape(cfg, batch, seq, ck);
+    gpt_acts_shape shape = cuda_shape(cfg, batch, seq, ck, opts);
     ws->host_targets = (int32_t *)malloc(sizeof(int32_t) * N);
     ws->host_losses = (float *)malloc(sizeof(float) * N);
     zero_status st = ZERO_OK;
@@ -603,6 +853,13 @@ extern "C" zero_status gpt_cuda_workspace_create_ckpt(gpt_cuda_workspace **out, 
                 st = gpt_fail(ZERO_BACKEND, "gpt_cuda_workspace_create: cublasCreate failed");
             } else if (cublasSetStream(ws->blas, ws->stream) != CUBLAS_STATUS_SUCCESS) {
                 st = gpt_fail(ZERO_BACKEND, "gpt_cuda_workspace_create: cublasSetStream failed");
+            } else if (ws->act_bf16 && cublasLtCreate(&ws->lt) != CUBLAS_STATUS_SUCCESS) {
+                ws->lt = NULL;
+                st = gpt_fail(ZERO_BACKEND, "gpt_cuda_workspace_create: cublasLtCreate failed");
+            } else if (ws->act_bf16 && (e = cudaMalloc(&ws->lt_ws, LT_WS_BYTES)) != cudaSuccess) {
+                ws->lt_ws = NULL;
+                st = gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_cuda_workspace_create: cudaMalloc of the %zu-byte cuBLASLt workspace: %s",
+                              LT_WS_BYTES, cudaGetErrorString(e));
             }
         }
     }
@@ -618,6 +875,8 @@ extern "C" void gpt_cuda_workspace_destroy(gpt_cuda_workspace *ws)
 {
     if (!ws) return;
     if (ws->blas) cublasDestroy(ws->blas);
+    if (ws->lt) cublasLtDestroy(ws->lt);
+    if (ws->lt_ws) cudaFree(ws->lt_ws);
     if (ws->host_mem) cudaStreamSynchronize(ws->stream); /* copies to the pinned buffer in flight */
     if (ws->mem) cudaFree(ws->mem);
     if (ws->wstash) cudaFree(ws->wstash);
@@ -696,10 +955,10 @@ extern "C" zero_status gpt_cuda_forward_begin(gpt_cuda_workspace *ws, const int3
         CUDA_TRY(cudaMemcpyAsync(ws->io->targets, ws->host_targets, sizeof(int32_t) * N, cudaMemcpyHostToDevice,
                                  ws->stream));
     }
-    float *p[GPT_MAX_MODULE_TENSORS];
-    GPT_TRY(stage_params(ws, GPT_MODULE_EMBED, embed, ws->embed_p, p));
+    module_view pv;
+    GPT_TRY(stage_params(ws, GPT_MODULE_EMBED, embed, ws->embed_p, ws->embed_p16, &pv));
     encoder_forward_kernel<<<blocks_for((size_t)N * C, 256), 256, 0, ws->stream>>>(ws->io->resid[0], ws->io->tokens,
-                                                                                  p[GPT_WTE], p[GPT_WPE], N, ws->T, C);
+                                                                                  pv.f[GPT_WTE], pv.f[GPT_WPE], N, ws->T, C);
     LAUNCH_CHECK("encoder_forward");
     GPT_TRY(offload_input(ws, 0));
     ws->phase = 1;
@@ -707,18 +966,22 @@ extern "C" zero_status gpt_cuda_forward_begin(gpt_cuda_workspace *ws, const int3
     return ZERO_OK;
 }
 
-/* One block's forward from x into the activations `a`, output to `out`;
- * out == NULL recomputes (everything but the last matmul, whose output is
- * kept), as gpt_block.c does on the CPU. `p`: the fp32 view of the block. */
-static zero_status block_forward(gpt_cuda_workspace *ws, gpt_block_acts *a, const float *x, float *out,
-                                 float *const *p)
+/* The attention of one block: a->atty from a->qkv (flash: a->att_lse kept;
+ * unfused: a->att, the probabilities). */
+static zero_status attention_forward(gpt_cuda_workspace *ws, gpt_block_acts *a)
 {
     const int B = ws->B, T = ws->T, C = ws->cfg.d_model, NH = ws->cfg.n_head, hs = C / NH, N = B * T;
     size_t nh = (size_t)N * C;
-
-    GPT_TRY(layernorm_forward(ws, a->ln1, a->ln1_mean, a->ln1_rstd, x, p[GPT_LN1_W], p[GPT_LN1_B], N, C));
-    GPT_TRY(matmul_forward(ws, a->qkv, NULL, a->ln1, p[GPT_QKV_W], p[GPT_QKV_B], N, C, 3 * C));
-    /* attention: S = q k^T per (b, h), softmax in place, y = P v */
+    if (ws->flash) {
+        cudaError_t e = ws->act_bf16 ? gpt_cuda_flash_forward<bf16>((bf16 *)a->atty, a->att_lse, (const bf16 *)a->qkv, B, T,
+                                                                C, NH, ws->stream)
+                                 : gpt_cuda_flash_forward<float>(a->atty, a->att_lse, a->qkv, B, T, C, NH, ws->stream);
+        if (e != cudaSuccess)
+            return gpt_fail(ZERO_BACKEND, "gpt cuda: flash attention forward (B %d, T %d, %d heads of %d): %s", B, T, NH,
+                            hs, cudaGetErrorString(e));
+        return ZERO_OK;
+    }
+    /* S = q k^T per (b, h), softmax in place, y = P v */
     qkv_permute_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>(ws->q, ws->k, ws->v, a->qkv, B, T, NH, hs, 1);
     LAUNCH_CHECK("qkv_permute");
     long long sh = (long long)T * hs, sa = (long long)T * T;
@@ -730,14 +993,60 @@ static zero_status block_forward(gpt_cuda_workspace *ws, gpt_block_acts *a, cons
     GPT_TRY(gemm(ws, 0, 0, T, hs, T, a->att, T, sa, ws->v, hs, sh, 0.0f, ws->y, hs, sh, B * NH));
     heads_permute_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>(ws->y, a->atty, B, T, NH, hs, 1);
     LAUNCH_CHECK("heads_permute");
-    GPT_TRY(matmul_forward(ws, a->res2, x, a->atty, p[GPT_ATTPROJ_W], p[GPT_ATTPROJ_B], N, C, C));
+    return ZERO_OK;
+}
 
-    GPT_TRY(layernorm_forward(ws, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p[GPT_LN2_W], p[GPT_LN2_B], N, C));
-    GPT_TRY(matmul_forward(ws, a->fch, NULL, a->ln2, p[GPT_FC_W], p[GPT_FC_B], N, C, 4 * C));
-    gelu_forward_kernel<<<blocks_for(4 * nh, 256), 256, 0, ws->stream>>>(a->fch_gelu, a->fch, 4 * nh);
-    LAUNCH_CHECK("gelu_forward");
+/* dqkv from dout (the gradient of atty) through the attention of block `a`. */
+static zero_status attention_backward(gpt_cuda_workspace *ws, gpt_block_acts *a, void *dqkv, const void *dout)
+{
+    const int B = ws->B, T = ws->T, C = ws->cfg.d_model, NH = ws->cfg.n_head, hs = C / NH, N = B * T;
+    size_t nh = (size_t)N * C;
+    if (ws->flash) {
+        cudaError_t e =
+            ws->act_bf16 ? gpt_cuda_flash_backward<bf16>((bf16 *)dqkv, ws->D, (const bf16 *)dout, (const bf16 *)a->atty,
+                                                     a->att_lse, (const bf16 *)a->qkv, B, T, C, NH, ws->stream)
+                     : gpt_cuda_flash_backward<float>((float *)dqkv, ws->D, (const float *)dout, a->atty, a->att_lse,
+                                                      a->qkv, B, T, C, NH, ws->stream);
+        if (e != cudaSuccess)
+            return gpt_fail(ZERO_BACKEND, "gpt cuda: flash attention backward (B %d, T %d, %d heads of %d): %s", B, T,
+                            NH, hs, cudaGetErrorString(e));
+        return ZERO_OK;
+    }
+    heads_permute_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>(ws->dy, (float *)dout, B, T, NH, hs, 0);
+    LAUNCH_CHECK("heads_permute");
+    qkv_permute_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>(ws->q, ws->k, ws->v, a->qkv, B, T, NH, hs, 1);
+    LAUNCH_CHECK("qkv_permute");
+    long long sh = (long long)T * hs, sa = (long long)T * T;
+    int bh = B * NH, rows = B * NH * T;
+    GPT_TRY(gemm(ws, 0, 1, T, T, hs, ws->dy, hs, sh, ws->v, hs, sh, 0.0f, ws->datt, T, sa, bh));   /* dP = dY V^T */
+    GPT_TRY(gemm(ws, 1, 0, T, hs, T, a->att, T, sa, ws->dy, hs, sh, 0.0f, ws->dv, hs, sh, bh));    /* dV = P^T dY */
+    softmax_backward_kernel<<<blocks_for((size_t)rows * 32, 256), 256, 0, ws->stream>>>(ws->datt, a->att, rows, T,
+                                                                                       1.0f / sqrtf((float)hs));
+    LAUNCH_CHECK("softmax_backward");
+    GPT_TRY(gemm(ws, 0, 0, T, hs, T, ws->datt, T, sa, ws->k, hs, sh, 0.0f, ws->dq, hs, sh, bh));   /* dQ = dS K */
+    GPT_TRY(gemm(ws, 1, 0, T, hs, T, ws->datt, T, sa, ws->q, hs, sh, 0.0f, ws->dk, hs, sh, bh));   /* dK = dS^T Q */
+    qkv_permute_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>(ws->dq, ws->dk, ws->dv, (float *)dqkv, B, T, NH,
+                                                                   hs, 0);
+    LAUNCH_CHECK("qkv_permute");
+    return ZERO_OK;
+}
+
+/* One block's forward from x into the activations `a`, output to `out`;
+ * out == NULL recomputes (everything but the last matmul, whose output is
+ * kept), as gpt_block.c does on the CPU. */
+static zero_status block_forward(gpt_cuda_workspace *ws, gpt_block_acts *a, const float *x, float *out,
+                                 const module_view *pv)
+{
+    const int C = ws->cfg.d_model, N = ws->B * ws->T;
+    GPT_TRY(layernorm_forward(ws, a->ln1, a->ln1_mean, a->ln1_rstd, x, pv->f[GPT_LN1_W], pv->f[GPT_LN1_B], N, C));
+    GPT_TRY(linear_forward(ws, a->qkv, 1, NULL, a->ln1, pv, GPT_QKV_W, GPT_QKV_B, N, C, 3 * C, NULL));
+    GPT_TRY(attention_forward(ws, a));
+    GPT_TRY(linear_forward(ws, a->res2, 0, x, a->atty, pv, GPT_ATTPROJ_W, GPT_ATTPROJ_B, N, C, C, NULL));
+    GPT_TRY(layernorm_forward(ws, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, pv->f[GPT_LN2_W], pv->f[GPT_LN2_B], N,
+                              C));
+    GPT_TRY(linear_forward(ws, a->fch_gelu, 1, NULL, a->ln2, pv, GPT_FC_W, GPT_FC_B, N, C, 4 * C, a->fch));
     if (!out) return ZERO_OK;
-    return matmul_forward(ws, out, a->res2, a->fch_gelu, p[GPT_FCPROJ_W], p[GPT_FCPROJ_B], N, 4 * C, C);
+    return linear_forward(ws, out, 0, a->res2, a->fch_gelu, pv, GPT_FCPROJ_W, GPT_FCPROJ_B, N, 4 * C, C, NULL);
 }
 
 extern "C" zero_status gpt_cuda_forward_block(gpt_cuda_workspace *ws, int layer, const gpt_tensors *block)
@@ -748,10 +1057,10 @@ extern "C" zero_status gpt_cuda_forward_block(gpt_cuda_workspace *ws, int layer,
                         ws->phase == 1 ? ws->next_layer : -1);
     int m = gpt_module_block(layer);
     GPT_TRY(check_set(ws, "gpt_cuda_forward_block", block, m, "parameter"));
-    float *p[GPT_MAX_MODULE_TENSORS];
-    GPT_TRY(stage_params(ws, m, block, ws->module_p, p));
+    module_view pv;
+    GPT_TRY(stage_params(ws, m, block, ws->module_p, ws->module_p16, &pv));
     /* a recomputed block's activations go to the shared set, overwritten by the next one */
-    GPT_TRY(block_forward(ws, ws->io->block[layer], ws->io->resid[layer], ws->io->resid[layer + 1], p));
+    GPT_TRY(block_forward(ws, ws->io->block[layer], ws->io->resid[layer], ws->io->resid[layer + 1], &pv));
     GPT_TRY(offload_input(ws, layer + 1));
     ws->next_layer++;
     return ZERO_OK;
@@ -768,14 +1077,14 @@ extern "C" zero_status gpt_cuda_forward_end(gpt_cuda_workspace *ws, const gpt_te
     GPT_TRY(check_set(ws, "gpt_cuda_forward_end", final_params, fm, "parameter"));
     GPT_TRY(check_set(ws, "gpt_cuda_forward_end", embed, GPT_MODULE_EMBED, "parameter"));
     const int N = ws->B * ws->T, C = ws->cfg.d_model, V = ws->cfg.vocab;
-    float *pf[GPT_MAX_MODULE_TENSORS], *pe[GPT_MAX_MODULE_TENSORS];
-    GPT_TRY(stage_params(ws, fm, final_params, ws->module_p, pf));
-    GPT_TRY(stage_params(ws, GPT_MODULE_EMBED, embed, ws->embed_p, pe));
+    module_view pf, pe;
+    GPT_TRY(stage_params(ws, fm, final_params, ws->module_p, ws->module_p16, &pf));
+    GPT_TRY(stage_params(ws, GPT_MODULE_EMBED, embed, ws->embed_p, ws->embed_p16, &pe));
 
     gpt_acts_slot *io = ws->io;
-    GPT_TRY(layernorm_forward(ws, io->lnf, io->lnf_mean, io->lnf_rstd, io->resid[ws->cfg.n_layer], pf[GPT_LNF_W],
-                              pf[GPT_LNF_B], N, C));
-    GPT_TRY(matmul_forward(ws, io->logits, NULL, io->lnf, pe[GPT_WTE], NULL, N, C, V));
+    GPT_TRY(layernorm_forward(ws, io->lnf, io->lnf_mean, io->lnf_rstd, io->resid[ws->cfg.n_layer], pf.f[GPT_LNF_W],
+                              pf.f[GPT_LNF_B], N, C));
+    GPT_TRY(linear_forward(ws, io->logits, 0, NULL, io->lnf, &pe, GPT_WTE, -1, N, C, V, NULL));
     crossentropy_forward_kernel<<<blocks_for((size_t)N * 32, 256), 256, 0, ws->stream>>>(
         ws->losses, io->lse, io->logits, ws->has_targets ? io->targets : NULL, N, V);
     LAUNCH_CHECK("crossentropy_forward");
@@ -791,6 +1100,18 @@ extern "C" zero_status gpt_cuda_forward_end(gpt_cuda_workspace *ws, const gpt_te
 }
 
 /* ------------------------------------------------------------ API: backward */
+/* bf16 activations: the residual gradient (fp32) rounded into dres16 for the
+ * matmuls that take it; fp32 activations: dres itself. */
+static zero_status residual_grad_as_act(gpt_cuda_workspace *ws, const void **act)
+{
+    if (!ws->act_bf16) return ZERO_OK;
+    size_t n = (size_t)ws->B * ws->T * ws->cfg.d_model;
+    f32_to_bf16_kernel<<<blocks_for(n, 256), 256, 0, ws->stream>>>(ws->dres16, ws->acts.dres, n);
+    LAUNCH_CHECK("f32_to_bf16");
+    *act = ws->dres16;
+    return ZERO_OK;
+}
+
 extern "C" zero_status gpt_cuda_backward_end(gpt_cuda_workspace *ws, float dloss, const gpt_tensors *final_params,
                                              gpt_tensors *final_grads, const gpt_tensors *embed,
                                              gpt_tensors *embed_grads)
@@ -805,39 +1126,32 @@ extern "C" zero_status gpt_cuda_backward_end(gpt_cuda_workspace *ws, float dloss
     GPT_TRY(check_set(ws, "gpt_cuda_backward_end", embed, GPT_MODULE_EMBED, "parameter"));
     GPT_TRY(check_set(ws, "gpt_cuda_backward_end", embed_grads, GPT_MODULE_EMBED, "gradient"));
     const int N = ws->B * ws->T, C = ws->cfg.d_model, V = ws->cfg.vocab;
-    float *pf[GPT_MAX_MODULE_TENSORS], *pe[GPT_MAX_MODULE_TENSORS];
+    module_view pf, pe;
     float *gf[GPT_MAX_MODULE_TENSORS], *ge[GPT_MAX_MODULE_TENSORS];
-    GPT_TRY(stage_params(ws, fm, final_params, ws->module_p, pf));
-    GPT_TRY(stage_params(ws, GPT_MODULE_EMBED, embed, ws->embed_p, pe));
+    GPT_TRY(stage_params(ws, fm, final_params, ws->module_p, ws->module_p16, &pf));
+    GPT_TRY(stage_params(ws, GPT_MODULE_EMBED, embed, ws->embed_p, ws->embed_p16, &pe));
     GPT_TRY(stage_grads(ws, fm, final_grads, ws->module_g, gf));
     GPT_TRY(stage_grads(ws, GPT_MODULE_EMBED, embed_grads, ws->embed_g, ge));
 
     const gpt_acts_slot *io = ws->io;
     float scale = ws->valid ? dloss / (float)ws->valid : 0.0f;
-    crossentropy_backward_kernel<<<blocks_for((size_t)N * V, 256), 256, 0, ws->stream>>>(
-        ws->acts.dlogits, io->logits, io->lse, io->targets, N, V, scale);
+    unsigned g = blocks_for((size_t)N * V, 256);
+    if (ws->act_bf16)
+        crossentropy_backward_kernel<bf16><<<g, 256, 0, ws->stream>>>((bf16 *)ws->acts.dlogits, io->logits, io->lse,
+                                                                      io->targets, N, V, scale);
+    else
+        crossentropy_backward_kernel<float><<<g, 256, 0, ws->stream>>>(ws->acts.dlogits, io->logits, io->lse,
+                                                                       io->targets, N, V, scale);
     LAUNCH_CHECK("crossentropy_backward");
-    GPT_TRY(matmul_backward(ws, ws->acts.dln, ge[GPT_WTE], NULL, ws->acts.dlogits, io->lnf, pe[GPT_WTE], N, C, V));
+    GPT_TRY(linear_backward(ws, NULL, ws->acts.dln, &pe, GPT_WTE, ge, -1, ws->acts.dlogits, io->lnf, N, C, V, NULL));
     CUDA_TRY(cudaMemsetAsync(ws->acts.dres, 0, sizeof(float) * (size_t)N * C, ws->stream));
     GPT_TRY(layernorm_backward(ws, ws->acts.dres, gf[GPT_LNF_W], gf[GPT_LNF_B], ws->acts.dln,
-                               io->resid[ws->cfg.n_layer], pf[GPT_LNF_W], io->lnf_mean, io->lnf_rstd, N, C));
+                               io->resid[ws->cfg.n_layer], pf.f[GPT_LNF_W], io->lnf_mean, io->lnf_rstd, N, C));
     GPT_TRY(unstage_grads(ws, fm, final_grads, ws->module_g));
     GPT_TRY(unstage_grads(ws, GPT_MODULE_EMBED, embed_grads, ws->embed_g));
     ws->phase = 3;
     ws->next_layer = ws->cfg.n_layer - 1;
     return ZERO_OK;
-}
-
-/* A linear layer's backward in B: the input gradient, and (input_only) its
- * upstream gradient kept in the stash for W instead of the weight and bias
- * gradients now. The unsplit backward is matmul_backward: the same gemms in
- * the same order, so B then W computes what it does. */
-static zero_status linear_backward(gpt_cuda_workspace *ws, float *stash, float *dinp, float *dw, float *db,
-                                   const float *dout, const float *inp, const float *w, int N, int C, int OC)
-{
-    if (!stash) return matmul_backward(ws, dinp, dw, db, dout, inp, w, N, C, OC);
-    CUDA_TRY(cudaMemcpyAsync(stash, dout, sizeof(float) * (size_t)N * OC, cudaMemcpyDeviceToDevice, ws->stream));
-    return gemm(ws, 0, 0, N, C, OC, dout, OC, 0, w, C, 0, 0.0f, dinp, C, 0, 1);
 }
 
 /* The whole block backward, or (input_only) its B half. */
@@ -853,54 +1167,40 @@ static zero_status block_backward(gpt_cuda_workspace *ws, const char *op, int la
     int m = gpt_module_block(layer);
     GPT_TRY(check_set(ws, op, block, m, "parameter"));
     GPT_TRY(check_set(ws, op, block_grads, m, "gradient"));
-    const int B = ws->B, T = ws->T, C = ws->cfg.d_model, NH = ws->cfg.n_head, hs = C / NH, N = B * T;
+    const int C = ws->cfg.d_model, N = ws->B * ws->T;
+    const size_t nh = (size_t)N * C;
     gpt_block_acts *a = ws->io->block[layer];
     const float *x = ws->io->resid[layer];
-    float *p[GPT_MAX_MODULE_TENSORS], *g[GPT_MAX_MODULE_TENSORS];
-    GPT_TRY(stage_params(ws, m, block, ws->module_p, p));
+    module_view pv;
+    float *g[GPT_MAX_MODULE_TENSORS];
+    GPT_TRY(stage_params(ws, m, block, ws->module_p, ws->module_p16, &pv));
     /* checkpointing: the kept input back from the host if offloaded, then the forward again */
     if (gpt_acts_recomputed(&ws->acts.shape, layer)) {
         GPT_TRY(reload_input(ws, layer));
-        GPT_TRY(block_forward(ws, a, x, NULL, p));
+        GPT_TRY(block_forward(ws, a, x, NULL, &pv));
     }
     GPT_TRY(stage_grads(ws, m, block_grads, ws->module_g, g));
-    size_t nh = (size_t)N * C;
     float *dres = ws->acts.dres, *dln = ws->acts.dln, *dqkv = ws->acts.dqkv, *dfch = ws->acts.dfch;
     /* the stash of this block (input_only): fc_proj, fc, attn proj, qkv upstream gradients */
     float *st = input_only ? ws->wstash + (size_t)layer * wstash_floats(ws) : NULL;
     float *st_fcproj = st, *st_fc = st ? st + nh : NULL, *st_proj = st ? st + 5 * nh : NULL,
           *st_qkv = st ? st + 6 * nh : NULL;
 
-    /* MLP half */
-    GPT_TRY(linear_backward(ws, st_fcproj, dfch, g[GPT_FCPROJ_W], g[GPT_FCPROJ_B], dres, a->fch_gelu,
-                            p[GPT_FCPROJ_W], N, 4 * C, C));
-    gelu_backward_kernel<<<blocks_for(4 * nh, 256), 256, 0, ws->stream>>>(dfch, a->fch, dfch, 4 * nh);
-    LAUNCH_CHECK("gelu_backward");
-    GPT_TRY(linear_backward(ws, st_fc, dln, g[GPT_FC_W], g[GPT_FC_B], dfch, a->ln2, p[GPT_FC_W], N, C, 4 * C));
-    GPT_TRY(layernorm_backward(ws, dres, g[GPT_LN2_W], g[GPT_LN2_B], dln, a->res2, p[GPT_LN2_W], a->ln2_mean,
+    /* MLP half (dres is fp32; the matmuls take it as an activation) */
+    const void *dres_act = dres;
+    GPT_TRY(residual_grad_as_act(ws, &dres_act));
+    GPT_TRY(linear_backward(ws, st_fcproj, dfch, &pv, GPT_FCPROJ_W, g, GPT_FCPROJ_B, dres_act, a->fch_gelu, N, 4 * C,
+                            C, a->fch));
+    GPT_TRY(linear_backward(ws, st_fc, dln, &pv, GPT_FC_W, g, GPT_FC_B, dfch, a->ln2, N, C, 4 * C, NULL));
+    GPT_TRY(layernorm_backward(ws, dres, g[GPT_LN2_W], g[GPT_LN2_B], dln, a->res2, pv.f[GPT_LN2_W], a->ln2_mean,
                                a->ln2_rstd, N, C));
 
     /* attention half */
-    GPT_TRY(linear_backward(ws, st_proj, dln, g[GPT_ATTPROJ_W], g[GPT_ATTPROJ_B], dres, a->atty, p[GPT_ATTPROJ_W],
-                            N, C, C));
-    heads_permute_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>(ws->dy, dln, B, T, NH, hs, 0);
-    LAUNCH_CHECK("heads_permute");
-    qkv_permute_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>(ws->q, ws->k, ws->v, a->qkv, B, T, NH, hs, 1);
-    LAUNCH_CHECK("qkv_permute");
-    long long sh = (long long)T * hs, sa = (long long)T * T;
-    int bh = B * NH, rows = B * NH * T;
-    GPT_TRY(gemm(ws, 0, 1, T, T, hs, ws->dy, hs, sh, ws->v, hs, sh, 0.0f, ws->datt, T, sa, bh));   /* dP = dY V^T */
-    GPT_TRY(gemm(ws, 1, 0, T, hs, T, a->att, T, sa, ws->dy, hs, sh, 0.0f, ws->dv, hs, sh, bh));    /* dV = P^T dY */
-    softmax_backward_kernel<<<blocks_for((size_t)rows * 32, 256), 256, 0, ws->stream>>>(ws->datt, a->att, rows, T,
-                                                                                       1.0f / sqrtf((float)hs));
-    LAUNCH_CHECK("softmax_backward");
-    GPT_TRY(gemm(ws, 0, 0, T, hs, T, ws->datt, T, sa, ws->k, hs, sh, 0.0f, ws->dq, hs, sh, bh));   /* dQ = dS K */
-    GPT_TRY(gemm(ws, 1, 0, T, hs, T, ws->datt, T, sa, ws->q, hs, sh, 0.0f, ws->dk, hs, sh, bh));   /* dK = dS^T Q */
-    qkv_permute_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>(ws->dq, ws->dk, ws->dv, dqkv, B, T, NH, hs,
-                                                                   0);
-    LAUNCH_CHECK("qkv_permute");
-    GPT_TRY(linear_backward(ws, st_qkv, dln, g[GPT_QKV_W], g[GPT_QKV_B], dqkv, a->ln1, p[GPT_QKV_W], N, C, 3 * C));
-    GPT_TRY(layernorm_backward(ws, dres, g[GPT_LN1_W], g[GPT_LN1_B], dln, x, p[GPT_LN1_W], a->ln1_mean,
+    GPT_TRY(residual_grad_as_act(ws, &dres_act));
+    GPT_TRY(linear_backward(ws, st_proj, dln, &pv, GPT_ATTPROJ_W, g, GPT_ATTPROJ_B, dres_act, a->atty, N, C, C, NULL));
+    GPT_TRY(attention_backward(ws, a, dqkv, dln));
+    GPT_TRY(linear_backward(ws, st_qkv, dln, &pv, GPT_QKV_W, g, GPT_QKV_B, dqkv, a->ln1, N, C, 3 * C, NULL));
+    GPT_TRY(layernorm_backward(ws, dres, g[GPT_LN1_W], g[GPT_LN1_B], dln, x, pv.f[GPT_LN1_W], a->ln1_mean,
                                a->ln1_rstd, N, C));
     GPT_TRY(unstage_grads(ws, m, block_grads, ws->module_g));
     if (input_only) ws->w_due[layer] = 1;
@@ -919,6 +1219,9 @@ extern "C" zero_status gpt_cuda_workspace_split_backward(gpt_cuda_workspace *ws)
 {
     if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_split_backward: workspace is NULL");
     if (ws->wstash) return ZERO_OK;
+    if (ws->act_bf16)
+        return gpt_fail(ZERO_UNSUPPORTED, "gpt_cuda_workspace_split_backward: the bf16 activation mode has no split "
+                                          "backward yet (its W stash and weight half are fp32): use fp32 activations");
     for (int l = 0; l < ws->cfg.n_layer; l++)
         if (gpt_acts_recomputed(&ws->acts.shape, l))
             return gpt_fail(ZERO_UNSUPPORTED,
@@ -965,13 +1268,13 @@ extern "C" zero_status gpt_cuda_backward_block_weight(gpt_cuda_workspace *ws, in
     GPT_TRY(stage_grads(ws, m, block_grads, ws->module_g, g));
     /* matmul_backward's weight half, in the unsplit backward's order */
     GPT_TRY(gemm(ws, 1, 0, C, 4 * C, N, st, C, 0, a->fch_gelu, 4 * C, 0, 1.0f, g[GPT_FCPROJ_W], 4 * C, 0, 1));
-    GPT_TRY(column_sums(ws, g[GPT_FCPROJ_B], st, NULL, NULL, NULL, N, C));
+    GPT_TRY(column_sums(ws, g[GPT_FCPROJ_B], st, 0, NULL, NULL, NULL, N, C));
     GPT_TRY(gemm(ws, 1, 0, 4 * C, C, N, st + nh, 4 * C, 0, a->ln2, C, 0, 1.0f, g[GPT_FC_W], C, 0, 1));
-    GPT_TRY(column_sums(ws, g[GPT_FC_B], st + nh, NULL, NULL, NULL, N, 4 * C));
+    GPT_TRY(column_sums(ws, g[GPT_FC_B], st + nh, 0, NULL, NULL, NULL, N, 4 * C));
     GPT_TRY(gemm(ws, 1, 0, C, C, N, st + 5 * nh, C, 0, a->atty, C, 0, 1.0f, g[GPT_ATTPROJ_W], C, 0, 1));
-    GPT_TRY(column_sums(ws, g[GPT_ATTPROJ_B], st + 5 * nh, NULL, NULL, NULL, N, C));
+    GPT_TRY(column_sums(ws, g[GPT_ATTPROJ_B], st + 5 * nh, 0, NULL, NULL, NULL, N, C));
     GPT_TRY(gemm(ws, 1, 0, 3 * C, C, N, st + 6 * nh, 3 * C, 0, a->ln1, C, 0, 1.0f, g[GPT_QKV_W], C, 0, 1));
-    GPT_TRY(column_sums(ws, g[GPT_QKV_B], st + 6 * nh, NULL, NULL, NULL, N, 3 * C));
+    GPT_TRY(column_sums(ws, g[GPT_QKV_B], st + 6 * nh, 0, NULL, NULL, NULL, N, 3 * C));
     GPT_TRY(unstage_grads(ws, m, block_grads, ws->module_g));
     ws->w_due[layer] = 0;
     return ZERO_OK;

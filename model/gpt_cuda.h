@@ -1,16 +1,27 @@
 /* The minimal GPT on a CUDA GPU: the same module-by-module API as gpt.h,
  * with every parameter and gradient pointer in DEVICE memory.
  *
- * Precision: activations are fp32 in device memory; matmuls run through
- * cuBLAS (cublasGemmEx / cublasGemmStridedBatchedEx) with
- * CUBLAS_COMPUTE_32F_FAST_16BF: inputs rounded to bf16 on the tensor cores,
- * products accumulated in fp32 (GPT_CUDA_MATH_BF16, the default). For tests,
- * GPT_CUDA_MATH_FP32 runs the same kernels with plain fp32 matmuls, so the
- * kernels themselves can be checked against the CPU path tightly.
- * Parameters and gradients may be fp32 or bf16 (param_dtype, both the same
- * dtype, as the engine hands them out): bf16 parameters are widened to an
- * fp32 copy per module call, and a bf16 module's gradient is computed in fp32
- * and then added (rounded once) to the bf16 buffer.
+ * Precision (gpt_cuda_options):
+ *  - math: the matmuls run through cuBLAS with CUBLAS_COMPUTE_32F_FAST_16BF
+ *    (GPT_CUDA_MATH_BF16, the default: inputs rounded to bf16 on the tensor
+ *    cores, products accumulated in fp32) or plain fp32 (GPT_CUDA_MATH_FP32,
+ *    no TF32), so the kernels can be checked against the CPU path tightly;
+ *  - act_dtype: activations stored fp32 (ZERO_F32, the default) or bf16
+ *    (ZERO_BF16: every matmul input and output but the residual stream, the
+ *    logits and the LayerNorm statistics is bf16; matmuls are cuBLASLt with
+ *    bf16 inputs, fp32 compute, and their bias / GELU / bias-gradient work
+ *    fused into epilogues; needs math BF16 and flash attention);
+ *  - attention: GPT_CUDA_ATTN_UNFUSED materialises the B x H x T x T
+ *    probabilities (cuBLAS batched gemms and a softmax kernel: the simple
+ *    reference), GPT_CUDA_ATTN_FLASH is the fused tiled kernel of
+ *    gpt_flash.h (online softmax, only a log-sum-exp per row kept).
+ * gpt_cuda_workspace_create(_ckpt) keep the original mode (fp32 activations,
+ * unfused attention, `math` as given); gpt_cuda_workspace_create_opts
+ * chooses. Parameters and gradients may be fp32 or bf16 (param_dtype, both
+ * the same dtype, as the engine hands them out): bf16 parameters are widened
+ * to an fp32 copy per module call (and an fp32 module is narrowed to a bf16
+ * copy for the bf16 activation mode's matmuls), and a bf16 module's gradient
+ * is computed in fp32 and then added (rounded once) to the bf16 buffer.
  *
  * Everything is enqueued on the stream given at creation (NULL: the legacy
  * default stream). Calls that return host values (the loss, the logits)
@@ -33,6 +44,20 @@ typedef enum gpt_cuda_math {
     GPT_CUDA_MATH_FP32 = 1,  /* fp32 products (no TF32): for checking kernels */
 } gpt_cuda_math;
 
+typedef enum gpt_cuda_attention {
+    GPT_CUDA_ATTN_UNFUSED = 0, /* scores materialised (B x H x T x T), batched gemms + softmax kernel */
+    GPT_CUDA_ATTN_FLASH = 1,   /* fused, tiled, online softmax (gpt_flash.h); head size <= 128 */
+} gpt_cuda_attention;
+
+typedef struct gpt_cuda_options {
+    gpt_cuda_math math;           /* the matmuls' products */
+    zero_dtype act_dtype;         /* ZERO_F32 or ZERO_BF16 (bf16 needs math BF16 and flash attention) */
+    gpt_cuda_attention attention;
+} gpt_cuda_options;
+
+/* The training mode: bf16 activations, flash attention, bf16 products. */
+#define GPT_CUDA_OPTIONS_BF16 {GPT_CUDA_MATH_BF16, ZERO_BF16, GPT_CUDA_ATTN_FLASH}
+
 typedef struct gpt_cuda_workspace gpt_cuda_workspace;
 
 /* 1 when this build has the CUDA path and a GPU is visible. */
@@ -49,6 +74,13 @@ zero_status gpt_cuda_workspace_create(gpt_cuda_workspace **out, const gpt_config
 zero_status gpt_cuda_workspace_create_ckpt(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
                                            zero_dtype param_dtype, gpt_cuda_math math, void *cuda_stream,
                                            const gpt_checkpointing *ck);
+/* The same with the options above (NULL: {math BF16, F32, UNFUSED}, as
+ * gpt_cuda_workspace_create). An invalid combination is ZERO_UNSUPPORTED
+ * naming it (bf16 activations with unfused attention or fp32 math; flash
+ * attention with a head size above 128). */
+zero_status gpt_cuda_workspace_create_opts(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
+                                           zero_dtype param_dtype, const gpt_cuda_options *opts, void *cuda_stream,
+                                           const gpt_checkpointing *ck);
 void gpt_cuda_workspace_destroy(gpt_cuda_workspace *ws); /* NULL accepted */
 /* Bytes of the device allocation (activations + scratch); by kind (host:
  * the pinned offload buffer); for a shape without a GPU or an allocation. */
@@ -56,6 +88,9 @@ size_t gpt_cuda_workspace_bytes(const gpt_cuda_workspace *ws);
 void gpt_cuda_workspace_activation_bytes(const gpt_cuda_workspace *ws, gpt_activation_bytes *out);
 zero_status gpt_cuda_activation_bytes_for(const gpt_config *cfg, int batch, int seq, zero_dtype param_dtype,
                                           const gpt_checkpointing *ck, gpt_activation_bytes *out);
+zero_status gpt_cuda_activation_bytes_for_opts(const gpt_config *cfg, int batch, int seq, zero_dtype param_dtype,
+                                               const gpt_cuda_options *opts, const gpt_checkpointing *ck,
+                                               gpt_activation_bytes *out);
 /* Copy the logits (batch, seq, vocab) of the last forward to host memory. */
 zero_status gpt_cuda_workspace_logits(gpt_cuda_workspace *ws, float *host_out);
 

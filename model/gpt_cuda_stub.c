@@ -25,6 +25,15 @@ zero_status gpt_cuda_workspace_create_ckpt(gpt_cuda_workspace **out, const gpt_c
     return NO_CUDA("gpt_cuda_workspace_create_ckpt");
 }
 
+zero_status gpt_cuda_workspace_create_opts(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
+                                           zero_dtype param_dtype, const gpt_cuda_options *opts, void *cuda_stream,
+                                           const gpt_checkpointing *ck)
+{
+    (void)cfg, (void)batch, (void)seq, (void)param_dtype, (void)opts, (void)cuda_stream, (void)ck;
+    if (out) *out = NULL;
+    return NO_CUDA("gpt_cuda_workspace_create_opts");
+}
+
 void gpt_cuda_workspace_destroy(gpt_cuda_workspace *ws) { (void)ws; }
 size_t gpt_cuda_workspace_bytes(const gpt_cuda_workspace *ws) { (void)ws; return 0; }
 
@@ -40,6 +49,15 @@ zero_status gpt_cuda_activation_bytes_for(const gpt_config *cfg, int batch, int 
     (void)cfg, (void)batch, (void)seq, (void)param_dtype, (void)ck;
     if (out) memset(out, 0, sizeof *out);
     return NO_CUDA("gpt_cuda_activation_bytes_for");
+}
+
+zero_status gpt_cuda_activation_bytes_for_opts(const gpt_config *cfg, int batch, int seq, zero_dtype param_dtype,
+                                               const gpt_cuda_options *opts, const gpt_checkpointing *ck,
+                                               gpt_activation_bytes *out)
+{
+    (void)cfg, (void)batch, (void)seq, (void)param_dtype, (void)opts, (void)ck;
+    if (out) memset(out, 0, sizeof *out);
+    return NO_CUDA("gpt_cuda_activation_bytes_for_opts");
 }
 
 zero_status gpt_cuda_workspace_logits(gpt_cuda_workspace *ws, float *host_out)

@@ -172,3 +172,47 @@ gpu_check engine_offload_nccl_np1 tests/mpirun.sh 1 "$build/tests/engine/test_en
 # 2e-3; world 2 on one GPU (STAGED) stage 3 bf16: checkpoint, resume, verify,
 # consolidate (see tests/train/train_cuda_check.sh).
 gpu_check train_cuda tests/train/train_cuda_check.sh "$build"
+
+# ---------------------------------------------------------------- model: bf16 activations, flash attention, MFU
+# (issue 9 item 3; written without a GPU: never run yet)
+# The bf16 activation mode (bf16 storage, cuBLASLt epilogues, flash
+# attention) against the CPU GPT, fp32 and bf16 params: loss within 2e-2,
+# logits and every gradient within 5e-2 / 6e-2 relative L2 (check 5 of
+# tests/model/test_gpt_cuda.c); the fused flash attention against the
+# unfused CUDA attention and the CPU, fp32 (check 4).
+gpt_cuda_bf16_acts_check() {
+  gpu_check model_gpt_cuda_bf16_acts env ZERO_GPT_CUDA_PART=bf16_acts "$build/tests/model/test_gpt_cuda"
+}
+gpt_cuda_flash_check() {
+  gpu_check model_gpt_cuda_flash_vs_unfused env ZERO_GPT_CUDA_PART=flash "$build/tests/model/test_gpt_cuda"
+}
+# GPT-2-124M-shaped step time and MFU (bf16 activations, flash; and the fp32
+# activation mode beside it), figures into the JSON summary. MFU counts
+# 6 N + 12 L T d flops per token (PaLM: attention without causal discount)
+# against 989 TFLOP/s (H100/H200 SXM dense bf16).
+gpt_cuda_mfu_check() {
+  local name=model_gpt_mfu mode out rc t0 secs figs status
+  for mode in bf16 fp32; do
+    echo "=== $name ($mode): $build/tests/model/gpt_cuda_bench 8 10 $mode"
+    out=$(mktemp)
+    t0=$(date +%s%N)
+    timeout -k 10 "$check_timeout" "$build/tests/model/gpt_cuda_bench" 8 10 "$mode" > "$out" 2>&1
+    rc=$?
+    secs=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
+    case $rc in
+      0) pass=$((pass + 1)); status=pass ;;
+      77) skip=$((skip + 1)); status=skip ;;
+      124|137) fail=$((fail + 1)); status=timeout ;;
+      *) fail=$((fail + 1)); status=fail ;;
+    esac
+    grep -v '^FIGURES ' "$out" | tail -n 20
+    figs=$(sed -n 's/^FIGURES //p' "$out" | tail -1)
+    echo "--- $name ($mode): ${status^^} (rc $rc, ${secs} s)"
+    printf '{"check": "%s_%s", "status": "%s", "seconds": %s, "figures": %s}\n' "$name" "$mode" "$status" "${secs:-0}" \
+      "${figs:-{\}}" >> "$records"
+    rm -f "$out"
+  done
+}
+gpt_cuda_bf16_acts_check
+gpt_cuda_flash_check
+gpt_cuda_mfu_check

@@ -18,7 +18,20 @@
  *     the longest chain of matmuls), loss 4e-4: the bounds leave 3x.
  *  3. bf16 params and grads, bf16 matmuls: as 2 with 4e-2 (the gradient is
  *     rounded to bf16 once more, 2^-9), against a CPU run on the same
- *     bf16-rounded weights. */
+ *     bf16-rounded weights.
+ *  4. flash attention, fp32 math and activations: as 1 against the CPU, and
+ *     against the GPU's unfused attention elementwise within 1e-4 * scale +
+ *     1e-4 * |x| (both fp32; they differ in the order of the softmax sums and
+ *     in the atomics of the other kernels' backward: ~1e-6 relative).
+ *  5. bf16 activations (GPT_CUDA_OPTIONS_BF16: bf16 storage of every matmul
+ *     input/output, cuBLASLt epilogues, flash attention), fp32 params: as 2
+ *     with 5e-2 and loss within 2e-2; bf16 params: 6e-2. NOT MEASURED (no
+ *     GPU when written): each stored activation and activation gradient is
+ *     rounded once more (2^-9 relative), about as many roundings again as
+ *     the bf16 matmul inputs of 2, so the bounds are 2 and 3's plus that
+ *     half again; the flash attention alone on bf16 inputs measured 2.8e-3
+ *     (tests/model/test_flash.c). A wrong epilogue (GELU missing, a bias not
+ *     added, a bias gradient dropped) moves a tensor by O(1). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -82,7 +95,13 @@ static void compare(const char *what, const float *gpu, const float *cpu, size_t
 static float bf16_round(float x) { return zero_bf16_to_f32(zero_f32_to_bf16(x)); }
 
 /* One GPU run; returns its loss, logits and grads (fp32 on the host). */
-static int gpu_run(const gpt_config *cfg, const float *params, size_t total, zero_dtype dt, gpt_cuda_math math,
+static gpt_cuda_options opt(gpt_cuda_math math, zero_dtype act, gpt_cuda_attention att)
+{
+    gpt_cuda_options o = {math, act, att};
+    return o;
+}
+
+static int gpu_run(const gpt_config *cfg, const float *params, size_t total, zero_dtype dt, gpt_cuda_options o,
                    const gpt_checkpointing *ck, const int32_t *tok, const int32_t *tgt, float *loss, float *logits,
                    float *grads)
 {
@@ -101,14 +120,14 @@ static int gpu_run(const gpt_config *cfg, const float *params, size_t total, zer
     layout(cfg, dp, es, p);
     layout(cfg, dg, es, g);
     gpt_cuda_workspace *ws = NULL;
-    CHECK_OK(gpt_cuda_workspace_create_ckpt(&ws, cfg, B_, T_, dt, math, NULL, ck));
+    CHECK_OK(gpt_cuda_workspace_create_opts(&ws, cfg, B_, T_, dt, &o, NULL, ck));
     if (!ws) {
         fprintf(stderr, "%s\n", gpt_last_error());
         return -1;
     }
     gpt_activation_bytes got, want;
     gpt_cuda_workspace_activation_bytes(ws, &got);
-    CHECK_OK(gpt_cuda_activation_bytes_for(cfg, B_, T_, dt, ck, &want));
+    CHECK_OK(gpt_cuda_activation_bytes_for_opts(cfg, B_, T_, dt, &o, ck, &want));
     CHECK(memcmp(&got, &want, sizeof got) == 0 && got.total == gpt_cuda_workspace_bytes(ws));
     zero_status st = gpt_cuda_forward(ws, tok, tgt, p, loss);
     if (st == ZERO_OK) st = gpt_cuda_backward(ws, 1.0f, p, g);
@@ -190,6 +209,39 @@ static void check_cuda_bytes(void)
             }
 }
 
+/* The same for bf16 activations with flash attention (layout act_elem 2):
+ * the matmul-facing buffers at 2 bytes, att_lse (B NH T floats) in place of
+ * the T x T probabilities, no unfused-attention scratch; D (B NH T), dres16
+ * (2NC) and the bias-gradient vector (4C floats) added; bf16 copies of the
+ * embed and a block module for fp32 parameters. */
+static void check_cuda_bytes_bf16_acts(void)
+{
+    const gpt_config cfg = {.n_layer = 3, .n_head = 4, .d_model = 48, .seq_len = 24, .vocab = 101};
+    const size_t B = 2, T = 13, N = B * T, C = 48, V = 101, NH = 4, L = 3;
+    const size_t set = r256(2 * N * C) + 4 * r256(4 * N) + r256(6 * N * C) + r256(4 * B * NH * T) +
+                       r256(2 * N * C) + r256(4 * N * C) + r256(2 * N * C) + 2 * r256(8 * N * C);
+    const gpt_cuda_options o = GPT_CUDA_OPTIONS_BF16;
+    for (int dt = 0; dt < 2; dt++)
+        for (int R = 0; R <= 4; R++) {
+            zero_dtype d = dt ? ZERO_BF16 : ZERO_F32;
+            size_t rec = (size_t)(R < 3 ? R : 3);
+            size_t inputs = (L + 1) * r256(4 * N * C);
+            size_t head = 2 * r256(4 * N) + r256(2 * N * C) + 3 * r256(4 * N) + r256(4 * N * V);
+            size_t scratch = r256(4 * N * C) + r256(2 * N * C) + r256(6 * N * C) + r256(8 * N * C) + r256(2 * N * V) +
+                             r256(4 * N) + r256(4 * B * NH * T) + r256(2 * N * C) + r256(16 * C);
+            size_t e = V * C + 24 * C, m = 12 * C * C + 13 * C; /* embed; a block (> final) */
+            scratch += d == ZERO_BF16 ? 2 * r256(4 * e) + 2 * r256(4 * m) : r256(2 * e) + r256(2 * m);
+            size_t total = inputs + (L - rec) * set + (rec ? set : 0) + head + scratch;
+            gpt_checkpointing ck = {R == 4 ? GPT_CHECKPOINT_ALL : R, 0, 0};
+            gpt_activation_bytes b;
+            CHECK_OK(gpt_cuda_activation_bytes_for_opts(&cfg, (int)B, (int)T, d, &o, &ck, &b));
+            CHECK_MSG(b.total == total && b.inputs == inputs && b.blocks == (L - rec) * set &&
+                          b.recompute == (rec ? set : 0) && b.head == head && b.scratch == scratch,
+                      "cuda bytes, bf16 activations (%s params, %d recomputed): %zu, formula %zu", zero_dtype_name(d), R,
+                      b.total, total);
+        }
+}
+
 /* Activation checkpointing on the GPU (fp32 math), against the same GPU run
  * without it: the forward has no atomics, so the loss and logits are
  * bitwise equal; the backward's column sums and embedding scatter use fp32
@@ -206,7 +258,8 @@ static void check_checkpointing(const gpt_config *cfg, const float *params, size
     float *lg = malloc(nl * 4), *gg = malloc(total * 4);
     for (int v = 0; v < 3; v++) {
         float loss;
-        if (gpu_run(cfg, params, total, ZERO_F32, GPT_CUDA_MATH_FP32, &variants[v], tok, tgt, &loss, lg, gg) != 0)
+        if (gpu_run(cfg, params, total, ZERO_F32, opt(GPT_CUDA_MATH_FP32, ZERO_F32, GPT_CUDA_ATTN_UNFUSED), &variants[v],
+                    tok, tgt, &loss, lg, gg) != 0)
             continue;
         CHECK_MSG(memcmp(&loss, &loss0, sizeof loss) == 0 && memcmp(lg, lg0, nl * 4) == 0,
                   "checkpointing %d blocks (offload %d): forward differs from the run without", variants[v].blocks,
@@ -225,6 +278,7 @@ int main(void)
 {
 #if ZERO_HAVE_CUDA
     check_cuda_bytes();
+    check_cuda_bytes_bf16_acts();
     if (!gpt_cuda_available() && check_exit() != 0) return 1; /* a wrong formula fails even without a GPU */
 #endif
     if (!gpt_cuda_available()) CHECK_SKIP("no CUDA GPU visible (or this build has no CUDA path)");
@@ -247,24 +301,58 @@ int main(void)
 
     float loss_c, loss_g;
     cpu_run(&cfg, params, total, tok, tgt, &loss_c, lc, gc);
+    /* ZERO_GPT_CUDA_PART=flash or bf16_acts runs only check 4 or 5 (the GPU
+     * script's separate checks; the flash one still needs the unfused run) */
+    const char *part = getenv("ZERO_GPT_CUDA_PART");
+    const int all = !part || !*part, only_flash = part && !strcmp(part, "flash"), only_bf16 = part && !strcmp(part, "bf16_acts");
 
-    if (gpu_run(&cfg, params, total, ZERO_F32, GPT_CUDA_MATH_FP32, NULL, tok, tgt, &loss_g, lg, gg) == 0) {
+    const gpt_cuda_options fp32 = opt(GPT_CUDA_MATH_FP32, ZERO_F32, GPT_CUDA_ATTN_UNFUSED);
+    const gpt_cuda_options fp32_flash = opt(GPT_CUDA_MATH_FP32, ZERO_F32, GPT_CUDA_ATTN_FLASH);
+    const gpt_cuda_options bf16_acts = GPT_CUDA_OPTIONS_BF16;
+    float *lu = malloc(nl * 4), *gu = malloc(total * 4), loss_u = 0;
+    int have_unfused = 0;
+    if ((all || only_flash) && gpu_run(&cfg, params, total, ZERO_F32, fp32, NULL, tok, tgt, &loss_g, lg, gg) == 0) {
         CHECK_CLOSE(loss_g, loss_c, 1e-5);
         printf("fp32 math: loss gpu %.7f cpu %.7f\n", loss_g, loss_c);
         compare_all(&cfg, "fp32 math, fp32 params", lg, lc, gg, gc, 0, 1e-3);
-        check_checkpointing(&cfg, params, total, tok, tgt, loss_g, lg, gg);
+        if (all) check_checkpointing(&cfg, params, total, tok, tgt, loss_g, lg, gg);
+        memcpy(lu, lg, nl * 4), memcpy(gu, gg, total * 4), loss_u = loss_g, have_unfused = 1;
     }
-    if (gpu_run(&cfg, params, total, ZERO_F32, GPT_CUDA_MATH_BF16, NULL, tok, tgt, &loss_g, lg, gg) == 0) {
+    if (all || only_flash) { /* 4: flash attention, fp32 */
+        if (gpu_run(&cfg, params, total, ZERO_F32, fp32_flash, NULL, tok, tgt, &loss_g, lg, gg) == 0) {
+            CHECK_CLOSE(loss_g, loss_c, 1e-5);
+            printf("fp32 math, flash attention: loss gpu %.7f cpu %.7f\n", loss_g, loss_c);
+            compare_all(&cfg, "flash attention vs CPU (fp32)", lg, lc, gg, gc, 0, 1e-3);
+            if (have_unfused) {
+                CHECK_CLOSE(loss_g, loss_u, 1e-5);
+                compare_all(&cfg, "flash vs unfused attention on the GPU (fp32)", lg, lu, gg, gu, 0, 1e-4);
+            }
+        }
+    }
+    if ((all || only_bf16) && gpu_run(&cfg, params, total, ZERO_F32, bf16_acts, NULL, tok, tgt, &loss_g, lg, gg) == 0) { /* 5 */
+        CHECK_MSG(fabsf(loss_g - loss_c) <= 2e-2f, "bf16-activation loss %.6f vs cpu %.6f", loss_g, loss_c);
+        printf("bf16 activations: loss gpu %.7f cpu %.7f\n", loss_g, loss_c);
+        compare_all(&cfg, "bf16 activations, fp32 params", lg, lc, gg, gc, 1, 5e-2);
+    }
+    free(lu), free(gu);
+    if (all && gpu_run(&cfg, params, total, ZERO_F32, opt(GPT_CUDA_MATH_BF16, ZERO_F32, GPT_CUDA_ATTN_UNFUSED), NULL, tok,
+                       tgt, &loss_g, lg, gg) == 0) {
         CHECK_MSG(fabsf(loss_g - loss_c) <= 1e-2f, "bf16 loss %.6f vs cpu %.6f", loss_g, loss_c);
         printf("bf16 math: loss gpu %.7f cpu %.7f\n", loss_g, loss_c);
         compare_all(&cfg, "bf16 math, fp32 params", lg, lc, gg, gc, 1, 3e-2);
     }
     for (size_t i = 0; i < total; i++) params[i] = bf16_round(params[i]);
     cpu_run(&cfg, params, total, tok, tgt, &loss_c, lc, gc);
-    if (gpu_run(&cfg, params, total, ZERO_BF16, GPT_CUDA_MATH_BF16, NULL, tok, tgt, &loss_g, lg, gg) == 0) {
+    if (all && gpu_run(&cfg, params, total, ZERO_BF16, opt(GPT_CUDA_MATH_BF16, ZERO_F32, GPT_CUDA_ATTN_UNFUSED), NULL,
+                       tok, tgt, &loss_g, lg, gg) == 0) {
         CHECK_MSG(fabsf(loss_g - loss_c) <= 1e-2f, "bf16-params loss %.6f vs cpu %.6f", loss_g, loss_c);
         printf("bf16 params: loss gpu %.7f cpu %.7f\n", loss_g, loss_c);
         compare_all(&cfg, "bf16 math, bf16 params and grads", lg, lc, gg, gc, 1, 4e-2);
+    }
+    if ((all || only_bf16) && gpu_run(&cfg, params, total, ZERO_BF16, bf16_acts, NULL, tok, tgt, &loss_g, lg, gg) == 0) { /* 5 */
+        CHECK_MSG(fabsf(loss_g - loss_c) <= 2e-2f, "bf16-activation, bf16-params loss %.6f vs cpu %.6f", loss_g, loss_c);
+        printf("bf16 activations, bf16 params: loss gpu %.7f cpu %.7f\n", loss_g, loss_c);
+        compare_all(&cfg, "bf16 activations, bf16 params and grads", lg, lc, gg, gc, 1, 6e-2);
     }
 
     /* misuse is reported, not crashed on */
@@ -272,6 +360,8 @@ int main(void)
     CHECK(gpt_cuda_workspace_create(&ws, &cfg, B_, T_ + 1000, ZERO_F32, GPT_CUDA_MATH_BF16, NULL) ==
           ZERO_INVALID_ARGUMENT);
     CHECK(gpt_cuda_workspace_create(&ws, &cfg, B_, T_, ZERO_F16, GPT_CUDA_MATH_BF16, NULL) == ZERO_UNSUPPORTED);
+    gpt_cuda_options bad = opt(GPT_CUDA_MATH_BF16, ZERO_BF16, GPT_CUDA_ATTN_UNFUSED);
+    CHECK(gpt_cuda_workspace_create_opts(&ws, &cfg, B_, T_, ZERO_F32, &bad, NULL, NULL) == ZERO_UNSUPPORTED);
     free(params), free(gc), free(gg), free(lc), free(lg);
 #endif
     return check_exit();

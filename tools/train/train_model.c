@@ -83,6 +83,22 @@ static size_t module_numel(const gpt_config *cfg, int module)
     return n;
 }
 
+/* The CUDA model: bf16 compute runs the bf16 activation mode (bf16
+ * storage, flash attention, cuBLASLt epilogues: gpt_cuda.h), as the CPU
+ * path's bf16 compute multiplies bf16; fp32 compute keeps fp32 activations
+ * and the unfused attention with bf16 tensor-core products. */
+static zero_status train_cuda_workspace(train_model *m, const gpt_config *cfg, int micro, const gpt_checkpointing *ck)
+{
+#if TRAIN_HAVE_GPT_CUDA
+    gpt_cuda_options o = GPT_CUDA_OPTIONS_BF16;
+    if (m->dtype != ZERO_BF16) o.act_dtype = ZERO_F32, o.attention = GPT_CUDA_ATTN_UNFUSED;
+    return gpt_cuda_workspace_create_opts(&m->cws, cfg, micro, cfg->seq_len, m->dtype, &o, NULL, ck);
+#else
+    (void)m, (void)cfg, (void)micro, (void)ck;
+    return ZERO_UNSUPPORTED;
+#endif
+}
+
 zero_status train_model_create(train_model **out, const gpt_config *cfg, int micro, uint64_t seed,
                                zero_engine *engine, zero_device *dev, int cuda, const gpt_checkpointing *ck,
                                zero_comm *ep, char *err, size_t en)
@@ -148,8 +164,7 @@ zero_status train_model_create(train_model **out, const gpt_config *cfg, int mic
             if (m->dtype == ZERO_F16) {
                 s = mfail(err, en, ZERO_UNSUPPORTED,
                           "fp16: the CUDA model takes fp32 or bf16 parameters; use bf16 on --device cuda");
-            } else if ((s = CUDA_CALL(gpt_cuda_workspace_create_ckpt, &m->cws, cfg, micro, cfg->seq_len, m->dtype,
-                                                      GPT_CUDA_MATH_BF16, NULL, ck)) != ZERO_OK) {
+            } else if ((s = train_cuda_workspace(m, cfg, micro, ck)) != ZERO_OK) {
                 mfail(err, en, s, "model: %s", gpt_last_error());
             }
         } else {
