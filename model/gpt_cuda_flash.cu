@@ -3,9 +3,10 @@
  * CI run. The structure is the twin's, line for line: a block takes a tile
  * of GPT_FLASH_BR query rows (forward, dq) or GPT_FLASH_BC key rows (dk,
  * dv), one thread per row; the other side's rows stream through shared
- * memory a tile at a time; each thread runs the twin's per-row loop, so the
- * sums are taken in the twin's order (the compiler may fuse a multiply and
- * an add, the twin's C may not: ~1e-7 relative).
+ * memory a tile at a time; each thread runs the twin's per-row statements -
+ * the same source, gpt_flash_row.h - so the sums are taken in the twin's
+ * order (the compiler may fuse a multiply and an add, the twin's C may not:
+ * ~1e-7 relative).
  *
  * The products are fp32 FMAs on the CUDA cores, not tensor-core mma: the
  * first version is the one whose every operation has a CPU twin. It needs
@@ -24,6 +25,7 @@
 
 #include "gpt_cuda_flash.cuh"
 #include "gpt_flash.h"
+#include "gpt_flash_row.h"
 
 #define BR GPT_FLASH_BR
 #define BC GPT_FLASH_BC
@@ -70,28 +72,7 @@ __global__ void __launch_bounds__(BR) flash_forward_kernel(AT *out, float *lse, 
         __syncthreads();
         if (t >= T || c0 > t) continue; /* a tile past the row changes nothing (twin: not visited) */
         const int n = min(c0 + BC, t + 1) - c0;
-        float mt = -INFINITY;
-        for (int j = 0; j < n; j++) {
-            float acc = 0.0f;
-#pragma unroll
-            for (int d = 0; d < HS; d++)
-                if (d < hs) acc += qt[d] * ks[j * HS + d];
-            float s = scale * acc;
-            ss[j * BR + threadIdx.x] = s;
-            mt = fmaxf(mt, s);
-        }
-        float mn = fmaxf(m, mt), a = expf(m - mn);
-        l *= a;
-#pragma unroll
-        for (int d = 0; d < HS; d++) o[d] *= a;
-        for (int j = 0; j < n; j++) {
-            float p = expf(ss[j * BR + threadIdx.x] - mn);
-            l += p;
-#pragma unroll
-            for (int d = 0; d < HS; d++)
-                if (d < hs) o[d] += p * vs[j * HS + d];
-        }
-        m = mn;
+        gpt_flash_fwd_tile(qt, ks, vs, HS, n, HS, scale, ss + threadIdx.x, BR, &m, &l, o);
     }
     if (t >= T) return;
     float inv = 1.0f / l;
@@ -144,19 +125,7 @@ __global__ void __launch_bounds__(BR) flash_backward_dq_kernel(AT *dqkv, const f
         __syncthreads();
         if (t >= T || c0 > t) continue;
         const int n = min(c0 + BC, t + 1) - c0;
-        for (int j = 0; j < n; j++) {
-            float sq = 0.0f, dp = 0.0f;
-#pragma unroll
-            for (int d = 0; d < HS; d++)
-                if (d < hs) sq += qt[d] * ks[j * HS + d];
-#pragma unroll
-            for (int d = 0; d < HS; d++)
-                if (d < hs) dp += dyt[d] * vs[j * HS + d];
-            float ds = expf(scale * sq - Lt) * (dp - Dt);
-#pragma unroll
-            for (int d = 0; d < HS; d++)
-                if (d < hs) dq[d] += ds * ks[j * HS + d];
-        }
+        for (int j = 0; j < n; j++) gpt_flash_dq_key(qt, dyt, ks + j * HS, vs + j * HS, HS, scale, Lt, Dt, dq);
     }
     if (t >= T) return;
     AT *dqt = dqkv + ((size_t)b * T + t) * C3 + h * hs;
@@ -200,23 +169,9 @@ __global__ void __launch_bounds__(BC) flash_backward_dkv_kernel(AT *dqkv, const 
         }
         __syncthreads();
         if (j >= T) continue;
-        for (int t = max(r0, j); t < min(r0 + BR, T); t++) {
-            const float *qt = qs + (t - r0) * HS, *dyt = dys + (t - r0) * HS;
-            float sq = 0.0f, dp = 0.0f;
-#pragma unroll
-            for (int d = 0; d < HS; d++)
-                if (d < hs) sq += qt[d] * kj[d];
-#pragma unroll
-            for (int d = 0; d < HS; d++)
-                if (d < hs) dp += dyt[d] * vj[d];
-            float p = expf(scale * sq - Ls[t - r0]), ds = p * (dp - Ds[t - r0]);
-#pragma unroll
-            for (int d = 0; d < HS; d++)
-                if (d < hs) dv[d] += p * dyt[d];
-#pragma unroll
-            for (int d = 0; d < HS; d++)
-                if (d < hs) dk[d] += ds * qt[d];
-        }
+        for (int t = max(r0, j); t < min(r0 + BR, T); t++)
+            gpt_flash_dkv_query(qs + (t - r0) * HS, dys + (t - r0) * HS, kj, vj, HS, scale, Ls[t - r0], Ds[t - r0], dk,
+                                dv);
     }
     if (j >= T) return;
     AT *dkj = dqkv + ((size_t)b * T + j) * C3 + C + h * hs, *dvj = dkj + C;
