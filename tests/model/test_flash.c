@@ -7,6 +7,9 @@
  * 130: a partial last tile and rows that meet three key tiles), head sizes
  * 16, 64 and 128 (GPT_FLASH_MAX_HS), batch 2.
  *
+ * Also: the shared row functions (gpt_flash_row.h) called with a padded head
+ * size, as the kernels call them, give bitwise the results at the true one.
+ *
  * Tolerances (per tensor, scale = max |reference|):
  *   fp32: |twin - ref| <= 2e-6 * scale + 1e-4 * |ref| elementwise for out
  *   and dqkv; lse within 1e-5 absolute of a double-precision log-sum-exp.
@@ -26,6 +29,7 @@
 #include "check.h"
 #include "gpt_cpu_ops.h"
 #include "gpt_flash.h"
+#include "gpt_flash_row.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static float uniform(void) /* [-1, 1) */
@@ -120,8 +124,35 @@ static void run(int B, int T, int NH, int hs)
     free(D), free(qkv16), free(dout16);
 }
 
+/* The kernels call the row functions with their padded head size (32, 64
+ * or 128; rows zero past hs): the results must be bitwise those at hs. */
+static void check_padded_rows(void)
+{
+    enum { HS = 16, PAD = 32, N = 20 };
+    float q[PAD] = {0}, k[N * PAD] = {0}, v[N * PAD] = {0}, dy[PAD] = {0};
+    for (int d = 0; d < HS; d++) q[d] = uniform(), dy[d] = uniform();
+    for (int j = 0; j < N; j++)
+        for (int d = 0; d < HS; d++) k[j * PAD + d] = uniform(), v[j * PAD + d] = uniform();
+    float o1[PAD] = {0}, o2[PAD] = {0}, s1[N], s2[N], m1 = -INFINITY, m2 = -INFINITY, l1 = 0, l2 = 0;
+    for (int c0 = 0; c0 < N; c0 += 8) { /* three tiles: two rescales */
+        int n = c0 + 8 < N ? 8 : N - c0;
+        gpt_flash_fwd_tile(q, k + c0 * PAD, v + c0 * PAD, PAD, n, HS, 0.25f, s1, 1, &m1, &l1, o1);
+        gpt_flash_fwd_tile(q, k + c0 * PAD, v + c0 * PAD, PAD, n, PAD, 0.25f, s2, 1, &m2, &l2, o2);
+    }
+    float dq1[PAD] = {0}, dq2[PAD] = {0}, dk1[PAD] = {0}, dk2[PAD] = {0}, dv1[PAD] = {0}, dv2[PAD] = {0};
+    for (int j = 0; j < N; j++) {
+        gpt_flash_dq_key(q, dy, k + j * PAD, v + j * PAD, HS, 0.25f, 1.5f, 0.1f, dq1);
+        gpt_flash_dq_key(q, dy, k + j * PAD, v + j * PAD, PAD, 0.25f, 1.5f, 0.1f, dq2);
+        gpt_flash_dkv_query(q, dy, k + j * PAD, v + j * PAD, HS, 0.25f, 1.5f, 0.1f, dk1, dv1);
+        gpt_flash_dkv_query(q, dy, k + j * PAD, v + j * PAD, PAD, 0.25f, 1.5f, 0.1f, dk2, dv2);
+    }
+    CHECK(memcmp(&m1, &m2, 4) == 0 && memcmp(&l1, &l2, 4) == 0 && memcmp(o1, o2, sizeof o1) == 0);
+    CHECK(memcmp(dq1, dq2, sizeof dq1) == 0 && memcmp(dk1, dk2, sizeof dk1) == 0 && memcmp(dv1, dv2, sizeof dv1) == 0);
+}
+
 int main(void)
 {
+    check_padded_rows();
     const int shapes[][3] = {{1, 4, 16}, {40, 4, 16}, {64, 2, 64}, {77, 3, 16}, {130, 2, 64}, {130, 1, 128}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) run(2, shapes[i][0], shapes[i][1], shapes[i][2]);
     return check_exit();
