@@ -14,7 +14,11 @@
 
 #ifdef __CUDACC__
 #define GPT_FLASH_FN __host__ __device__ __forceinline__ static
+#ifdef __CUDA_ARCH__ /* the device pass only: the host compiler knows no such pragma */
 #define GPT_FLASH_UNROLL _Pragma("unroll")
+#else
+#define GPT_FLASH_UNROLL
+#endif
 #else
 #define GPT_FLASH_FN static inline
 #define GPT_FLASH_UNROLL
