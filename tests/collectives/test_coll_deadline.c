@@ -4,7 +4,10 @@
  * too) shuts down cleanly with exit 0.
  *   test_coll_deadline skip   rank 0 skips an allreduce, a split, two async ops
  *                             and a send
- *   test_coll_deadline leave  rank 0 destroys its world (MPI_Finalize) first */
+ *   test_coll_deadline leave  rank 0 destroys its world (MPI_Finalize) first
+ *   test_coll_deadline cap    under ZERO_COLL_TIMEOUT_S=1 (meson.build): the
+ *                             comms ask for 30 s and 600 s but get 1 s, and
+ *                             the skip case fails by that deadline */
 #include <zero/comm.h>
 
 #include <time.h>
@@ -68,12 +71,26 @@ int main(int argc, char **argv)
     CHECK_OK(zero_comm_split(world, 0, r, &p2p));
     CHECK_OK(zero_comm_split(world, 0, r, &third));
     CHECK_OK(zero_comm_split(world, 0, r, &fourth));
-    CHECK_OK(zero_comm_set_timeout(fourth, TIMEOUT_S));
-    CHECK_OK(zero_comm_set_timeout(third, TIMEOUT_S));
     CHECK_OK(zero_comm_set_name(p2p, "p2p"));
     CHECK_OK(zero_comm_set_name(third, "third"));
-    CHECK_OK(zero_comm_set_timeout(world, TIMEOUT_S));
-    CHECK_OK(zero_comm_set_timeout(p2p, TIMEOUT_S));
+    if (!strcmp(mode, "cap")) {
+        /* The world asked for 30 s and its splits inherit that; a later
+         * request for more is capped too, one for less is kept. */
+        CHECK(zero_comm_get_timeout(world) == TIMEOUT_S);
+        CHECK(zero_comm_get_timeout(third) == TIMEOUT_S);
+        CHECK_OK(zero_comm_set_timeout(world, 600));
+        CHECK(zero_comm_get_timeout(world) == TIMEOUT_S);
+        CHECK_OK(zero_comm_set_timeout(p2p, 0.5));
+        CHECK(zero_comm_get_timeout(p2p) == 0.5);
+        CHECK_OK(zero_comm_set_timeout(p2p, 600));
+        CHECK(zero_comm_get_timeout(p2p) == TIMEOUT_S);
+        mode = "skip";
+    } else {
+        CHECK_OK(zero_comm_set_timeout(fourth, TIMEOUT_S));
+        CHECK_OK(zero_comm_set_timeout(third, TIMEOUT_S));
+        CHECK_OK(zero_comm_set_timeout(world, TIMEOUT_S));
+        CHECK_OK(zero_comm_set_timeout(p2p, TIMEOUT_S));
+    }
     CHECK(zero_comm_get_timeout(world) == TIMEOUT_S);
 
     /* Large enough for the rendezvous protocol: the abandoned op holds

@@ -1,24 +1,41 @@
 #!/bin/bash
 # GPU checks that CI (no GPU) can only compile. On a machine with an NVIDIA
-# GPU, meson, ninja and nvcc:
+# GPU and nvcc (docs/gpu-run.md says how to run it through the device tool):
 #
 #   tests/gpu/run_gpu_tests.sh [build-dir]       (default: build-gpu)
 #
-# configures a CUDA build (-Dcuda=enabled) in build-dir (reusing it if it
-# exists), builds it, runs every meson test in suite 'gpu', then the checks
-# each area appends below, and ends with "GPU checks: N passed, N failed, N
-# skipped". On a GPU machine a skip means the GPU was not seen, so the exit
-# status is 0 only when nothing failed or skipped. Without a GPU the script
-# says so and exits 77, unless ZERO_GPU_REHEARSE=1: then it runs end to end
-# (build, every check, the JSON summary) with the GPU checks skipping, which
-# is how CI rehearses it (a skip is then not a failure).
+# 1. prints what the machine is before anything else: OS, glibc, kernel, gcc,
+#    nvidia-smi, driver, CUDA driver and runtime versions, nvcc, where cuBLAS
+#    and NCCL are, python3, the build tools;
+# 2. if .gpu-bundle/ is there (scripts/gpu_bundle.sh made it on a machine
+#    with Debian's archive; the device tool carries it), unpacks it into
+#    .gpu-deps/ and uses the bundled Open MPI, hwloc, jansson, liburing,
+#    OpenBLAS, pkg-config and ninja instead of the system's
+#    (tests/gpu/bundle_env.sh); without one, the system's libraries are used;
+# 3. configures a CUDA build (-Dcuda=enabled) in build-dir (reusing it if it
+#    exists) and builds it;
+# 4. checks that the built programs load the bundled libraries (ldd), runs
+#    multi-rank CPU checks under the bundled mpirun (so a broken MPI shows
+#    before any GPU check), every meson test in suite 'gpu', then the checks
+#    each area appends below, and ends with "GPU checks: N passed, N failed,
+#    N skipped".
+# On a GPU machine a skip means the GPU was not seen, so the exit status is 0
+# only when nothing failed or skipped. Without a GPU the script says so and
+# exits 77, unless ZERO_GPU_REHEARSE=1: then it runs end to end (bundle,
+# build, every check, the JSON summary) with the GPU checks skipping, which
+# is how scripts/gpu_rehearse.sh rehearses it here (a skip is then not a
+# failure).
 #
-# Each check runs under its own timeout and prints the tail of its output on
-# failure (the tests print the library's message, which carries the CUDA
-# error name and string). The driver, the CUDA version nvidia-smi reports and
-# nvcc's version are printed first. One JSON summary is written:
-# [{"check", "status" (pass|fail|skip|timeout), "seconds", "figures"}] plus
-# the versions, in $ZERO_GPU_JSON (default build-dir/gpu_checks.json).
+# Every communicator's deadline is capped at ZERO_COLL_TIMEOUT_S (default 30
+# s here), so a hung collective becomes a named ZERO_TIMEOUT within that,
+# and each check runs under its own timeout. A failing check prints the tail
+# of its output (the tests print the library's message, which carries the
+# CUDA error's name and string) and its last error line goes into the JSON.
+# One JSON summary is written, in $ZERO_GPU_JSON (default
+# build-dir/gpu_checks.json): the machine's facts and
+# [{"check", "status" (pass|fail|skip|timeout), "seconds", "figures", "error"}].
+# A check reports figures by printing lines `FIGURES {"name": value, ...}`
+# (printed in the log too).
 #
 # Environment:
 #   ZERO_CUDA_ARCH   e.g. 80 or 80,90: the meson option gpu_arch (SASS for
@@ -27,53 +44,119 @@
 #   ZERO_GPU_NO_BUILD=1      use build-dir as it is (a build carried over)
 #   ZERO_GPU_CHECK_TIMEOUT_S per-check limit (default 300)
 #   ZERO_GPU_REHEARSE=1      run without a GPU (checks skip), see above
+#   ZERO_GPU_BUNDLE / ZERO_GPU_PREFIX   the bundle (default .gpu-bundle) and
+#                    where it is unpacked (default .gpu-deps)
+#   ZERO_COLL_TIMEOUT_S      the comms' deadline cap (default 30)
 #
 # To add a check: give a meson test suite 'gpu' (suite: ['<area>', 'gpu']),
 # or append a gpu_check line in a section of your own below.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 build=${1:-build-gpu}
-
+py=$(command -v python3 || echo /usr/bin/python3)
+json=${ZERO_GPU_JSON:-$build/gpu_checks.json}
+records=$(mktemp)
+facts=$(mktemp)
+check_timeout=${ZERO_GPU_CHECK_TIMEOUT_S:-300}
+export ZERO_COLL_TIMEOUT_S=${ZERO_COLL_TIMEOUT_S:-30}
 rehearse=0
+
+# ---------------------------------------------------------------- the machine
+# Printed first, so that a run that fails early still says where it ran.
+fact() { # key value...: printed and kept for the JSON summary
+  local k=$1; shift
+  printf '%-14s %s\n' "$k:" "$*"
+  printf '%s\t%s\n' "$k" "$*" >> "$facts"
+}
+echo "=== machine"
+fact os "$(. /etc/os-release 2>/dev/null && echo "${PRETTY_NAME:-?}")"
+fact kernel "$(uname -srm)"
+fact glibc "$(getconf GNU_LIBC_VERSION 2>/dev/null || ldd --version 2>/dev/null | head -1)"
+fact gcc "$(gcc -dumpfullversion 2>/dev/null || echo none)"
+fact cpus "$(nproc), $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo) memory"
 gpu_name=none driver=none cuda_ver=none
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
-  if [ "${ZERO_GPU_REHEARSE:-0}" != 1 ]; then
-    echo "run_gpu_tests: no NVIDIA GPU visible (nvidia-smi -L failed); nothing to run"
-    echo "GPU checks: 0 passed, 0 failed, 0 skipped"
-    exit 77
-  fi
-  rehearse=1
-  echo "run_gpu_tests: rehearsal without a GPU (ZERO_GPU_REHEARSE=1): every GPU check should skip"
-else
-  nvidia-smi -L
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  nvidia-smi
   gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
   driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)
   cuda_ver=$(nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -1)
 fi
+fact gpu "$gpu_name"
+fact driver "$driver"
+fact cuda_driver "$cuda_ver"
 nvcc_ver=$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p' | head -1)
-echo "GPU: $gpu_name; driver $driver; CUDA (driver) $cuda_ver; nvcc ${nvcc_ver:-none}"
-json=${ZERO_GPU_JSON:-$build/gpu_checks.json}
-records=$(mktemp)
-check_timeout=${ZERO_GPU_CHECK_TIMEOUT_S:-300}
-
-setup_args=(-Dcuda=enabled)
-[ -n "${ZERO_CUDA_ARCH:-}" ] && setup_args+=("-Dgpu_arch=${ZERO_CUDA_ARCH//sm_/}")
-# shellcheck disable=SC2206
-[ -n "${ZERO_GPU_SETUP:-}" ] && setup_args+=(${ZERO_GPU_SETUP})
-if [ "${ZERO_GPU_NO_BUILD:-0}" = 1 ] && [ -f "$build/build.ninja" ]; then
-  echo "run_gpu_tests: using the build in $build as it is (ZERO_GPU_NO_BUILD=1)"
-else
-  if [ -f "$build/build.ninja" ]; then
-    meson configure "$build" "${setup_args[@]}" >/dev/null || exit 1
-  else
-    meson setup "$build" "${setup_args[@]}" >/dev/null || { echo "meson setup failed"; exit 1; }
+fact nvcc "${nvcc_ver:-none} ($(command -v nvcc || echo 'not on PATH'))"
+cuda_home=
+command -v nvcc >/dev/null 2>&1 && cuda_home=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+cuda_lib=
+for d in "$cuda_home/lib64" "$cuda_home/targets/x86_64-linux/lib"; do
+  [ -n "$cuda_home" ] && [ -e "$d/libcudart.so" ] && { cuda_lib=$d; break; }
+done
+# cudaRuntimeGetVersion needs no GPU: the toolkit's runtime, as the build will link it.
+fact cuda_runtime "$( [ -n "$cuda_lib" ] && "$py" -c 'import ctypes, sys
+v = ctypes.c_int(); ctypes.CDLL(sys.argv[1]).cudaRuntimeGetVersion(ctypes.byref(v))
+print("%d.%d (%s)" % (v.value // 1000, v.value % 1000 // 10, sys.argv[1]))' "$(readlink -f "$cuda_lib/libcudart.so")" 2>&1 || echo none)"
+fact cublas "$(ls "$cuda_lib"/libcublas.so.* 2>/dev/null | head -1 || true)"
+# NCCL: the toolkit's folder (where this project's machines have it), Debian's
+# libnccl-dev, or the nvidia-nccl wheel beside PyTorch. The wheel has no
+# unversioned libnccl.so to link with: .gpu-local/nccl gets links to it.
+nccl_dir="" nccl_lib=""
+for d in "$cuda_home" /usr; do
+  for l in "$d/lib64" "$d/lib/x86_64-linux-gnu" "$d/lib"; do
+    [ -n "$d" ] && [ -e "$l/libnccl.so" ] && [ -e "$d/include/nccl.h" ] && { nccl_dir=$d nccl_lib=$l; break 2; }
+  done
+done
+if [ -z "$nccl_dir" ]; then
+  w=$("$py" -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
+  if [ -n "$w" ] && [ -e "$w/lib/libnccl.so.2" ] && [ -e "$w/include/nccl.h" ]; then
+    nccl_dir=$PWD/.gpu-local/nccl nccl_lib=$w/lib
+    mkdir -p "$nccl_dir/lib" && ln -sfn "$w/include" "$nccl_dir/include" &&
+      ln -sf "$w/lib/libnccl.so.2" "$nccl_dir/lib/libnccl.so"
   fi
-  ninja -C "$build" -j"$(nproc)" || { echo "build failed"; echo "GPU checks: 0 passed, 1 failed, 0 skipped"; exit 1; }
+fi
+if [ -n "$nccl_dir" ]; then
+  fact nccl "$(awk '/#define NCCL_(MAJOR|MINOR|PATCH) /{printf "%s%s", sep, $3; sep="."}' "$nccl_dir/include/nccl.h") in $nccl_lib"
+else
+  fact nccl none
+fi
+fact python3 "$("$py" -c 'import sys; print(sys.version.split()[0], sys.executable)' 2>/dev/null || echo none)$(
+  [ -x /usr/bin/python3 ] || echo '; no /usr/bin/python3 (some checks use it)')"
+for t in meson ninja pkg-config dpkg-deb; do fact "$t" "$(command -v "$t" || echo none)"; done
+
+if [ "$gpu_name" = none ]; then
+  if [ "${ZERO_GPU_REHEARSE:-0}" != 1 ]; then
+    echo "run_gpu_tests: no NVIDIA GPU visible (nvidia-smi -L failed); nothing to run"
+    echo "GPU checks: 0 passed, 0 failed, 0 skipped"
+    rm -f "$records" "$facts"
+    exit 77
+  fi
+  rehearse=1
+  echo "run_gpu_tests: rehearsal without a GPU (ZERO_GPU_REHEARSE=1): every GPU check should skip"
 fi
 
+# ---------------------------------------------------------------- checks and the summary
 pass=0 fail=0 skip=0
-record() { # check status seconds
-  printf '{"check": "%s", "status": "%s", "seconds": %s, "figures": {}}\n' "$1" "$2" "$3" >> "$records"
+record() { # check status seconds [output file]: one JSON line (figures and the last error line from the output)
+  "$py" - "$records" "$@" <<'PY'
+import json, re, sys
+rec, name, status, secs = sys.argv[1:5]
+figures, error = {}, None
+if len(sys.argv) > 5:
+    lines = open(sys.argv[5], errors="replace").read().splitlines()
+    for l in lines:
+        if l.startswith("FIGURES "):
+            try: figures.update(json.loads(l[len("FIGURES "):]))
+            except ValueError: pass
+    if status in ("fail", "timeout"):
+        hits = [l for l in lines if re.search(r"error|fail|cuda|nccl|ZERO_[A-Z_]+|timed out|abort|signal|not found", l, re.I)]
+        error = (hits or [l for l in lines if l.strip()] or [""])[-1].strip()[:400]
+r = {"check": name, "status": status, "seconds": float(secs), "figures": figures}
+if error is not None: r["error"] = error
+open(rec, "a").write(json.dumps(r) + "\n")
+PY
+}
+count() { # status
+  case $1 in pass) pass=$((pass + 1)) ;; skip) skip=$((skip + 1)) ;; *) fail=$((fail + 1)) ;; esac
 }
 gpu_check() { # name, command...
   local name=$1; shift
@@ -86,42 +169,137 @@ gpu_check() { # name, command...
   local secs
   secs=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
   case $rc in
-    0) pass=$((pass + 1)); status=pass ;;
-    77) skip=$((skip + 1)); status=skip ;;
-    124|137) fail=$((fail + 1)); status=timeout ;;
-    *) fail=$((fail + 1)); status=fail ;;
+    0) status=pass ;;
+    77) status=skip ;;
+    124|137) status=timeout ;;
+    *) status=fail ;;
   esac
+  count "$status"
   if [ "$status" = fail ] || [ "$status" = timeout ]; then tail -n 40 "$out"; fi
+  grep '^FIGURES ' "$out"
   echo "--- $name: ${status^^} (rc $rc, ${secs} s)"
-  record "$name" "$status" "${secs:-0}"
+  record "$name" "$status" "${secs:-0}" "$out"
   rm -f "$out"
 }
 summary() {
   echo "GPU checks: $pass passed, $fail failed, $skip skipped"
-  /usr/bin/python3 - "$records" "$json" "$gpu_name" "$driver" "$cuda_ver" "${nvcc_ver:-none}" "$rehearse" <<'PY'
+  mkdir -p "$(dirname "$json")"
+  "$py" - "$records" "$json" "$facts" "$rehearse" <<'PY'
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-out = {"gpu": sys.argv[3], "driver": sys.argv[4], "cuda_driver_version": sys.argv[5], "nvcc": sys.argv[6],
-       "rehearsal": sys.argv[7] == "1", "checks": recs,
+facts = dict(l.rstrip("\n").split("\t", 1) for l in open(sys.argv[3]) if "\t" in l)
+out = {"gpu": facts.get("gpu"), "driver": facts.get("driver"), "cuda_driver_version": facts.get("cuda_driver"),
+       "nvcc": facts.get("nvcc"), "machine": facts, "rehearsal": sys.argv[4] == "1", "checks": recs,
        "passed": sum(r["status"] == "pass" for r in recs), "failed": sum(r["status"] in ("fail", "timeout") for r in recs),
        "skipped": sum(r["status"] == "skip" for r in recs)}
 json.dump(out, open(sys.argv[2], "w"), indent=1)
 print("GPU checks JSON:", sys.argv[2])
 PY
-  rm -f "$records"
+  rm -f "$records" "$facts"
   [ $fail -eq 0 ] || exit 1
   [ $rehearse -eq 1 ] || [ $skip -eq 0 ] || exit 1
   exit 0
 }
-# The summary runs at exit, so sections can simply be appended below.
+# The summary runs at exit, so a run that stops in the setup still writes it
+# and sections can simply be appended below.
 trap summary EXIT
+setup_failed() { # name seconds message: a setup step that leaves nothing to check
+  echo "run_gpu_tests: $3"
+  count fail
+  local out; out=$(mktemp); echo "$3" > "$out"
+  record "$1" fail "$2" "$out"; rm -f "$out"
+  exit 1
+}
+
+# ---------------------------------------------------------------- the bundle
+bundle=${ZERO_GPU_BUNDLE:-.gpu-bundle}
+if [ -d "$bundle" ]; then
+  echo "=== bundle: $bundle"
+  # shellcheck source=tests/gpu/bundle_env.sh
+  . tests/gpu/bundle_env.sh "$bundle" "${ZERO_GPU_PREFIX:-.gpu-deps}" || setup_failed bundle 0 "the bundle could not be unpacked"
+  for t in mpirun pkg-config ninja; do echo "$t: $(command -v "$t")"; done
+else
+  echo "=== no $bundle (scripts/gpu_bundle.sh): the system's libraries, where it has them"
+fi
+[ -n "$nccl_lib" ] && export LD_LIBRARY_PATH=$nccl_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# An image with meson as a Python package but no meson command.
+if ! command -v meson >/dev/null 2>&1 && "$py" -c 'import mesonbuild' 2>/dev/null; then
+  mkdir -p .gpu-local/bin
+  printf '#!/bin/sh\nexec "%s" -m mesonbuild.mesonmain "$@"\n' "$py" > .gpu-local/bin/meson
+  chmod +x .gpu-local/bin/meson
+  export PATH=$PWD/.gpu-local/bin:$PATH
+fi
+# gVisor (it reports kernel 4.4.0) has no process_vm_readv: Open MPI's
+# shared-memory transport must copy through its buffers instead.
+[ "$(uname -r)" = 4.4.0 ] && export OMPI_MCA_btl_vader_single_copy_mechanism=none
+
+# ---------------------------------------------------------------- the build
+setup_args=(-Dcuda=enabled)
+[ -n "${ZERO_CUDA_ARCH:-}" ] && setup_args+=("-Dgpu_arch=${ZERO_CUDA_ARCH//sm_/}")
+[ -n "$nccl_dir" ] && setup_args+=("-Dnccl_dir=$nccl_dir")
+[ -x /usr/bin/python3 ] || setup_args+=("-Dpython=$py")
+# shellcheck disable=SC2206
+[ -n "${ZERO_GPU_SETUP:-}" ] && setup_args+=(${ZERO_GPU_SETUP})
+t0=$SECONDS
+mkdir -p .gpu-local   # logs and links of this run (gitignored)
+if [ "${ZERO_GPU_NO_BUILD:-0}" = 1 ] && [ -f "$build/build.ninja" ]; then
+  echo "run_gpu_tests: using the build in $build as it is (ZERO_GPU_NO_BUILD=1)"
+else
+  echo "=== build: meson setup $build ${setup_args[*]}"
+  if [ -f "$build/build.ninja" ]; then
+    meson configure "$build" "${setup_args[@]}" >/dev/null || setup_failed build $((SECONDS - t0)) "meson configure failed"
+  else
+    meson setup "$build" "${setup_args[@]}" > .gpu-local/setup.log 2>&1 ||
+      { tail -n 40 .gpu-local/setup.log; setup_failed build $((SECONDS - t0)) "meson setup failed (see above)"; }
+    sed -n '/Features/,/^$/p' .gpu-local/setup.log
+  fi
+  ninja -C "$build" -j"$(nproc)" > .gpu-local/ninja.log 2>&1 ||
+    { grep -B2 -A20 -m3 'error' .gpu-local/ninja.log | tail -n 60; setup_failed build $((SECONDS - t0)) "the build failed (see above)"; }
+  count pass
+  record build pass $((SECONDS - t0))
+  echo "--- build: PASS ($((SECONDS - t0)) s)"
+fi
+
+# ---------------------------------------------------------------- the bundle is what runs
+# Every library that libzero, its CUDA module, the built programs and the bundled mpirun load resolves into
+# the bundle, the build or is one a CUDA machine always has (bundle_ldd_bad); and the
+# loader's own record of one program shows where each bundled library came from.
+if [ -n "${ZERO_GPU_PREFIX:-}" ]; then
+  echo "=== bundle_closure"
+  out=$(mktemp) status=pass t0=$SECONDS
+  for f in "$build"/libzero.so "$build"/libzero-cuda.so* "$build"/tests/collectives/test_coll_ops "$build"/tools/train/zero-train \
+           "$(command -v mpirun)" "$(command -v orted)"; do
+    [ -f "$f" ] || continue   # libzero-cuda.so* is not there in a build without CUDA (and .so.1.p is a folder)
+    b=$(bundle_ldd_bad "$f" "$(cd "$build" && pwd)")
+    if [ -n "$b" ]; then printf '%s loads from outside the bundle:\n%s\n' "$f" "$b" >> "$out"; status=fail; fi
+  done
+  echo "where zero-train's OpenBLAS comes from (ldd):" >> "$out"
+  ldd "$build"/tools/train/zero-train 2>&1 | grep -E 'openblas|gfortran' >> "$out"
+  echo "where test_coll_ops's libraries came from (LD_DEBUG=libs):" >> "$out"
+  LD_DEBUG=libs "$build"/tests/collectives/test_coll_ops local 2>&1 >/dev/null |
+    sed -n 's/.*calling init: /  /p' | grep -E 'mpi|open-|pmix|hwloc|jansson|uring|openblas|event|gfortran' |
+    sort -u >> "$out"
+  cat "$out"
+  count $status
+  echo "--- bundle_closure: ${status^^}"
+  record bundle_closure $status $((SECONDS - t0)) "$out"
+  rm -f "$out"
+fi
+
+# ---------------------------------------------------------------- CPU ranks under the bundled mpirun
+# No GPU needed: they prove Open MPI, hwloc and the deadlines work on this
+# machine before any GPU check leans on them.
+gpu_check mpi_coll_ops_np2 tests/mpirun.sh 2 "$build/tests/collectives/test_coll_ops"
+gpu_check mpi_coll_deadline_skip_np3 tests/mpirun.sh 3 "$build/tests/collectives/test_coll_deadline" skip
+gpu_check mpi_engine_equiv_np2 tests/mpirun.sh 2 "$build/tests/engine/test_engine_equiv"
+gpu_check mpi_topo_launched_np2 tests/mpirun.sh 2 "$build/tests/topo/test_topo" launched
 
 # ---------------------------------------------------------------- meson suite 'gpu'
 # (device: kernels and API on the GPU vs the CPU reference, ...). Counted
 # test by test from meson's log.
 meson test -C "$build" --suite gpu --print-errorlogs --num-processes 1 --no-rebuild \
   --timeout-multiplier "$(( (check_timeout + 59) / 60 ))" >/dev/null 2>&1
-counts=$(/usr/bin/python3 - "$build/meson-logs/testlog.json" "$records" <<'PY'
+counts=$("$py" - "$build/meson-logs/testlog.json" "$records" <<'PY'
 import json, sys
 c = {"pass": 0, "fail": 0, "skip": 0}
 rec = open(sys.argv[2], "a")
@@ -191,26 +369,9 @@ gpt_cuda_flash_check() {
 # 6 N + 12 L T d flops per token (PaLM: attention without causal discount)
 # against 989 TFLOP/s (H100/H200 SXM dense bf16).
 gpt_cuda_mfu_check() {
-  local name=model_gpt_mfu mode out rc t0 secs figs status
+  local mode
   for mode in bf16 fp32; do
-    echo "=== $name ($mode): $build/tests/model/gpt_cuda_bench 8 10 $mode"
-    out=$(mktemp)
-    t0=$(date +%s%N)
-    timeout -k 10 "$check_timeout" "$build/tests/model/gpt_cuda_bench" 8 10 "$mode" > "$out" 2>&1
-    rc=$?
-    secs=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
-    case $rc in
-      0) pass=$((pass + 1)); status=pass ;;
-      77) skip=$((skip + 1)); status=skip ;;
-      124|137) fail=$((fail + 1)); status=timeout ;;
-      *) fail=$((fail + 1)); status=fail ;;
-    esac
-    grep -v '^FIGURES ' "$out" | tail -n 20
-    figs=$(sed -n 's/^FIGURES //p' "$out" | tail -1)
-    echo "--- $name ($mode): ${status^^} (rc $rc, ${secs} s)"
-    printf '{"check": "%s_%s", "status": "%s", "seconds": %s, "figures": %s}\n' "$name" "$mode" "$status" "${secs:-0}" \
-      "${figs:-{\}}" >> "$records"
-    rm -f "$out"
+    gpu_check model_gpt_mfu_$mode "$build/tests/model/gpt_cuda_bench" 8 10 "$mode"
   done
 }
 gpt_cuda_bf16_acts_check
