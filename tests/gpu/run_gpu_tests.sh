@@ -354,9 +354,10 @@ gpu_check train_cuda tests/train/train_cuda_check.sh "$build"
 # ---------------------------------------------------------------- model: bf16 activations, flash attention, MFU
 # (issue 9 item 3; written without a GPU: never run yet)
 # The bf16 activation mode (bf16 storage, cuBLASLt epilogues, flash
-# attention) against the CPU GPT, fp32 and bf16 params: loss within 2e-2,
-# logits and every gradient within 5e-2 / 6e-2 relative L2 (check 5 of
-# tests/model/test_gpt_cuda.c); the fused flash attention against the
+# attention) against the CPU GPT, fp32 and bf16 params: loss within 1e-2,
+# logits and every gradient within 3e-2 relative L2 (check 5 of
+# tests/model/test_gpt_cuda.c: 3x a CPU emulation of the mode,
+# benchmarks/gpu/emulate_bf16_acts.py); the fused flash attention against the
 # unfused CUDA attention and the CPU, fp32 (check 4).
 gpt_cuda_bf16_acts_check() {
   gpu_check model_gpt_cuda_bf16_acts env ZERO_GPT_CUDA_PART=bf16_acts "$build/tests/model/test_gpt_cuda"

@@ -24,14 +24,17 @@
  *     1e-4 * |x| (both fp32; they differ in the order of the softmax sums and
  *     in the atomics of the other kernels' backward: ~1e-6 relative).
  *  5. bf16 activations (GPT_CUDA_OPTIONS_BF16: bf16 storage of every matmul
- *     input/output, cuBLASLt epilogues, flash attention), fp32 params: as 2
- *     with 5e-2 and loss within 2e-2; bf16 params: 6e-2. NOT MEASURED (no
- *     GPU when written): each stored activation and activation gradient is
- *     rounded once more (2^-9 relative), about as many roundings again as
- *     the bf16 matmul inputs of 2, so the bounds are 2 and 3's plus that
- *     half again; the flash attention alone on bf16 inputs measured 2.8e-3
- *     (tests/model/test_flash.c). A wrong epilogue (GELU missing, a bias not
- *     added, a bias gradient dropped) moves a tensor by O(1). */
+ *     input/output, cuBLASLt epilogues, flash attention): relative L2 error
+ *     <= 3e-2 for logits and every gradient, loss within 1e-2, with fp32 and
+ *     with bf16 params (the latter against the CPU on the same bf16 weights,
+ *     gradients rounded to bf16 once more). Measured by emulation on the CPU
+ *     (benchmarks/gpu/emulate_bf16_acts.py: PyTorch with each stored
+ *     activation rounded to bf16 where the mode stores it and each activation
+ *     gradient where it is written, sums in fp32; this config, 5 seeds):
+ *     worst 1.0e-2 (fp32 params; ln_1.weight of block 1), 7.6e-3 (bf16
+ *     params), loss 4e-4: the bounds leave 3x. A wrong epilogue (GELU
+ *     missing, a bias not added, a bias gradient dropped) moves a tensor by
+ *     O(1). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -330,9 +333,9 @@ int main(void)
         }
     }
     if ((all || only_bf16) && gpu_run(&cfg, params, total, ZERO_F32, bf16_acts, NULL, tok, tgt, &loss_g, lg, gg) == 0) { /* 5 */
-        CHECK_MSG(fabsf(loss_g - loss_c) <= 2e-2f, "bf16-activation loss %.6f vs cpu %.6f", loss_g, loss_c);
+        CHECK_MSG(fabsf(loss_g - loss_c) <= 1e-2f, "bf16-activation loss %.6f vs cpu %.6f", loss_g, loss_c);
         printf("bf16 activations: loss gpu %.7f cpu %.7f\n", loss_g, loss_c);
-        compare_all(&cfg, "bf16 activations, fp32 params", lg, lc, gg, gc, 1, 5e-2);
+        compare_all(&cfg, "bf16 activations, fp32 params", lg, lc, gg, gc, 1, 3e-2);
     }
     free(lu), free(gu);
     if (all && gpu_run(&cfg, params, total, ZERO_F32, opt(GPT_CUDA_MATH_BF16, ZERO_F32, GPT_CUDA_ATTN_UNFUSED), NULL, tok,
@@ -350,9 +353,9 @@ int main(void)
         compare_all(&cfg, "bf16 math, bf16 params and grads", lg, lc, gg, gc, 1, 4e-2);
     }
     if ((all || only_bf16) && gpu_run(&cfg, params, total, ZERO_BF16, bf16_acts, NULL, tok, tgt, &loss_g, lg, gg) == 0) { /* 5 */
-        CHECK_MSG(fabsf(loss_g - loss_c) <= 2e-2f, "bf16-activation, bf16-params loss %.6f vs cpu %.6f", loss_g, loss_c);
+        CHECK_MSG(fabsf(loss_g - loss_c) <= 1e-2f, "bf16-activation, bf16-params loss %.6f vs cpu %.6f", loss_g, loss_c);
         printf("bf16 activations, bf16 params: loss gpu %.7f cpu %.7f\n", loss_g, loss_c);
-        compare_all(&cfg, "bf16 activations, bf16 params and grads", lg, lc, gg, gc, 1, 6e-2);
+        compare_all(&cfg, "bf16 activations, bf16 params and grads", lg, lc, gg, gc, 1, 3e-2);
     }
 
     /* misuse is reported, not crashed on */
