@@ -11,6 +11,8 @@
 #    consolidates.
 # Exit 77 when no GPU is visible.
 set -euo pipefail
+# stdlib-only checks: any python3 (the GPU image has no /usr/bin/python3)
+py=$(command -v /usr/bin/python3 || command -v python3)
 build=$1
 src=$(cd "$(dirname "$0")/../.." && pwd)
 exe=$build/tools/train/zero-train
@@ -31,7 +33,7 @@ for prec in fp32 bf16; do
   extra=()
   [ "$prec" = bf16 ] && extra=(--set bf16.enabled=true)
   "$exe" "${common[@]}" "${extra[@]}" --device cuda --steps 40 --metrics "$work/$prec.jsonl"
-  /usr/bin/python3 - "$work/$prec.jsonl" "$work/cpu.jsonl" "$prec" <<'PY'
+  "$py" - "$work/$prec.jsonl" "$work/cpu.jsonl" "$prec" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 cpu = json.loads(open(sys.argv[2]).readline())["loss"]
@@ -50,7 +52,7 @@ c2=("${common[@]}" --device cuda --set train.comm_backend=staged --stage 3 --set
   --resume auto >/dev/null
 "$ckpt" verify "$work/b"
 "$ckpt" consolidate "$work/b" "$work/b.safetensors"
-/usr/bin/python3 - "$(loss "$work/a.jsonl" | sed -n 5p)" "$(loss "$work/b.jsonl" | head -n 1)" <<'PY'
+"$py" - "$(loss "$work/a.jsonl" | sed -n 5p)" "$(loss "$work/b.jsonl" | head -n 1)" <<'PY'
 import sys
 a, b = float(sys.argv[1]), float(sys.argv[2])
 print(f"cuda staged 2 ranks: step 5 loss straight {a!r}, after resume {b!r}")
