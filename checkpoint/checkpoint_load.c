@@ -90,18 +90,27 @@ static zero_status meta_groups(const ckpt_meta *m, zero_engine *e, int apply)
     size_t i;
     json_t *v;
     json_array_foreach(groups, i, v) {
-        static const char *const keys[] = {"lr_scale", "weight_decay", "beta1", "beta2", "eps"};
-        double x[5];
+        /* momentum, dampening (SGD) came later: absent in older checkpoints, they stay as they are */
+        static const char *const keys[] = {"lr_scale", "weight_decay", "beta1",   "beta2",
+                                           "eps",      "momentum",     "dampening"};
+        enum { REQUIRED = 5, NKEYS = 7 };
+        double x[NKEYS] = {0, 0, 0, 0, 0, -1, -1};
         json_t *name = json_object_get(v, "name");
         if (!json_is_string(name))
             return zero_fail(NULL, ZERO_CORRUPT, "checkpoint: %s/meta.json: groups[%zu] has no name", m->dir, i);
-        for (int k = 0; k < 5; k++) {
+        for (int k = 0; k < NKEYS; k++) {
             json_t *n = json_object_get(v, keys[k]);
+            if (!n && k >= REQUIRED) continue;
             if (!json_is_number(n) || !isfinite(json_number_value(n)) || json_number_value(n) < 0)
                 return zero_fail(NULL, ZERO_CORRUPT, "checkpoint: %s/meta.json: groups[%zu] ('%s'): %s is missing, "
                                  "negative or not a number", m->dir, i, json_string_value(name), keys[k]);
             x[k] = json_number_value(n);
         }
+        json_t *nesterov = json_object_get(v, "nesterov");
+        if (nesterov && !json_is_boolean(nesterov))
+            return zero_fail(NULL, ZERO_CORRUPT,
+                             "checkpoint: %s/meta.json: groups[%zu] ('%s'): nesterov is not a boolean", m->dir, i,
+                             json_string_value(name));
         if (!(x[2] < 1) || !(x[3] < 1))
             return zero_fail(NULL, ZERO_CORRUPT, "checkpoint: %s/meta.json: groups[%zu] ('%s'): a beta is >= 1",
                              m->dir, i, json_string_value(name));
@@ -117,6 +126,9 @@ static zero_status meta_groups(const ckpt_meta *m, zero_engine *e, int apply)
             h.beta1 = x[2];
             h.beta2 = x[3];
             h.eps = x[4];
+            h.momentum = x[5];
+            h.dampening = x[6];
+            h.nesterov = nesterov ? json_is_true(nesterov) : -1;
             zero_status st = zero_engine_set_group_hparams(e, g, &h);
             if (st != ZERO_OK) return zero_fail(NULL, st, "checkpoint load: %s", zero_engine_last_error(e));
         }

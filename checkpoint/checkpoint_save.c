@@ -175,9 +175,11 @@ static zero_status build_meta(zero_engine *e, const zero_plan_info *plan, int64_
             json_decref(m);
             return s;
         }
-        json_array_append_new(groups, json_pack("{s:s,s:f,s:f,s:f,s:f,s:f}", "name", zero_engine_get_group_name(e, g),
-                                                "lr_scale", h.lr_scale, "weight_decay", h.weight_decay, "beta1",
-                                                h.beta1, "beta2", h.beta2, "eps", h.eps));
+        json_array_append_new(groups, json_pack("{s:s,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:b}", "name",
+                                                zero_engine_get_group_name(e, g), "lr_scale", h.lr_scale,
+                                                "weight_decay", h.weight_decay, "beta1", h.beta1, "beta2", h.beta2,
+                                                "eps", h.eps, "momentum", h.momentum, "dampening", h.dampening,
+                                                "nesterov", h.nesterov));
     }
     json_object_set_new(m, "groups", groups);
     json_object_set_new(m, "engine", scalars_json(&sc));

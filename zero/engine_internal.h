@@ -88,6 +88,11 @@ typedef struct zero_module {
 typedef struct zero_group {
     char *name;
     double lr_scale, weight_decay, beta1, beta2, eps;
+    double momentum, dampening; /* SGD */
+    int nesterov;
+    /* The step of the group's first update with momentum > 0, which starts
+     * its buffers as the gradient (torch: momentum_buffer None); 0: none yet. */
+    int64_t momentum_from;
 } zero_group;
 
 /* One staging slot for a bucket reduce-scatter. */

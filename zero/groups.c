@@ -1,6 +1,7 @@
 /* Parameter groups (engine.h "parameter groups"): registration, the
- * hyperparameters of each group, and the runs of one group along the flat
- * layout that the optimizer update walks (optim.c). */
+ * hyperparameters of each group (SGD's momentum, dampening and nesterov
+ * too), and the runs of one group along the flat layout that the optimizer
+ * update walks (optim.c). */
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -9,6 +10,19 @@
 #include "common/handle.h"
 #include "common/versioned.h"
 #include "engine_internal.h"
+
+/* The config's hyperparameters (what group 0 starts with, and add_group's defaults). */
+static void config_hparams(const zero_engine *e, zero_group *g)
+{
+    g->lr_scale = 1.0;
+    g->weight_decay = e->cfg.weight_decay;
+    g->beta1 = e->cfg.beta1;
+    g->beta2 = e->cfg.beta2;
+    g->eps = e->cfg.eps;
+    g->momentum = e->cfg.momentum;
+    g->dampening = e->cfg.dampening;
+    g->nesterov = e->cfg.nesterov;
+}
 
 zero_status groups_init(zero_engine *e)
 {
@@ -19,11 +33,7 @@ zero_status groups_init(zero_engine *e)
     zero_group *g = &e->groups[0];
     g->name = strdup("default");
     if (!g->name) return ZERO_OUT_OF_MEMORY;
-    g->lr_scale = 1.0;
-    g->weight_decay = e->cfg.weight_decay;
-    g->beta1 = e->cfg.beta1;
-    g->beta2 = e->cfg.beta2;
-    g->eps = e->cfg.eps;
+    config_hparams(e, g);
     return ZERO_OK;
 }
 
@@ -42,10 +52,11 @@ void groups_free(zero_engine *e)
 /* One row per ZERO_GROUP_HPARAMS_VERSION (engine.h lists each version's fields). */
 static const zero_struct_version hparams_versions[] = {
     {ZERO_FIELD_END(zero_group_hparams, eps), "lr_scale"},
+    {ZERO_FIELD_END(zero_group_hparams, nesterov), "momentum"},
 };
 _Static_assert(sizeof hparams_versions / sizeof *hparams_versions == ZERO_GROUP_HPARAMS_VERSION,
                "a new zero_group_hparams version needs its row above");
-ZERO_ASSERT_LAST_FIELD(zero_group_hparams, eps);
+ZERO_ASSERT_LAST_FIELD(zero_group_hparams, nesterov);
 static const zero_versioned_type hparams_type = {"zero_group_hparams", "ZERO_GROUP_HPARAMS_INIT", hparams_versions,
                                                  ZERO_GROUP_HPARAMS_VERSION, sizeof(zero_group_hparams)};
 
@@ -68,11 +79,37 @@ static zero_status apply(zero_engine *e, zero_group *g, const zero_group_hparams
                          what, h.beta1, h.beta2);
     if (!isfinite(h.eps))
         return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: eps must be finite, got %g", what, h.eps);
-    g->lr_scale = h.lr_scale;
-    if (h.weight_decay >= 0) g->weight_decay = h.weight_decay;
-    if (h.beta1 >= 0) g->beta1 = h.beta1;
-    if (h.beta2 >= 0) g->beta2 = h.beta2;
-    if (h.eps >= 0) g->eps = h.eps;
+    if (!isfinite(h.momentum))
+        return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: momentum must be finite, got %g", what, h.momentum);
+    if (!(h.dampening <= 1))
+        return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: dampening must be <= 1 (negative: keep), got %g", what,
+                         h.dampening);
+    if (h.nesterov < -1 || h.nesterov > 1)
+        return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: nesterov must be 0 or 1 (-1: keep), got %d", what,
+                         h.nesterov);
+    zero_group n = *g;
+    n.lr_scale = h.lr_scale;
+    if (h.weight_decay >= 0) n.weight_decay = h.weight_decay;
+    if (h.beta1 >= 0) n.beta1 = h.beta1;
+    if (h.beta2 >= 0) n.beta2 = h.beta2;
+    if (h.eps >= 0) n.eps = h.eps;
+    if (h.momentum >= 0) n.momentum = h.momentum;
+    if (h.dampening >= 0) n.dampening = h.dampening;
+    if (h.nesterov >= 0) n.nesterov = h.nesterov;
+    if (e->cfg.optimizer == ZERO_OPTIM_SGD) {
+        /* The buffers are allocated from the config's momentum (engine.c, offload_opt.c). */
+        if (n.momentum > 0 && !(e->cfg.momentum > 0))
+            return zero_fail(&e->err, ZERO_INVALID_ARGUMENT,
+                             "%s: momentum %g needs SGD momentum buffers, which this engine does not have (its "
+                             "config's momentum is 0): set the config's momentum > 0, and 0 in the groups without",
+                             what, n.momentum);
+        if (n.nesterov && (n.momentum <= 0 || n.dampening != 0))
+            return zero_fail(&e->err, ZERO_INVALID_ARGUMENT,
+                             "%s: nesterov needs momentum > 0 and dampening 0 (as torch.optim.SGD), got momentum %g, "
+                             "dampening %g",
+                             what, n.momentum, n.dampening);
+    }
+    *g = n;
     return ZERO_OK;
 }
 
@@ -94,11 +131,10 @@ zero_status zero_engine_add_group(zero_engine *e, const char *name, const zero_g
         if (!strcmp(e->groups[i].name, name))
             return zero_fail(&e->err, ZERO_INVALID_ARGUMENT, "%s: a group named '%s' exists already", what, name);
     zero_group g = e->groups[0];
-    g.lr_scale = 1.0;
-    g.weight_decay = e->cfg.weight_decay; /* the config's, not group 0's current values */
-    g.beta1 = e->cfg.beta1;
-    g.beta2 = e->cfg.beta2;
-    g.eps = e->cfg.eps;
+    config_hparams(e, &g); /* the config's, not group 0's current values */
+    /* Added after steps, its parameters bring their momentum buffers along
+     * (as Adam's moments stay with a parameter that changes group). */
+    g.momentum_from = e->step > 0 ? 1 : 0;
     if (hparams) ZERO_TRY(apply(e, &g, hparams, what));
     if (e->num_groups == e->cap_groups) {
         zero_group *n = realloc(e->groups, (size_t)e->cap_groups * 2 * sizeof *n);
@@ -143,7 +179,9 @@ zero_status zero_engine_set_group_hparams(zero_engine *e, int group, const zero_
     zero_group g = e->groups[group];
     ZERO_TRY(apply(e, &g, hparams, what));
     e->groups[group] = g;
-    if (group == 0) { /* group 0 is the config's: keep the two in step */
+    /* group 0 is the config's: keep the two in step (but for momentum,
+     * dampening, nesterov: the config's momentum says whether buffers exist) */
+    if (group == 0) {
         e->cfg.weight_decay = g.weight_decay;
         e->cfg.beta1 = g.beta1;
         e->cfg.beta2 = g.beta2;
@@ -168,6 +206,9 @@ zero_status zero_engine_get_group_hparams(const zero_engine *e, int group, zero_
     h.beta1 = g->beta1;
     h.beta2 = g->beta2;
     h.eps = g->eps;
+    h.momentum = g->momentum;
+    h.dampening = g->dampening;
+    h.nesterov = g->nesterov;
     /* a newer field the caller lacks would be refused here if it differed from its default */
     zero_group_hparams keep;
     memcpy(&keep, &h, sizeof keep);

@@ -13,7 +13,10 @@
 #include "device/cuda_module.h"
 #endif
 
-static void make_hyper(const zero_engine *e, const zero_group *gr, float grad_scale, zero_optim_hyper *h)
+/* The group's hyperparameters for this step. SGD: a group's first step with
+ * momentum > 0 starts its buffers (h->first), however many regions of the
+ * step it covers, so that step is recorded here. */
+static void make_hyper(const zero_engine *e, zero_group *gr, float grad_scale, zero_optim_hyper *h)
 {
     const zero_config *c = &e->cfg;
     const double t = (double)e->step; /* this update's number, 1-based */
@@ -29,16 +32,19 @@ static void make_hyper(const zero_engine *e, const zero_group *gr, float grad_sc
     h->eps = (float)gr->eps;
     h->neg_lr = (float)(-lr);
     h->weight_decay = (float)gr->weight_decay;
-    h->momentum = (float)c->momentum;
-    h->one_minus_dampening = (float)(1.0 - c->dampening);
-    h->nesterov = c->nesterov;
-    h->first = e->step == 1;
+    h->momentum = (float)gr->momentum;
+    h->one_minus_dampening = (float)(1.0 - gr->dampening);
+    h->nesterov = gr->nesterov;
+    if (gr->momentum > 0 && gr->momentum_from == 0) gr->momentum_from = e->step;
+    h->first = gr->momentum_from == e->step;
 }
 
 static zero_status run_kernel(zero_engine *e, const zero_optim_hyper *h, int host, float *p, const float *g,
                               float *m1, float *m2, size_t n)
 {
     const int adamw = e->cfg.optimizer == ZERO_OPTIM_ADAMW;
+    /* SGD in a group with momentum 0: plain SGD, its buffer untouched (torch keeps none) */
+    if (!adamw && !(h->momentum > 0)) m1 = NULL;
     if (e->is_cuda && !host) {
 #if ZERO_HAVE_CUDA
         /* In stream order after the gradient work: no host wait. */

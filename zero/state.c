@@ -215,6 +215,9 @@ zero_status zero_engine_set_scalars(zero_engine *e, const zero_engine_scalars *i
     if (!e || !in) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "engine set_scalars: NULL argument");
     ZERO_TRY(engine_scalars_check(in, &e->err, "engine set_scalars"));
     e->step = in->step;
+    /* Restored after steps: the momentum buffers come with the state (the
+     * groups count as started, as before groups had their own momentum). */
+    for (int g = 0; g < e->num_groups; g++) e->groups[g].momentum_from = in->step > 0 ? 1 : 0;
     e->skipped = in->skipped_steps;
     e->loss_scale = in->loss_scale;
     e->hysteresis_left = in->hysteresis_left;

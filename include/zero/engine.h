@@ -633,10 +633,12 @@ ZERO_API double zero_engine_get_lr(const zero_engine *e);
 
 /* ----------------------------------------------------- parameter groups
  * torch.optim's param_groups: every parameter belongs to one group, and
- * each group has its own lr scale, weight decay and (AdamW) betas and eps.
+ * each group has its own lr scale, weight decay, (AdamW) betas and eps, and
+ * (SGD) momentum, dampening and nesterov.
  * Group 0, "default", always exists and holds every parameter not assigned
  * elsewhere; its hyperparameters start as the config's (lr, weight_decay,
- * beta1, beta2, eps), so an engine without groups behaves as before.
+ * beta1, beta2, eps, momentum, dampening, nesterov), so an engine without
+ * groups behaves as before.
  * The lr of group g at a step is zero_engine_get_lr() * lr_scale(g): one
  * scheduler (set_lr) drives every group, keeping their ratios, as torch
  * users do with LambdaLR over several groups.
@@ -653,13 +655,18 @@ ZERO_API double zero_engine_get_lr(const zero_engine *e);
  * LayerNorm gains, embeddings in the GPT recipe) in a group with
  * weight_decay 0.
  *
- * SGD: lr_scale and weight_decay (L2) apply per group; momentum, dampening
- * and nesterov are the config's for every group (fixed at create: they
- * decide which buffers exist). Settings on every rank of the dp group must
- * be the same (they are not exchanged). */
+ * SGD: lr_scale, weight_decay (L2), momentum, dampening and nesterov apply
+ * per group, as torch.optim.SGD's param_groups: a group's momentum buffer
+ * starts as the gradient at the group's first step with momentum > 0 (a
+ * group that turns momentum on later starts then, like torch's buffer that
+ * is None until then); a group with momentum 0 leaves its buffer alone. The
+ * buffers exist only when the config's momentum is > 0 (they are allocated at
+ * finalize for every parameter): a group's momentum > 0 on an engine whose
+ * config has momentum 0 is refused by name. Settings on every rank of the dp
+ * group must be the same (they are not exchanged). */
 /* Versioned like zero_config (docs/abi.md): size and version set by
  * ZERO_GROUP_HPARAMS_INIT; fields only appended. Versions: 1 = lr_scale ..
- * eps. */
+ * eps; 2 = momentum .. nesterov. */
 typedef struct zero_group_hparams {
     size_t size;         /* sizeof(zero_group_hparams), set by ZERO_GROUP_HPARAMS_INIT */
     uint32_t version;    /* ZERO_GROUP_HPARAMS_VERSION */
@@ -669,12 +676,16 @@ typedef struct zero_group_hparams {
     double weight_decay; /* AdamW: decoupled (p *= 1 - lr * wd); SGD: L2 */
     double beta1, beta2; /* AdamW, each < 1 */
     double eps;          /* AdamW */
+    /* version 2 */
+    double momentum;     /* SGD; > 0 needs the config's momentum > 0 (the buffers) */
+    double dampening;    /* SGD; <= 1 */
+    int nesterov;        /* SGD; 0 or 1 (1 needs momentum > 0 and dampening 0) */
 } zero_group_hparams;
 
-#define ZERO_GROUP_HPARAMS_VERSION 1u
-#define ZERO_GROUP_HPARAMS_INIT                                                                   \
-    {                                                                                             \
-        sizeof(zero_group_hparams), ZERO_GROUP_HPARAMS_VERSION, 1.0, -1.0, -1.0, -1.0, -1.0       \
+#define ZERO_GROUP_HPARAMS_VERSION 2u
+#define ZERO_GROUP_HPARAMS_INIT                                                                           \
+    {                                                                                                     \
+        sizeof(zero_group_hparams), ZERO_GROUP_HPARAMS_VERSION, 1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1 \
     }
 
 /* A new group named `name` (copied; unique) with `hparams` (NULL: the

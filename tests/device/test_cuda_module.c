@@ -22,8 +22,6 @@
 #include "check.h"
 #include "zero_build_config.h"
 
-static int contains(const char *s, const char *needle) { return s && strstr(s, needle) != NULL; }
-
 /* The first line of /proc/self/maps that names `needle`, or NULL. */
 static char *mapped(const char *needle)
 {
@@ -74,6 +72,8 @@ static void test_cpu_consumer(void)
 }
 
 #if ZERO_HAVE_CUDA
+static int contains(const char *s, const char *needle) { return s && strstr(s, needle) != NULL; }
+
 /* A CUDA device and (with NCCL) a NCCL comm are refused with `want` (the
  * comm: `comm_want`) in the message; with a GPU and the module, the device
  * opens instead. */

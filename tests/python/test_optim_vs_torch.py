@@ -290,6 +290,71 @@ def test_param_groups_match_torch(tmp_path, clip, layout):
     worst = compare(engine, run_torch_groups(init, grads, ADAMW, clip), init)
     print(f"worst error {worst:.3g}")
 
+# SGD with param_groups: torch.optim.SGD's per-group momentum, dampening and
+# nesterov (engine: zero_group_hparams version 2). Group 1 starts without
+# momentum and turns it on at step 8 with dampening 0.3: torch starts its
+# buffer then as the gradient, undampened, which only a per-group first step
+# reproduces; group 2 is nesterov and turns momentum off at step 15 (its
+# buffer is kept but unused); group 0 changes momentum and dampening at step 12.
+SGD_GROUPS = [  # lr_scale, wd, beta1, beta2, eps, momentum, dampening, nesterov; negative = the config's
+    (1.0, 0.0, -1, -1, -1, 0.0, -1, -1),
+    (0.5, 0.05, -1, -1, -1, 0.8, 0.0, 1),
+]
+# (before step, group, lr_scale, wd, beta1, beta2, eps, momentum, dampening, nesterov): negative = unchanged
+# Plain SGD moves a tensor only by lr * its gradient (plus weight decay): the
+# tensors with tiny gradients go where weight decay moves them (groups 0, 2).
+SGD_ASSIGN = [0, 1, 2, 1, 0, 2]
+SGD_SETS = [(8, 1, 1.0, -1, -1, -1, -1, 0.7, 0.3, -1), (12, 0, 1.0, -1, -1, -1, -1, 0.5, 0.2, -1),
+            (15, 2, 2.0, -1, -1, -1, -1, 0.0, -1, 0)]
+
+
+def run_torch_sgd_groups(init, grads, hp):
+    params = [torch.nn.Parameter(torch.from_numpy(a.copy())) for a in init]
+    resolved = [(1.0, hp["wd"], hp["momentum"], hp.get("dampening", 0.0), bool(hp.get("nesterov", 0)))]
+    for g in SGD_GROUPS:
+        scale, wd, mom, damp, nest = g[0], g[1], g[5], g[6], g[7]
+        d = resolved[0]
+        resolved.append((scale, wd if wd >= 0 else d[1], mom if mom >= 0 else d[2], damp if damp >= 0 else d[3],
+                         bool(nest) if nest >= 0 else d[4]))
+    groups = [{"params": [p for p, a in zip(params, SGD_ASSIGN) if a == gi], "lr": hp["lr"] * scale,
+               "weight_decay": wd, "momentum": mom, "dampening": damp, "nesterov": nest}
+              for gi, (scale, wd, mom, damp, nest) in enumerate(resolved)]
+    o = torch.optim.SGD(groups, lr=hp["lr"])
+    out = []
+    for s, step in enumerate(grads):
+        for when, gi, scale, wd, _, _, _, mom, damp, nest in SGD_SETS:
+            if when == s + 1:
+                pg = o.param_groups[gi]
+                pg["lr"] = hp["lr"] * scale
+                for key, v in (("weight_decay", wd), ("momentum", mom), ("dampening", damp)):
+                    if v >= 0:
+                        pg[key] = v
+                if nest >= 0:
+                    pg["nesterov"] = bool(nest)
+        for p, g in zip(params, step):
+            p.grad = torch.from_numpy(g.copy())
+        norm = float(torch.nn.utils.clip_grad_norm_(params, float("inf")))
+        o.step()
+        out.append((norm, 1.0, [p.detach().numpy().copy() for p in params]))
+    return out
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda t: f"world{t[0]}-stage{t[1]}")
+def test_sgd_param_groups_match_torch(tmp_path, layout):
+    world, stage, bucket, persistence = layout
+    init, grads = make_problem(seed=zlib.crc32(f"sgd_groups/{world}/{stage}".encode()))
+    opts = dict(SGD, clip=0.0, stage=stage, bucket=bucket, persistence=persistence)
+    args = []
+    for g in SGD_GROUPS:
+        args += ["--group", ":".join(repr(float(v)) for v in g[:7]) + f":{g[7]}"]
+    args += ["--assign", ",".join(str(a) for a in SGD_ASSIGN)]
+    for st in SGD_SETS:
+        args += ["--set", f"{st[0]}:{st[1]}:" + ":".join(repr(float(v)) for v in st[2:9]) + f":{st[9]}"]
+    engine = run_engine(tmp_path, init, grads, world, opts, extra=args)
+    worst = compare(engine, run_torch_sgd_groups(init, grads, SGD), init)
+    print(f"worst error {worst:.3g}")
+
+
 # Every instruction-set variant of the CPU kernels (ZERO_CPU_ISA caps the
 # run-time choice; a variant the CPU lacks falls back to the next narrower):
 # within the tolerance of torch.optim, and bit for bit the default variant's

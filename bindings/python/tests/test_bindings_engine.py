@@ -289,7 +289,8 @@ def test_param_groups(zero_mod, world, stage, tmp_path):
     eng.set_group_hparams("no_decay", weight_decay=0.25, lr_scale=2.0)
     with pytest.raises(zero_mod.ZeroNotFoundError, match="no group 7"):
         eng.set_group_hparams(7, weight_decay=0.0)
-    assert eng.group_hparams(nd) == {"lr_scale": 2.0, "weight_decay": 0.25, "betas": (0.9, 0.999), "eps": 1e-8}
+    assert eng.group_hparams(nd) == {"lr_scale": 2.0, "weight_decay": 0.25, "betas": (0.9, 0.999), "eps": 1e-8,
+                                     "momentum": 0.0, "dampening": 0.0, "nesterov": False}
     step()
     assert np.array_equal(eng.read_param("m.b"), b0 * np.float32(1 - 0.2 * 0.25))
     eng.save_checkpoint(tmp_path / "ck", durable=False)
@@ -303,6 +304,50 @@ def test_param_groups(zero_mod, world, stage, tmp_path):
     eng2.finalize()
     eng2.load_checkpoint(tmp_path / "ck")
     assert eng2.group_hparams("no_decay")["weight_decay"] == 0.25 and eng2.group_hparams(1)["lr_scale"] == 2.0
+    eng2.close()
+
+
+def test_sgd_group_momentum(zero_mod, world, tmp_path):
+    """SGD's momentum, dampening and nesterov per group (zero_group_hparams
+    version 2): a group with momentum 0 on an engine with buffers is plain SGD
+    (p -= lr * g, bitwise); momentum > 0 where the config has no buffers is
+    refused by name; nesterov without momentum is refused; a checkpoint
+    restores the groups' momentum settings."""
+    def engine(momentum):
+        return zero_mod.Engine(world, {"optimizer": {"type": "SGD", "params": {"lr": 0.5, "momentum": momentum,
+                                                                            "weight_decay": 0.0}}})
+
+    eng = engine(0.0)
+    with pytest.raises(zero_mod.ZeroInvalidArgumentError, match="momentum 0.9 needs SGD momentum buffers"):
+        eng.add_group("mom", momentum=0.9)
+    eng.close()
+    eng = engine(0.9)
+    plain = eng.add_group("plain", momentum=0.0, dampening=0.5)
+    with pytest.raises(zero_mod.ZeroInvalidArgumentError, match="nesterov needs momentum > 0 and dampening 0"):
+        eng.set_group_hparams("plain", nesterov=True)
+    assert eng.group_hparams(0)["momentum"] == pytest.approx(0.9) and eng.group_hparams(plain)["momentum"] == 0.0
+    m = eng.add_module("m")
+    w0 = np.full(4, 2.0, np.float32)
+    eng.add_param(m, "m.w", init=w0, group="plain")
+    eng.finalize()
+    for _ in range(2):  # gradient 1 each step: without momentum the parameter moves by lr each time
+        eng.gather(m)
+        eng.param_grad("m.w")[:] = 1.0
+        eng.grads_ready(m)
+        eng.release(m)
+        eng.step()
+    assert np.array_equal(eng.read_param("m.w"), np.full(4, 1.0, np.float32))
+    eng.set_group_hparams("plain", momentum=0.5, nesterov=True, dampening=0.0)
+    eng.save_checkpoint(tmp_path / "ck", durable=False)
+    eng.close()
+    eng2 = engine(0.9)
+    eng2.add_group("plain", momentum=0.0)
+    m2 = eng2.add_module("m")
+    eng2.add_param(m2, "m.w", init=w0, group="plain")
+    eng2.finalize()
+    eng2.load_checkpoint(tmp_path / "ck")
+    h = eng2.group_hparams("plain")
+    assert (h["momentum"], h["dampening"], h["nesterov"]) == (0.5, 0.0, True)
     eng2.close()
 
 

@@ -484,7 +484,8 @@ class Engine(_Resource):
         self._check(lib.zero_engine_set_lr(self._live_handle(), float(value)))
 
     # ================================================================ parameter groups
-    def _hparams(self, lr_scale, weight_decay, betas, eps):
+    def _hparams(self, lr_scale, weight_decay, betas, eps, momentum=None, dampening=None, nesterov=None):
+        # None: "keep" (-1), the config's value for a new group
         h = ffi.new("zero_group_hparams *")
         h.size = ffi.sizeof("zero_group_hparams")
         h.version = lib.ZERO_GROUP_HPARAMS_VERSION
@@ -492,16 +493,21 @@ class Engine(_Resource):
         h.weight_decay = -1.0 if weight_decay is None else float(weight_decay)
         h.beta1, h.beta2 = (-1.0, -1.0) if betas is None else (float(betas[0]), float(betas[1]))
         h.eps = -1.0 if eps is None else float(eps)
+        h.momentum = -1.0 if momentum is None else float(momentum)
+        h.dampening = -1.0 if dampening is None else float(dampening)
+        h.nesterov = -1 if nesterov is None else int(bool(nesterov))
         return h
 
-    def add_group(self, name, lr_scale=1.0, weight_decay=None, betas=None, eps=None):
+    def add_group(self, name, lr_scale=1.0, weight_decay=None, betas=None, eps=None, momentum=None,
+                  dampening=None, nesterov=None):
         """A parameter group (torch's param_groups; engine.h "parameter
         groups"): its lr is engine.lr * lr_scale; weight_decay, betas, eps
-        default to the config's. Returns its id (1, 2, ...); group 0 is
-        "default"."""
+        (AdamW), momentum, dampening, nesterov (SGD) default to the config's.
+        Returns its id (1, 2, ...); group 0 is "default"."""
         gid = ffi.new("int *")
-        self._check(lib.zero_engine_add_group(self._live_handle(), name.encode(),
-                                              self._hparams(lr_scale, weight_decay, betas, eps), gid))
+        self._check(lib.zero_engine_add_group(
+            self._live_handle(), name.encode(),
+            self._hparams(lr_scale, weight_decay, betas, eps, momentum, dampening, nesterov), gid))
         return gid[0]
 
     def _group_id(self, group):
@@ -518,23 +524,26 @@ class Engine(_Resource):
         h = self._live_handle()
         return [string(lib.zero_engine_get_group_name(h, g)) for g in range(lib.zero_engine_get_num_groups(h))]
 
-    def set_group_hparams(self, group, lr_scale=None, weight_decay=None, betas=None, eps=None):
+    def set_group_hparams(self, group, lr_scale=None, weight_decay=None, betas=None, eps=None, momentum=None,
+                          dampening=None, nesterov=None):
         """Change a group's hyperparameters (name or id) from the next step
         on; None leaves one unchanged. Any time between steps; the same on
         every rank."""
         gid = self._group_id(group)
         if lr_scale is None:
             lr_scale = self.group_hparams(gid)["lr_scale"]
-        self._check(lib.zero_engine_set_group_hparams(self._live_handle(), gid,
-                                                      self._hparams(lr_scale, weight_decay, betas, eps)))
+        self._check(lib.zero_engine_set_group_hparams(
+            self._live_handle(), gid, self._hparams(lr_scale, weight_decay, betas, eps, momentum, dampening, nesterov)))
 
     def group_hparams(self, group):
-        """{"lr_scale", "weight_decay", "betas", "eps"} of a group (name or id)."""
+        """{"lr_scale", "weight_decay", "betas", "eps", "momentum", "dampening",
+        "nesterov"} of a group (name or id)."""
         h = ffi.new("zero_group_hparams *")
         h.size = ffi.sizeof("zero_group_hparams")
         h.version = lib.ZERO_GROUP_HPARAMS_VERSION
         self._check(lib.zero_engine_get_group_hparams(self._live_handle(), self._group_id(group), h))
-        return {"lr_scale": h.lr_scale, "weight_decay": h.weight_decay, "betas": (h.beta1, h.beta2), "eps": h.eps}
+        return {"lr_scale": h.lr_scale, "weight_decay": h.weight_decay, "betas": (h.beta1, h.beta2), "eps": h.eps,
+                "momentum": h.momentum, "dampening": h.dampening, "nesterov": bool(h.nesterov)}
 
     def param_group(self, param):
         """The group id of a parameter."""

@@ -4,8 +4,8 @@
  *                [--eps X] [--wd X] [--momentum X] [--dampening X]
  *                [--nesterov 0|1] [--clip X] [--stage S] [--bucket N]
  *                [--persistence N] [--dtype f32|bf16]
- *                [--group LRSCALE:WD:B1:B2:EPS]... [--assign G0,G1,...]
- *                [--set STEP:G:LRSCALE:WD:B1:B2:EPS]...
+ *                [--group LRSCALE:WD:B1:B2:EPS[:MOM:DAMP:NEST]]... [--assign G0,G1,...]
+ *                [--set STEP:G:LRSCALE:WD:B1:B2:EPS[:MOM:DAMP:NEST]]...
  * --group adds parameter groups 1, 2, ... in order (negative fields: the
  * config's); --assign puts tensor i in group Gi; --set changes group G's
  * hyperparameters (zero_engine_set_group_hparams) before step STEP (1-based). 
@@ -122,12 +122,12 @@ static int split_gradient(const float *g, float *mine, uint64_t n, int rank, int
 #define MAX_GROUPS 8
 #define MAX_SETS 16
 
-/* "A:B:C:D:E" into h (lr_scale, wd, beta1, beta2, eps). */
+/* "A:B:C:D:E[:F:G:H]" into h (lr_scale, wd, beta1, beta2, eps[, momentum, dampening, nesterov]). */
 static int parse_hparams(const char *text, zero_group_hparams *h)
 {
-    return sscanf(text, "%lf:%lf:%lf:%lf:%lf", &h->lr_scale, &h->weight_decay, &h->beta1, &h->beta2, &h->eps) == 5
-               ? 0
-               : -1;
+    int n = sscanf(text, "%lf:%lf:%lf:%lf:%lf:%lf:%lf:%d", &h->lr_scale, &h->weight_decay, &h->beta1, &h->beta2,
+                   &h->eps, &h->momentum, &h->dampening, &h->nesterov);
+    return n == 5 || n == 8 ? 0 : -1;
 }
 
 int main(int argc, char **argv)
