@@ -69,10 +69,21 @@ typedef struct gpt_moe gpt_moe;
 /* A layer for `tokens` rows per call; `ep` NULL or a comm whose size divides
  * experts (borrowed: it must outlive the layer). */
 zero_status gpt_moe_create(gpt_moe **out, const gpt_moe_config *cfg, int tokens, zero_comm *ep);
+/* The same layer on the current CUDA device (moe_cuda.cu), behind the same
+ * calls: for such a layer every tensor pointer of gpt_moe_forward /
+ * gpt_moe_backward (x, init, out, dout, dx, p's and g's arrays) is DEVICE
+ * memory; the work is enqueued on cuda_stream (NULL: the legacy default
+ * stream) and each forward and backward synchronizes it (the slots are
+ * decided on the host, and the ep comm wants ready buffers). ep: NULL or an
+ * NCCL / STAGED comm of this device. The routing (gpt_moe_get_routing)
+ * stays host memory. In a build without CUDA: ZERO_UNSUPPORTED. */
+zero_status gpt_moe_create_cuda(gpt_moe **out, const gpt_moe_config *cfg, int tokens, zero_comm *ep,
+                                void *cuda_stream);
 void gpt_moe_destroy(gpt_moe *m); /* NULL accepted */
 
 /* The matmuls' precision (gpt_gemm.h): 0 fp32 (the default), 1 bf16 products
- * where the CPU's kernel has them (the GPT's bf16 compute path). */
+ * where the CPU's kernel has them (the GPT's bf16 compute path); on CUDA
+ * cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF (bf16 tensor-core products). */
 void gpt_moe_set_matmul_bf16(gpt_moe *m, int bf16);
 /* The slots per expert for this layer's token count. */
 int gpt_moe_capacity(const gpt_moe *m);

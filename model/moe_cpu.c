@@ -18,6 +18,8 @@
 
 #include "gpt_cpu_ops.h"
 #include "gpt_internal.h"
+#include "moe_cuda.h"
+#include "moe_route.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -25,21 +27,15 @@
 
 struct gpt_moe {
     gpt_moe_config cfg;
-    int N, E, K, C, H, P, rank, El, cap, capr, nthreads;
+    int N, E, K, C, H, P, rank, El, nthreads;
     zero_comm *ep;
+    moe_plan pl;                  /* capacity, slots' counts, the exchanges' layouts (moe_route.h) */
+    moe_cuda *dev;                /* non-NULL: a CUDA layer (gpt_moe_create_cuda); the buffers below but
+                                     sel_* are then unused */
     float *probs;                 /* N x E softmax of the router */
-    int32_t *sel_e, *sel_slot;    /* N x K */
+    int32_t *sel_e, *sel_slot;    /* N x K (host memory on both backends) */
     float *sel_w;                 /* N x K */
     float *first_frac;            /* E: f_e, the fraction of 1st choices (aux loss) */
-    long dropped;
-    int32_t *count;               /* E: rows this rank sends to each expert */
-    size_t *row0;                 /* E: expert e's first row in the send layout */
-    int32_t *rcount;              /* P x El: rows from source s for local expert el */
-    size_t *erows, *efirst;       /* El: rows of local expert el, its first expert-major row */
-    size_t *src_first;            /* P x El: first source-major row of (s, el) */
-    size_t *sc, *sd, *rc, *rd;    /* P each: the all-to-all-v (elements) */
-    size_t S, R;                  /* rows sent, rows received */
-    size_t Smax, Rmax;
     float *sendbuf;               /* Smax x C: x rows; in backward d(expert output), then d(expert input) */
     float *ybuf;                  /* Smax x C: expert outputs back in the send layout (kept for backward) */
     float *recvbuf;               /* Rmax x C: source-major */
@@ -65,46 +61,43 @@ static int moe_threads(void)
 #endif
 }
 
-zero_status gpt_moe_create(gpt_moe **out, const gpt_moe_config *cfg, int tokens, zero_comm *ep)
+/* The fields both backends have: the shape, the plan and the host routing arrays. */
+static zero_status moe_alloc_common(gpt_moe **out, const gpt_moe_config *cfg, int tokens, zero_comm *ep,
+                                    const char *who)
 {
-    if (!out || !cfg) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_moe_create: out or cfg is NULL");
+    if (!out || !cfg) return gpt_fail(ZERO_INVALID_ARGUMENT, "%s: out or cfg is NULL", who);
     *out = NULL;
     int P = ep ? zero_comm_get_size(ep) : 1;
-    if (P < 1) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_moe_create: the ep comm is not a live comm");
-    if (cfg->d_model < 1 || cfg->d_ff < 1 || tokens < 1)
-        return gpt_fail(ZERO_CONFIG, "gpt_moe_create: d_model %d, d_ff %d and tokens %d must be >= 1", cfg->d_model,
-                        cfg->d_ff, tokens);
-    if (cfg->experts < 1 || cfg->experts % P)
-        return gpt_fail(ZERO_CONFIG, "gpt_moe_create: experts %d must be >= 1 and a multiple of the ep size %d",
-                        cfg->experts, P);
-    if (cfg->top_k < 1 || cfg->top_k > cfg->experts)
-        return gpt_fail(ZERO_CONFIG, "gpt_moe_create: top_k %d must be in 1..experts (%d)", cfg->top_k,
-                        cfg->experts);
-    if (!(cfg->capacity_factor == cfg->capacity_factor) || !(cfg->aux_loss_coef >= 0))
-        return gpt_fail(ZERO_CONFIG, "gpt_moe_create: capacity_factor %g / aux_loss_coef %g is invalid",
-                        (double)cfg->capacity_factor, (double)cfg->aux_loss_coef);
+    GPT_TRY(moe_check_config(cfg, tokens, P, who));
     gpt_moe *m = calloc(1, sizeof *m);
-    if (!m) return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_moe_create: out of memory");
+    if (!m) return gpt_fail(ZERO_OUT_OF_MEMORY, "%s: out of memory", who);
     m->cfg = *cfg;
     m->N = tokens, m->E = cfg->experts, m->K = cfg->top_k, m->C = cfg->d_model, m->H = cfg->d_ff;
     m->P = P, m->rank = ep ? zero_comm_get_rank(ep) : 0, m->El = m->E / P, m->ep = ep;
+    zero_status st = moe_plan_init(&m->pl, cfg, tokens, P, m->rank);
+    if (st != ZERO_OK) {
+        free(m);
+        return st;
+    }
+    *out = m;
+    return ZERO_OK;
+}
+
+zero_status gpt_moe_create(gpt_moe **out, const gpt_moe_config *cfg, int tokens, zero_comm *ep)
+{
+    GPT_TRY(moe_alloc_common(out, cfg, tokens, ep, "gpt_moe_create"));
+    gpt_moe *m = *out;
+    *out = NULL;
     m->nthreads = moe_threads();
-    /* ceil(cf k N / E) in double: exact for any size this layer can hold */
-    double want = cfg->capacity_factor > 0 ? ceil((double)cfg->capacity_factor * m->K * m->N / m->E) : m->N;
-    m->cap = want < 1 ? 1 : want > (double)INT32_MAX ? INT32_MAX : (int)want;
-    m->capr = m->cap < m->N ? m->cap : m->N; /* a token picks an expert at most once */
-    m->Smax = (size_t)m->N * m->K;
-    m->Rmax = (size_t)m->El * P * m->capr;
-    size_t N = m->N, E = m->E, K = m->K, C = m->C, H = m->H, El = m->El, Pz = P;
+    size_t N = m->N, E = m->E, K = m->K, C = m->C, H = m->H, Smax = m->pl.Smax, Rmax = m->pl.Rmax;
     size_t wide = H > C ? H : C;
     /* one block for everything: floats first, then the index arrays */
-    size_t floats = N * E * 2 + N * K * 2 + E + m->Smax * C * 2 + m->Rmax * (3 * C + 3 * H) +
+    size_t floats = N * E * 2 + N * K * 2 + E + Smax * C * 2 + Rmax * (3 * C + 3 * H) +
                     (size_t)m->nthreads * (wide > E ? wide : E);
-    size_t idx32 = N * K * 2 + E + Pz * El;
-    size_t idxz = E + El * 2 + Pz * El + Pz * 4;
-    char *mem = calloc(1, floats * 4 + idx32 * 4 + idxz * sizeof(size_t) + 64);
+    size_t idx32 = N * K * 2;
+    char *mem = calloc(1, floats * 4 + idx32 * 4 + 64);
     if (!mem) {
-        free(m);
+        gpt_moe_destroy(m);
         return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_moe_create: no memory for %zu floats of buffers", floats);
     }
     float *f = (float *)mem;
@@ -113,30 +106,44 @@ zero_status gpt_moe_create(gpt_moe **out, const gpt_moe_config *cfg, int tokens,
     m->sel_w = f, f += N * K;
     m->dw = f, f += N * K;
     m->first_frac = f, f += E;
-    m->sendbuf = f, f += m->Smax * C;
-    m->ybuf = f, f += m->Smax * C;
-    m->recvbuf = f, f += m->Rmax * C;
-    m->xin = f, f += m->Rmax * C;
-    m->eout = f, f += m->Rmax * C;
-    m->fch = f, f += m->Rmax * H;
-    m->fch_gelu = f, f += m->Rmax * H;
-    m->dfch = f, f += m->Rmax * H;
+    m->sendbuf = f, f += Smax * C;
+    m->ybuf = f, f += Smax * C;
+    m->recvbuf = f, f += Rmax * C;
+    m->xin = f, f += Rmax * C;
+    m->eout = f, f += Rmax * C;
+    m->fch = f, f += Rmax * H;
+    m->fch_gelu = f, f += Rmax * H;
+    m->dfch = f, f += Rmax * H;
     m->partials = f, f += (size_t)m->nthreads * (wide > E ? wide : E);
     int32_t *i = (int32_t *)f;
     m->sel_e = i, i += N * K;
-    m->sel_slot = i, i += N * K;
-    m->count = i, i += E;
-    m->rcount = i, i += Pz * El;
-    size_t *z = (size_t *)(((uintptr_t)i + 15) & ~(uintptr_t)15);
-    m->row0 = z, z += E;
-    m->erows = z, z += El;
-    m->efirst = z, z += El;
-    m->src_first = z, z += Pz * El;
-    m->sc = z, z += Pz;
-    m->sd = z, z += Pz;
-    m->rc = z, z += Pz;
-    m->rd = z, z += Pz;
+    m->sel_slot = i;
     zero_status st = gpt_gemm_init(); /* also makes OpenBLAS single-threaded */
+    if (st != ZERO_OK) {
+        gpt_moe_destroy(m);
+        return st;
+    }
+    *out = m;
+    return ZERO_OK;
+}
+
+zero_status gpt_moe_create_cuda(gpt_moe **out, const gpt_moe_config *cfg, int tokens, zero_comm *ep,
+                                void *cuda_stream)
+{
+    GPT_TRY(moe_alloc_common(out, cfg, tokens, ep, "gpt_moe_create_cuda"));
+    gpt_moe *m = *out;
+    *out = NULL;
+    size_t NK = (size_t)m->N * m->K;
+    /* host: sel_w, sel_e, sel_slot (the routing the CUDA forward copies back) */
+    char *mem = calloc(NK * 3 + 1, 4);
+    zero_status st = mem ? ZERO_OK : gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_moe_create_cuda: out of memory");
+    if (st == ZERO_OK) {
+        m->probs = (float *)mem; /* the block's owner, freed by gpt_moe_destroy */
+        m->sel_w = (float *)mem;
+        m->sel_e = (int32_t *)mem + NK;
+        m->sel_slot = (int32_t *)mem + 2 * NK;
+        st = moe_cuda_create(&m->dev, &m->cfg, &m->pl, ep, cuda_stream);
+    }
     if (st != ZERO_OK) {
         gpt_moe_destroy(m);
         return st;
@@ -148,15 +155,19 @@ zero_status gpt_moe_create(gpt_moe **out, const gpt_moe_config *cfg, int tokens,
 void gpt_moe_destroy(gpt_moe *m)
 {
     if (!m) return;
+    moe_cuda_destroy(m->dev);
+    moe_plan_free(&m->pl);
     free(m->probs);
     free(m);
 }
 
-int gpt_moe_capacity(const gpt_moe *m) { return m ? m->cap : 0; }
+int gpt_moe_capacity(const gpt_moe *m) { return m ? m->pl.cap : 0; }
 
 void gpt_moe_set_matmul_bf16(gpt_moe *m, int bf16)
 {
-    if (m) m->math = bf16 ? GPT_GEMM_BF16 : GPT_GEMM_F32;
+    if (!m) return;
+    m->math = bf16 ? GPT_GEMM_BF16 : GPT_GEMM_F32;
+    if (m->dev) moe_cuda_set_bf16(m->dev, bf16);
 }
 
 void gpt_moe_local_experts(const gpt_moe *m, int *first, int *count)
@@ -173,7 +184,7 @@ void gpt_moe_get_routing(const gpt_moe *m, gpt_moe_routing *out)
     out->expert = m->sel_e;
     out->weight = m->sel_w;
     out->slot = m->sel_slot;
-    out->dropped = m->dropped;
+    out->dropped = m->pl.dropped;
 }
 
 /* ------------------------------------------------------------ exchanges */
@@ -195,19 +206,16 @@ static zero_status exchange(gpt_moe *m, const float *send, const size_t *sc, con
 static void permute(gpt_moe *m, float *expert_major, int to_expert)
 {
     size_t C = (size_t)m->C;
-    for (int s = 0; s < m->P; s++)
-        for (int el = 0; el < m->El; el++) {
-            size_t n = (size_t)m->rcount[s * m->El + el];
-            if (!n) continue;
-            float *src_major = m->recvbuf + m->src_first[s * m->El + el] * C;
-            size_t at = m->efirst[el];
-            for (int q = 0; q < s; q++) at += (size_t)m->rcount[q * m->El + el];
-            float *em = expert_major + at * C;
-            if (to_expert)
-                memcpy(em, src_major, n * C * sizeof(float));
-            else
-                memcpy(src_major, em, n * C * sizeof(float));
-        }
+    for (int se = 0; se < m->P * m->El; se++) {
+        size_t n = (size_t)m->pl.rcount[se];
+        if (!n) continue;
+        float *src_major = m->recvbuf + m->pl.src_first[se] * C;
+        float *em = expert_major + m->pl.em_first[se] * C;
+        if (to_expert)
+            memcpy(em, src_major, n * C * sizeof(float));
+        else
+            memcpy(src_major, em, n * C * sizeof(float));
+    }
 }
 
 /* ------------------------------------------------------------ routing */
@@ -246,19 +254,9 @@ static float route(gpt_moe *m)
             m->sel_w[n * K + i] = K > 1 ? pe / total : pe;
         }
     }
-    memset(m->count, 0, sizeof(int32_t) * E);
-    m->dropped = 0;
-    for (int i = 0; i < K; i++)
-        for (int n = 0; n < N; n++) {
-            int e = m->sel_e[n * K + i];
-            if (m->count[e] < m->cap)
-                m->sel_slot[n * K + i] = m->count[e]++;
-            else
-                m->sel_slot[n * K + i] = -1, m->dropped++;
-        }
+    moe_assign_slots(&m->pl, m->sel_e, m->sel_slot);
     /* aux = E sum_e f_e P_e, f_e from 1st choices before dropping */
-    memset(m->first_frac, 0, sizeof(float) * E);
-    for (int n = 0; n < N; n++) m->first_frac[m->sel_e[n * K]] += 1.0f / (float)N;
+    moe_first_fractions(&m->pl, m->sel_e, m->first_frac);
     double aux = 0;
     for (int e = 0; e < E; e++) {
         double pe = 0;
@@ -272,48 +270,16 @@ static float route(gpt_moe *m)
  * exchange, of the receive side. */
 static zero_status plan_exchange(gpt_moe *m)
 {
-    const int E = m->E, El = m->El, P = m->P;
-    const size_t C = (size_t)m->C;
-    size_t row = 0;
-    for (int e = 0; e < E; e++) m->row0[e] = row, row += (size_t)m->count[e];
-    m->S = row;
-    for (int j = 0; j < P; j++) {
-        size_t rows = 0;
-        for (int el = 0; el < El; el++) rows += (size_t)m->count[j * El + el];
-        m->sc[j] = rows * C;
-        m->sd[j] = m->row0[j * El] * C;
-    }
-    if (P == 1) {
-        memcpy(m->rcount, m->count, sizeof(int32_t) * El);
+    moe_plan *pl = &m->pl;
+    moe_plan_sends(pl);
+    if (m->P == 1) {
+        memcpy(pl->rcount, pl->count, sizeof(int32_t) * m->El);
     } else {
-        zero_status st = zero_alltoall(m->ep, m->count, m->rcount, (size_t)El, ZERO_I32);
+        zero_status st = zero_alltoall(m->ep, pl->count, pl->rcount, (size_t)m->El, ZERO_I32);
         if (st != ZERO_OK)
             return gpt_fail(st, "MoE dispatch (row counts) over the ep group: %s", zero_comm_last_error(m->ep));
     }
-    size_t r = 0;
-    for (int s = 0; s < P; s++) {
-        m->rd[s] = r * C;
-        for (int el = 0; el < El; el++) {
-            int32_t n = m->rcount[s * El + el];
-            if (n < 0 || n > m->capr)
-                return gpt_fail(ZERO_MISMATCH,
-                                "MoE dispatch: ep rank %d sends %d rows for expert %d, more than the capacity %d: "
-                                "the ranks run different MoE configurations or token counts",
-                                s, (int)n, m->rank * El + el, m->capr);
-            m->src_first[s * El + el] = r;
-            r += (size_t)n;
-        }
-        m->rc[s] = r * C - m->rd[s];
-    }
-    m->R = r;
-    size_t first = 0;
-    for (int el = 0; el < El; el++) {
-        m->erows[el] = 0;
-        for (int s = 0; s < P; s++) m->erows[el] += (size_t)m->rcount[s * El + el];
-        m->efirst[el] = first;
-        first += m->erows[el];
-    }
-    return ZERO_OK;
+    return moe_plan_receives(pl);
 }
 
 /* ------------------------------------------------------------ forward */
@@ -323,8 +289,13 @@ zero_status gpt_moe_forward(gpt_moe *m, const float *x, const float *init, float
 {
     if (!m || !x || !out || !p || !p->gate_w || !p->fc_w || !p->fc_b || !p->proj_w || !p->proj_b)
         return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_moe_forward: a NULL layer, buffer or parameter");
-    const int N = m->N, E = m->E, K = m->K, C = m->C, H = m->H;
     m->have_forward = 0;
+    if (m->dev) {
+        GPT_TRY(moe_cuda_forward(m->dev, &m->pl, m->sel_e, m->sel_slot, m->sel_w, x, init, out, p, aux));
+        m->have_forward = 1;
+        return ZERO_OK;
+    }
+    const int N = m->N, E = m->E, K = m->K, C = m->C, H = m->H;
     gpt_matmul_forward(m->math, m->probs, NULL, x, p->gate_w, NULL, N, C, E);
     softmax_rows(m->probs, N, E);
     float a = route(m);
@@ -334,14 +305,14 @@ zero_status gpt_moe_forward(gpt_moe *m, const float *x, const float *init, float
         for (int i = 0; i < K; i++) {
             int e = m->sel_e[n * K + i], slot = m->sel_slot[n * K + i];
             if (slot >= 0)
-                memcpy(m->sendbuf + (m->row0[e] + (size_t)slot) * C, x + (size_t)n * C, sizeof(float) * C);
+                memcpy(m->sendbuf + (m->pl.row0[e] + (size_t)slot) * C, x + (size_t)n * C, sizeof(float) * C);
         }
-    GPT_TRY(exchange(m, m->sendbuf, m->sc, m->sd, m->recvbuf, m->rc, m->rd, "dispatch"));
+    GPT_TRY(exchange(m, m->sendbuf, m->pl.sc, m->pl.sd, m->recvbuf, m->pl.rc, m->pl.rd, "dispatch"));
     permute(m, m->xin, 1);
     for (int el = 0; el < m->El; el++) {
-        int r = (int)m->erows[el];
+        int r = (int)m->pl.erows[el];
         if (!r) continue;
-        size_t f = m->efirst[el];
+        size_t f = m->pl.efirst[el];
         gpt_matmul_forward(m->math, m->fch + f * H, NULL, m->xin + f * C, p->fc_w + (size_t)el * H * C,
                            p->fc_b + (size_t)el * H, r, C, H);
         gpt_gelu_forward(m->fch_gelu + f * H, m->fch + f * H, (size_t)r * H);
@@ -349,7 +320,7 @@ zero_status gpt_moe_forward(gpt_moe *m, const float *x, const float *init, float
                            p->proj_b + (size_t)el * C, r, H, C);
     }
     permute(m, m->eout, 0);
-    GPT_TRY(exchange(m, m->recvbuf, m->rc, m->rd, m->ybuf, m->sc, m->sd, "combine"));
+    GPT_TRY(exchange(m, m->recvbuf, m->pl.rc, m->pl.rd, m->ybuf, m->pl.sc, m->pl.sd, "combine"));
     for (int n = 0; n < N; n++) {
         float *o = out + (size_t)n * C;
         if (init && init != out)
@@ -359,7 +330,7 @@ zero_status gpt_moe_forward(gpt_moe *m, const float *x, const float *init, float
         for (int i = 0; i < K; i++) {
             int e = m->sel_e[n * K + i], slot = m->sel_slot[n * K + i];
             if (slot < 0) continue;
-            const float *y = m->ybuf + (m->row0[e] + (size_t)slot) * C;
+            const float *y = m->ybuf + (m->pl.row0[e] + (size_t)slot) * C;
             float w = m->sel_w[n * K + i];
             for (int c = 0; c < C; c++) o[c] += w * y[c];
         }
@@ -378,6 +349,7 @@ zero_status gpt_moe_backward(gpt_moe *m, float dloss, const float *x, const floa
     if (!m->have_forward)
         return gpt_fail(ZERO_INVALID_STATE, "gpt_moe_backward: no completed forward to differentiate");
     m->have_forward = 0;
+    if (m->dev) return moe_cuda_backward(m->dev, &m->pl, dloss, x, dout, dx, p, g);
     const int N = m->N, E = m->E, K = m->K, C = m->C, H = m->H, nt = m->nthreads;
 
     /* out[n] += w y: dY = w dout[n] (send layout), dw = <dout[n], y> */
@@ -386,18 +358,18 @@ zero_status gpt_moe_backward(gpt_moe *m, float dloss, const float *x, const floa
             int e = m->sel_e[n * K + i], slot = m->sel_slot[n * K + i];
             m->dw[n * K + i] = 0;
             if (slot < 0) continue;
-            size_t row = m->row0[e] + (size_t)slot;
+            size_t row = m->pl.row0[e] + (size_t)slot;
             const float *d = dout + (size_t)n * C, *y = m->ybuf + row * C;
             float *dy = m->sendbuf + row * C, w = m->sel_w[n * K + i], s = 0;
             for (int c = 0; c < C; c++) dy[c] = w * d[c], s += d[c] * y[c];
             m->dw[n * K + i] = s;
         }
-    GPT_TRY(exchange(m, m->sendbuf, m->sc, m->sd, m->recvbuf, m->rc, m->rd, "dispatch (backward)"));
+    GPT_TRY(exchange(m, m->sendbuf, m->pl.sc, m->pl.sd, m->recvbuf, m->pl.rc, m->pl.rd, "dispatch (backward)"));
     permute(m, m->eout, 1);
     for (int el = 0; el < m->El; el++) {
-        int r = (int)m->erows[el];
+        int r = (int)m->pl.erows[el];
         if (!r) continue;
-        size_t f = m->efirst[el];
+        size_t f = m->pl.efirst[el];
         gpt_matmul_backward(m->math, m->dfch + f * H, g->proj_w + (size_t)el * C * H, g->proj_b + (size_t)el * C,
                             m->eout + f * C, m->fch_gelu + f * H, p->proj_w + (size_t)el * C * H, r, H, C, 0,
                             m->partials, nt);
@@ -407,14 +379,14 @@ zero_status gpt_moe_backward(gpt_moe *m, float dloss, const float *x, const floa
                             m->dfch + f * H, m->xin + f * C, p->fc_w + (size_t)el * H * C, r, C, H, 0, m->partials, nt);
     }
     permute(m, m->eout, 0);
-    GPT_TRY(exchange(m, m->recvbuf, m->rc, m->rd, m->sendbuf, m->sc, m->sd, "combine (backward)"));
+    GPT_TRY(exchange(m, m->recvbuf, m->pl.rc, m->pl.rd, m->sendbuf, m->pl.sc, m->pl.sd, "combine (backward)"));
     for (int n = 0; n < N; n++) {
         float *d = dx + (size_t)n * C;
         memset(d, 0, sizeof(float) * C);
         for (int i = 0; i < K; i++) {
             int e = m->sel_e[n * K + i], slot = m->sel_slot[n * K + i];
             if (slot < 0) continue;
-            const float *r = m->sendbuf + (m->row0[e] + (size_t)slot) * C;
+            const float *r = m->sendbuf + (m->pl.row0[e] + (size_t)slot) * C;
             for (int c = 0; c < C; c++) d[c] += r[c];
         }
     }

@@ -1,0 +1,515 @@
+/* The MoE layer (moe.h) on a CUDA GPU: the CPU path's math with cuBLAS
+ * matmuls and small kernels, behind gpt_moe_create_cuda.
+ *
+ * Routing splits between the device and the host: the router's matmul,
+ * softmax and top-k (with the weights) run on the device; the N x top_k
+ * chosen experts (N K int32 per layer, and E column sums of the
+ * probabilities for the aux loss) are then copied to the host, where
+ * moe_route.c gives the slots exactly as the CPU path does and builds the
+ * all-to-all-v plan. The per-expert counts are needed on the host for the
+ * all-to-all-v anyway, so the copy costs one small transfer and a stream
+ * synchronization per forward, not a second copy of the slot logic.
+ *
+ * Exchanges: on an ep comm (NCCL or STAGED backend) zero_alltoall(v) on
+ * device buffers, issued after a stream synchronization (the comm wants
+ * ready buffers); at ep 1 a device-to-device copy. Row layouts are the CPU's
+ * (moe_cpu.c): send layout, source-major, expert-major.
+ *
+ * Reductions over rows use cuBLAS (gemm for weights, gemv with a ones vector
+ * for biases), so results are deterministic for a given cuBLAS and GPU but
+ * differ from the CPU's in the last bits; routing can differ only where two
+ * probabilities tie to within the exp's rounding. */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt_internal.h"
+#include "moe_cuda.h"
+
+/* ------------------------------------------------------------ errors */
+#define MOE_CUDA_TRY(call)                                                                          \
+    do {                                                                                            \
+        cudaError_t e_ = (call);                                                                    \
+        if (e_ != cudaSuccess)                                                                      \
+            return gpt_fail(ZERO_BACKEND, "MoE cuda: %s failed: %s (%s:%d)", #call, cudaGetErrorString(e_), \
+                            __FILE__, __LINE__);                                                   \
+    } while (0)
+
+#define MOE_CUBLAS_TRY(call)                                                                        \
+    do {                                                                                            \
+        cublasStatus_t s_ = (call);                                                                 \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                            \
+            return gpt_fail(ZERO_BACKEND, "MoE cuda: %s failed: cuBLAS status %d (%s:%d)", #call, (int)s_, \
+                            __FILE__, __LINE__);                                                   \
+    } while (0)
+
+#define MOE_LAUNCH_CHECK() MOE_CUDA_TRY(cudaGetLastError())
+
+static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
+
+/* ------------------------------------------------------------ state */
+struct moe_cuda {
+    int N, E, K, C, H, P, El;
+    float aux_loss_coef;
+    int bf16;
+    zero_comm *ep;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *mem;                    /* the one device allocation */
+    float *probs, *dprobs;        /* N x E */
+    float *sel_w, *dw;            /* N x K */
+    float *first_frac;            /* E */
+    double *probsum;              /* E: column sums of probs (aux loss) */
+    int32_t *sel_e, *dest;        /* N x K: expert, send-layout row (-1: dropped) */
+    int32_t *count, *rcount;      /* E, P x El: the count exchange's device buffers */
+    float *sendbuf, *ybuf;        /* Smax x C */
+    float *recvbuf, *xin, *eout;  /* Rmax x C */
+    float *fch, *fch_gelu, *dfch; /* Rmax x H */
+    float *ones;                  /* max(Rmax, 1): the bias gradients' gemv */
+    int32_t *h_dest;              /* host N x K */
+    double *h_probsum;            /* host E */
+    float *h_first_frac;          /* host E */
+};
+
+/* ------------------------------------------------------------ kernels */
+
+/* One thread per token: softmax of the router's logits in place (the CPU's
+ * order: max, exp and sum, scale), then the top_k (ties: the lower expert)
+ * and their weights (renormalised over the k chosen when k > 1). */
+static __global__ void moe_router_kernel(float *probs, int32_t *sel_e, float *sel_w, int N, int E, int K)
+{
+    int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N) return;
+    float *row = probs + (size_t)n * E, mx = row[0], sum = 0.0f;
+    for (int e = 1; e < E; e++) mx = row[e] > mx ? row[e] : mx;
+    for (int e = 0; e < E; e++) sum += row[e] = expf(row[e] - mx);
+    float inv = 1.0f / sum;
+    for (int e = 0; e < E; e++) row[e] *= inv;
+    int32_t *se = sel_e + (size_t)n * K;
+    float total = 0.0f;
+    for (int i = 0; i < K; i++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            int taken = 0;
+            for (int j = 0; j < i; j++) taken |= se[j] == e;
+            if (!taken && (best < 0 || row[e] > row[best])) best = e;
+        }
+        se[i] = best;
+        total += row[best];
+    }
+    for (int i = 0; i < K; i++) {
+        float pe = row[se[i]];
+        sel_w[(size_t)n * K + i] = K > 1 ? pe / total : pe;
+    }
+}
+
+/* One thread per expert: sum over tokens of probs[:, e], in double as the CPU. */
+static __global__ void moe_probsum_kernel(double *dst, const float *probs, int N, int E)
+{
+    int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= E) return;
+    double s = 0;
+    for (int n = 0; n < N; n++) s += probs[(size_t)n * E + e];
+    dst[e] = s;
+}
+
+/* send[dest[n, i]] = x[n] for every kept choice: one block per choice. */
+static __global__ void moe_gather_kernel(float *send, const float *x, const int32_t *dest, int K, int C)
+{
+    int ch = blockIdx.x, row = dest[ch];
+    if (row < 0) return;
+    const float *src = x + (size_t)(ch / K) * C;
+    float *dst = send + (size_t)row * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) dst[c] = src[c];
+}
+
+/* out[n] = (init[n] or out[n] when in place, or 0) + sum_i w_i y[dest_i]; in the CPU's order. */
+static __global__ void moe_combine_kernel(float *out, const float *init, int init_mode, const float *y,
+                                          const int32_t *dest, const float *w, int N, int K, int C)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * C) return;
+    int n = (int)(i / C), c = (int)(i % C);
+    float o = init_mode == 1 ? init[i] : init_mode == 2 ? out[i] : 0.0f;
+    for (int k = 0; k < K; k++) {
+        int row = dest[n * K + k];
+        if (row >= 0) o += w[n * K + k] * y[(size_t)row * C + c];
+    }
+    out[i] = o;
+}
+
+/* Backward of the combine, one block (MOE_RED threads) per choice:
+ * dy[dest] = w dout[n], dw = <dout[n], y[dest]> (0 when dropped). */
+#define MOE_RED 128
+static __global__ void moe_combine_backward_kernel(float *dy, float *dw, const float *dout, const float *y,
+                                                   const int32_t *dest, const float *w, int K, int C)
+{
+    __shared__ float part[MOE_RED];
+    int ch = blockIdx.x, row = dest[ch];
+    float s = 0.0f;
+    if (row >= 0) {
+        const float *d = dout + (size_t)(ch / K) * C, *yr = y + (size_t)row * C;
+        float *dyr = dy + (size_t)row * C, wc = w[ch];
+        for (int c = threadIdx.x; c < C; c += MOE_RED) dyr[c] = wc * d[c], s += d[c] * yr[c];
+    }
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int h = MOE_RED / 2; h > 0; h /= 2) {
+        if (threadIdx.x < h) part[threadIdx.x] += part[threadIdx.x + h];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) dw[ch] = part[0];
+}
+
+/* dx[n] = sum over kept choices of the returned d(expert input) rows. */
+static __global__ void moe_scatter_kernel(float *dx, const float *rows, const int32_t *dest, int N, int K, int C)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * C) return;
+    int n = (int)(i / C), c = (int)(i % C);
+    float d = 0.0f;
+    for (int k = 0; k < K; k++) {
+        int row = dest[n * K + k];
+        if (row >= 0) d += rows[(size_t)row * C + c];
+    }
+    dx[i] = d;
+}
+
+/* One thread per token: d(probs) from the weights' gradient (through the
+ * renormalisation) and the aux loss's, then back through the softmax; the
+ * CPU's formulas (moe_cpu.c). */
+static __global__ void moe_router_backward_kernel(float *dprobs, const float *probs, const int32_t *sel_e,
+                                                  const float *sel_w, const float *dw, const float *first_frac,
+                                                  float aux_scale, int N, int E, int K)
+{
+    int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N) return;
+    float *dp = dprobs + (size_t)n * E;
+    const float *pr = probs + (size_t)n * E;
+    const int32_t *se = sel_e + (size_t)n * K;
+    const float *dwn = dw + (size_t)n * K, *wn = sel_w + (size_t)n * K;
+    for (int e = 0; e < E; e++) dp[e] = aux_scale * first_frac[e];
+    if (K == 1) {
+        dp[se[0]] += dwn[0];
+    } else {
+        float S = 0.0f, dot = 0.0f;
+        for (int i = 0; i < K; i++) S += pr[se[i]];
+        for (int i = 0; i < K; i++) dot += dwn[i] * wn[i];
+        for (int i = 0; i < K; i++) dp[se[i]] += (dwn[i] - dot) / S;
+    }
+    float s = 0.0f;
+    for (int e = 0; e < E; e++) s += pr[e] * dp[e];
+    for (int e = 0; e < E; e++) dp[e] = pr[e] * (dp[e] - s);
+}
+
+/* out[r, c] = bias[c] */
+static __global__ void moe_bias_rows_kernel(float *out, const float *bias, int R, int OC)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (size_t)R * OC) out[i] = bias[i % OC];
+}
+
+/* GPT-2's tanh GELU, as the CPU's gpt_gelu_forward / _backward. */
+#define MOE_GELU_K 0.7978845608028654f
+static __global__ void moe_gelu_forward_kernel(float *out, const float *inp, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(MOE_GELU_K * (x + 0.044715f * x * x * x)));
+}
+
+static __global__ void moe_gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = inp[i];
+    float th = tanhf(MOE_GELU_K * (x + 0.044715f * x * x * x));
+    float dth = (1.0f - th * th) * MOE_GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * x * dth);
+}
+
+static __global__ void moe_fill_kernel(float *p, float v, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = v;
+}
+
+/* ------------------------------------------------------------ matmuls (row-major on cuBLAS) */
+
+/* Row-major C[M,N] = op(A) op(B) + beta C (as gpt_sgemm): cuBLAS is
+ * column-major, so compute C^T = op(B)^T op(A)^T by swapping the operands. */
+static zero_status moe_gemm(moe_cuda *d, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
+                            int ldb, float beta, float *C, int ldc)
+{
+    const float alpha = 1.0f;
+    cublasComputeType_t ct = d->bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
+    cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    MOE_CUBLAS_TRY(cublasGemmEx(d->blas, ob, oa, N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C,
+                                CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT));
+    return ZERO_OK;
+}
+
+/* out (R x OC) = inp (R x IC) w^T + bias; w is OC x IC (nn.Linear). */
+static zero_status moe_linear_forward(moe_cuda *d, float *out, const float *inp, const float *w, const float *bias,
+                                      int R, int IC, int OC)
+{
+    moe_bias_rows_kernel<<<blocks_for((size_t)R * OC, 256), 256, 0, d->stream>>>(out, bias, R, OC);
+    MOE_LAUNCH_CHECK();
+    return moe_gemm(d, 0, 1, R, OC, IC, inp, IC, w, IC, 1.0f, out, OC);
+}
+
+/* dinp = dout w (overwritten); dw += dout^T inp; db += column sums of dout. */
+static zero_status moe_linear_backward(moe_cuda *d, float *dinp, float *dw, float *db, const float *dout,
+                                       const float *inp, const float *w, int R, int IC, int OC)
+{
+    GPT_TRY(moe_gemm(d, 0, 0, R, IC, OC, dout, OC, w, IC, 0.0f, dinp, IC));
+    GPT_TRY(moe_gemm(d, 1, 0, OC, IC, R, dout, OC, inp, IC, 1.0f, dw, IC));
+    const float one = 1.0f;
+    /* dout row-major R x OC is column-major OC x R: db += dout^T-as-stored times ones */
+    MOE_CUBLAS_TRY(cublasSgemv(d->blas, CUBLAS_OP_N, OC, R, &one, dout, OC, d->ones, 1, &one, db, 1));
+    return ZERO_OK;
+}
+
+/* ------------------------------------------------------------ lifetime */
+
+zero_status moe_cuda_create(moe_cuda **out, const gpt_moe_config *cfg, const moe_plan *pl, zero_comm *ep,
+                            void *cuda_stream)
+{
+    *out = NULL;
+    moe_cuda *d = (moe_cuda *)calloc(1, sizeof *d);
+    if (!d) return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_moe_create_cuda: out of memory");
+    d->N = pl->N, d->E = pl->E, d->K = pl->K, d->C = (int)pl->C, d->H = cfg->d_ff, d->P = pl->P, d->El = pl->El;
+    d->aux_loss_coef = cfg->aux_loss_coef;
+    d->ep = ep;
+    d->stream = (cudaStream_t)cuda_stream;
+    size_t N = d->N, E = d->E, K = d->K, C = d->C, H = d->H, El = d->El, P = d->P;
+    size_t Rones = pl->Rmax > 0 ? pl->Rmax : 1;
+    /* doubles first (alignment), then floats, then int32 */
+    size_t floats = N * E * 2 + N * K * 2 + E + pl->Smax * C * 2 + pl->Rmax * (3 * C + 3 * H) + Rones;
+    size_t ints = N * K * 2 + E + P * El;
+    size_t bytes = E * sizeof(double) + floats * sizeof(float) + ints * sizeof(int32_t);
+    d->h_dest = (int32_t *)calloc(N * K, sizeof(int32_t));
+    d->h_probsum = (double *)calloc(E, sizeof(double));
+    d->h_first_frac = (float *)calloc(E, sizeof(float));
+    if (!d->h_dest || !d->h_probsum || !d->h_first_frac) {
+        moe_cuda_destroy(d);
+        return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_moe_create_cuda: out of host memory");
+    }
+    cudaError_t ce = cudaMalloc(&d->mem, bytes);
+    if (ce != cudaSuccess) {
+        d->mem = NULL;
+        moe_cuda_destroy(d);
+        return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_moe_create_cuda: cudaMalloc of %zu bytes failed: %s", bytes,
+                        cudaGetErrorString(ce));
+    }
+    d->probsum = (double *)d->mem;
+    float *f = (float *)(d->probsum + E);
+    d->probs = f, f += N * E;
+    d->dprobs = f, f += N * E;
+    d->sel_w = f, f += N * K;
+    d->dw = f, f += N * K;
+    d->first_frac = f, f += E;
+    d->sendbuf = f, f += pl->Smax * C;
+    d->ybuf = f, f += pl->Smax * C;
+    d->recvbuf = f, f += pl->Rmax * C;
+    d->xin = f, f += pl->Rmax * C;
+    d->eout = f, f += pl->Rmax * C;
+    d->fch = f, f += pl->Rmax * H;
+    d->fch_gelu = f, f += pl->Rmax * H;
+    d->dfch = f, f += pl->Rmax * H;
+    d->ones = f, f += Rones;
+    int32_t *i = (int32_t *)f;
+    d->sel_e = i, i += N * K;
+    d->dest = i, i += N * K;
+    d->count = i, i += E;
+    d->rcount = i;
+    if (cublasCreate(&d->blas) != CUBLAS_STATUS_SUCCESS) {
+        d->blas = NULL;
+        moe_cuda_destroy(d);
+        return gpt_fail(ZERO_BACKEND, "gpt_moe_create_cuda: cublasCreate failed");
+    }
+    if (cublasSetStream(d->blas, d->stream) != CUBLAS_STATUS_SUCCESS) {
+        moe_cuda_destroy(d);
+        return gpt_fail(ZERO_BACKEND, "gpt_moe_create_cuda: cublasSetStream failed");
+    }
+    moe_fill_kernel<<<blocks_for(Rones, 256), 256, 0, d->stream>>>(d->ones, 1.0f, Rones);
+    ce = cudaGetLastError();
+    if (ce == cudaSuccess) ce = cudaStreamSynchronize(d->stream);
+    if (ce != cudaSuccess) {
+        moe_cuda_destroy(d);
+        return gpt_fail(ZERO_BACKEND, "gpt_moe_create_cuda: filling the ones vector failed: %s",
+                        cudaGetErrorString(ce));
+    }
+    *out = d;
+    return ZERO_OK;
+}
+
+void moe_cuda_destroy(moe_cuda *d)
+{
+    if (!d) return;
+    if (d->blas) cublasDestroy(d->blas);
+    if (d->mem) cudaFree(d->mem);
+    free(d->h_dest);
+    free(d->h_probsum);
+    free(d->h_first_frac);
+    free(d);
+}
+
+void moe_cuda_set_bf16(moe_cuda *d, int bf16)
+{
+    if (d) d->bf16 = bf16 != 0;
+}
+
+/* ------------------------------------------------------------ exchanges */
+
+/* One all-to-all-v of rows over ep after the stream's work is done (the
+ * comm wants ready buffers); at ep 1 a copy on the stream. */
+static zero_status moe_exchange(moe_cuda *d, const float *send, const size_t *sc, const size_t *sd, float *recv,
+                                const size_t *rc, const size_t *rd, const char *what)
+{
+    if (d->P == 1) {
+        if (sc[0])
+            MOE_CUDA_TRY(cudaMemcpyAsync(recv + rd[0], send + sd[0], sc[0] * sizeof(float), cudaMemcpyDeviceToDevice,
+                                         d->stream));
+        return ZERO_OK;
+    }
+    MOE_CUDA_TRY(cudaStreamSynchronize(d->stream));
+    zero_status st = zero_alltoallv(d->ep, send, sc, sd, recv, rc, rd, ZERO_F32);
+    if (st != ZERO_OK) return gpt_fail(st, "MoE %s over the ep group: %s", what, zero_comm_last_error(d->ep));
+    return ZERO_OK;
+}
+
+/* source-major <-> expert-major, one device copy per (source, local expert). */
+static zero_status moe_permute(moe_cuda *d, const moe_plan *pl, float *expert_major, int to_expert)
+{
+    size_t C = (size_t)d->C;
+    for (int se = 0; se < d->P * d->El; se++) {
+        size_t n = (size_t)pl->rcount[se];
+        if (!n) continue;
+        float *src_major = d->recvbuf + pl->src_first[se] * C;
+        float *em = expert_major + pl->em_first[se] * C;
+        MOE_CUDA_TRY(cudaMemcpyAsync(to_expert ? em : src_major, to_expert ? src_major : em, n * C * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, d->stream));
+    }
+    return ZERO_OK;
+}
+
+/* The count exchange: rcount from every rank's count (device buffers on the ep comm). */
+static zero_status moe_exchange_counts(moe_cuda *d, moe_plan *pl)
+{
+    if (d->P == 1) {
+        memcpy(pl->rcount, pl->count, sizeof(int32_t) * d->El);
+        return ZERO_OK;
+    }
+    MOE_CUDA_TRY(cudaMemcpyAsync(d->count, pl->count, sizeof(int32_t) * d->E, cudaMemcpyHostToDevice, d->stream));
+    MOE_CUDA_TRY(cudaStreamSynchronize(d->stream));
+    zero_status st = zero_alltoall(d->ep, d->count, d->rcount, (size_t)d->El, ZERO_I32);
+    if (st != ZERO_OK)
+        return gpt_fail(st, "MoE dispatch (row counts) over the ep group: %s", zero_comm_last_error(d->ep));
+    MOE_CUDA_TRY(cudaMemcpyAsync(pl->rcount, d->rcount, sizeof(int32_t) * d->P * d->El, cudaMemcpyDeviceToHost,
+                                 d->stream));
+    MOE_CUDA_TRY(cudaStreamSynchronize(d->stream));
+    return ZERO_OK;
+}
+
+/* ------------------------------------------------------------ forward */
+
+zero_status moe_cuda_forward(moe_cuda *d, moe_plan *pl, int32_t *sel_e, int32_t *sel_slot, float *sel_w,
+                             const float *x, const float *init, float *out, const gpt_moe_params *p, float *aux)
+{
+    const int N = d->N, E = d->E, K = d->K, C = d->C, H = d->H;
+    /* router: logits, softmax + top-k on the device */
+    GPT_TRY(moe_gemm(d, 0, 1, N, E, C, x, C, p->gate_w, C, 0.0f, d->probs, E));
+    moe_router_kernel<<<blocks_for((size_t)N, 128), 128, 0, d->stream>>>(d->probs, d->sel_e, d->sel_w, N, E, K);
+    MOE_LAUNCH_CHECK();
+    moe_probsum_kernel<<<blocks_for((size_t)E, 64), 64, 0, d->stream>>>(d->probsum, d->probs, N, E);
+    MOE_LAUNCH_CHECK();
+    /* the choices to the host (N K ints + weights + E sums) for the slots and the plan */
+    MOE_CUDA_TRY(cudaMemcpyAsync(sel_e, d->sel_e, sizeof(int32_t) * N * K, cudaMemcpyDeviceToHost, d->stream));
+    MOE_CUDA_TRY(cudaMemcpyAsync(sel_w, d->sel_w, sizeof(float) * N * K, cudaMemcpyDeviceToHost, d->stream));
+    MOE_CUDA_TRY(cudaMemcpyAsync(d->h_probsum, d->probsum, sizeof(double) * E, cudaMemcpyDeviceToHost, d->stream));
+    MOE_CUDA_TRY(cudaStreamSynchronize(d->stream));
+    moe_assign_slots(pl, sel_e, sel_slot);
+    moe_first_fractions(pl, sel_e, d->h_first_frac);
+    double a = 0;
+    for (int e = 0; e < E; e++) a += (double)d->h_first_frac[e] * (d->h_probsum[e] / N);
+    if (aux) *aux = (float)(a * E);
+    moe_plan_sends(pl);
+    for (int c = 0; c < N * K; c++)
+        d->h_dest[c] = sel_slot[c] >= 0 ? (int32_t)(pl->row0[sel_e[c]] + (size_t)sel_slot[c]) : -1;
+    MOE_CUDA_TRY(cudaMemcpyAsync(d->dest, d->h_dest, sizeof(int32_t) * N * K, cudaMemcpyHostToDevice, d->stream));
+    MOE_CUDA_TRY(
+        cudaMemcpyAsync(d->first_frac, d->h_first_frac, sizeof(float) * E, cudaMemcpyHostToDevice, d->stream));
+    GPT_TRY(moe_exchange_counts(d, pl));
+    GPT_TRY(moe_plan_receives(pl));
+
+    /* dispatch, experts, combine */
+    moe_gather_kernel<<<N * K, 128, 0, d->stream>>>(d->sendbuf, x, d->dest, K, C);
+    MOE_LAUNCH_CHECK();
+    GPT_TRY(moe_exchange(d, d->sendbuf, pl->sc, pl->sd, d->recvbuf, pl->rc, pl->rd, "dispatch"));
+    GPT_TRY(moe_permute(d, pl, d->xin, 1));
+    for (int el = 0; el < d->El; el++) {
+        int r = (int)pl->erows[el];
+        if (!r) continue;
+        size_t f = pl->efirst[el];
+        GPT_TRY(moe_linear_forward(d, d->fch + f * H, d->xin + f * C, p->fc_w + (size_t)el * H * C,
+                                   p->fc_b + (size_t)el * H, r, C, H));
+        moe_gelu_forward_kernel<<<blocks_for((size_t)r * H, 256), 256, 0, d->stream>>>(d->fch_gelu + f * H,
+                                                                                        d->fch + f * H, (size_t)r * H);
+        MOE_LAUNCH_CHECK();
+        GPT_TRY(moe_linear_forward(d, d->eout + f * C, d->fch_gelu + f * H, p->proj_w + (size_t)el * C * H,
+                                   p->proj_b + (size_t)el * C, r, H, C));
+    }
+    GPT_TRY(moe_permute(d, pl, d->eout, 0));
+    GPT_TRY(moe_exchange(d, d->recvbuf, pl->rc, pl->rd, d->ybuf, pl->sc, pl->sd, "combine"));
+    int init_mode = !init ? 0 : init == out ? 2 : 1;
+    moe_combine_kernel<<<blocks_for((size_t)N * C, 256), 256, 0, d->stream>>>(out, init, init_mode, d->ybuf, d->dest,
+                                                                               d->sel_w, N, K, C);
+    MOE_LAUNCH_CHECK();
+    MOE_CUDA_TRY(cudaStreamSynchronize(d->stream));
+    return ZERO_OK;
+}
+
+/* ------------------------------------------------------------ backward */
+
+zero_status moe_cuda_backward(moe_cuda *d, moe_plan *pl, float dloss, const float *x, const float *dout, float *dx,
+                              const gpt_moe_params *p, gpt_moe_params *g)
+{
+    const int N = d->N, E = d->E, K = d->K, C = d->C, H = d->H;
+    /* out[n] += w y: dY = w dout[n] (send layout), dw = <dout[n], y> */
+    moe_combine_backward_kernel<<<N * K, MOE_RED, 0, d->stream>>>(d->sendbuf, d->dw, dout, d->ybuf, d->dest,
+                                                                   d->sel_w, K, C);
+    MOE_LAUNCH_CHECK();
+    GPT_TRY(moe_exchange(d, d->sendbuf, pl->sc, pl->sd, d->recvbuf, pl->rc, pl->rd, "dispatch (backward)"));
+    GPT_TRY(moe_permute(d, pl, d->eout, 1));
+    for (int el = 0; el < d->El; el++) {
+        int r = (int)pl->erows[el];
+        if (!r) continue;
+        size_t f = pl->efirst[el];
+        GPT_TRY(moe_linear_backward(d, d->dfch + f * H, g->proj_w + (size_t)el * C * H, g->proj_b + (size_t)el * C,
+                                    d->eout + f * C, d->fch_gelu + f * H, p->proj_w + (size_t)el * C * H, r, H, C));
+        moe_gelu_backward_kernel<<<blocks_for((size_t)r * H, 256), 256, 0, d->stream>>>(
+            d->dfch + f * H, d->fch + f * H, d->dfch + f * H, (size_t)r * H);
+        MOE_LAUNCH_CHECK();
+        /* d(expert input) overwrites d(expert output), read by now */
+        GPT_TRY(moe_linear_backward(d, d->eout + f * C, g->fc_w + (size_t)el * H * C, g->fc_b + (size_t)el * H,
+                                    d->dfch + f * H, d->xin + f * C, p->fc_w + (size_t)el * H * C, r, C, H));
+    }
+    GPT_TRY(moe_permute(d, pl, d->eout, 0));
+    GPT_TRY(moe_exchange(d, d->recvbuf, pl->rc, pl->rd, d->sendbuf, pl->sc, pl->sd, "combine (backward)"));
+    moe_scatter_kernel<<<blocks_for((size_t)N * C, 256), 256, 0, d->stream>>>(dx, d->sendbuf, d->dest, N, K, C);
+    MOE_LAUNCH_CHECK();
+
+    /* the router: d(probs), through the softmax, then the gate matmul */
+    float aux_scale = dloss * d->aux_loss_coef * (float)E / (float)N;
+    moe_router_backward_kernel<<<blocks_for((size_t)N, 128), 128, 0, d->stream>>>(
+        d->dprobs, d->probs, d->sel_e, d->sel_w, d->dw, d->first_frac, aux_scale, N, E, K);
+    MOE_LAUNCH_CHECK();
+    GPT_TRY(moe_gemm(d, 0, 0, N, C, E, d->dprobs, E, p->gate_w, C, 1.0f, dx, C));        /* dx += dprobs gate_w */
+    GPT_TRY(moe_gemm(d, 1, 0, E, C, N, d->dprobs, E, x, C, 1.0f, g->gate_w, C));          /* dgate += dprobs^T x */
+    MOE_CUDA_TRY(cudaStreamSynchronize(d->stream));
+    return ZERO_OK;
+}
