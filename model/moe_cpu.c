@@ -32,6 +32,7 @@ struct gpt_moe {
     moe_plan pl;                  /* capacity, slots' counts, the exchanges' layouts (moe_route.h) */
     moe_cuda *dev;                /* non-NULL: a CUDA layer (gpt_moe_create_cuda); the buffers below but
                                      sel_* are then unused */
+    void *block;                  /* the one host allocation the arrays below live in */
     float *probs;                 /* N x E softmax of the router */
     int32_t *sel_e, *sel_slot;    /* N x K (host memory on both backends) */
     float *sel_w;                 /* N x K */
@@ -100,6 +101,7 @@ zero_status gpt_moe_create(gpt_moe **out, const gpt_moe_config *cfg, int tokens,
         gpt_moe_destroy(m);
         return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_moe_create: no memory for %zu floats of buffers", floats);
     }
+    m->block = mem;
     float *f = (float *)mem;
     m->probs = f, f += N * E;
     m->dprobs = f, f += N * E;
@@ -138,7 +140,7 @@ zero_status gpt_moe_create_cuda(gpt_moe **out, const gpt_moe_config *cfg, int to
     char *mem = calloc(NK * 3 + 1, 4);
     zero_status st = mem ? ZERO_OK : gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_moe_create_cuda: out of memory");
     if (st == ZERO_OK) {
-        m->probs = (float *)mem; /* the block's owner, freed by gpt_moe_destroy */
+        m->block = mem;
         m->sel_w = (float *)mem;
         m->sel_e = (int32_t *)mem + NK;
         m->sel_slot = (int32_t *)mem + 2 * NK;
@@ -157,7 +159,7 @@ void gpt_moe_destroy(gpt_moe *m)
     if (!m) return;
     moe_cuda_destroy(m->dev);
     moe_plan_free(&m->pl);
-    free(m->probs);
+    free(m->block);
     free(m);
 }
 

@@ -330,6 +330,17 @@ gpu_check coll_staged_np2 tests/mpirun.sh 2 "$build/tests/collectives/test_coll_
 # bf16 params within stated bf16 tolerances (see tests/model/test_gpt_cuda.c).
 gpu_check model_gpt_cuda "$build/tests/model/test_gpt_cuda"
 
+# ---------------------------------------------------------------- MoE (issue 14): the CUDA layer
+# gpt_moe_create_cuda against the CPU MoE layer, fp32: routing (experts,
+# slots, drops) identical, aux loss and weights within 1e-5 rel, outputs and
+# every gradient within 1e-4 x max + 1e-3 x |ref| (tests/model/test_moe_cuda.c);
+# ep 1, then ep 2 on one GPU (STAGED: device-buffer all-to-all-v).
+check_moe_cuda() {
+  gpu_check moe_cuda_ep1 "$build/tests/model/test_moe_cuda"
+  gpu_check moe_cuda_ep2_staged tests/mpirun.sh 2 "$build/tests/model/test_moe_cuda" staged
+}
+check_moe_cuda
+
 # ---------------------------------------------------------------- pipeline (issue 13): the CUDA B/W split
 # The CUDA GPT's backward split into B (input gradients) and W (weight
 # gradients) for zero-bubble schedules, against its unsplit backward: weight
