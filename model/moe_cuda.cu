@@ -279,6 +279,14 @@ zero_status moe_cuda_create(moe_cuda **out, const gpt_moe_config *cfg, const moe
                             void *cuda_stream)
 {
     *out = NULL;
+    if (pl->P > 1) {
+        zero_backend b = zero_comm_get_backend(ep);
+        if (b != ZERO_BACKEND_NCCL && b != ZERO_BACKEND_STAGED)
+            return gpt_fail(ZERO_INVALID_ARGUMENT,
+                            "gpt_moe_create_cuda: the ep comm's backend (%d) takes host buffers; the CUDA layer "
+                            "exchanges device buffers and needs an NCCL or STAGED comm",
+                            (int)b);
+    }
     moe_cuda *d = (moe_cuda *)calloc(1, sizeof *d);
     if (!d) return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_moe_create_cuda: out of memory");
     d->N = pl->N, d->E = pl->E, d->K = pl->K, d->C = (int)pl->C, d->H = cfg->d_ff, d->P = pl->P, d->El = pl->El;
