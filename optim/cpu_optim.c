@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/convert_impl.h"
 #include "zero_build_config.h"
 
 #if ZERO_HAVE_OPENMP
@@ -217,7 +218,7 @@ const zero_cpu_optim_variant *zero_cpu_optim_active(void)
             _Pragma("omp parallel")                                                            \
             {                                                                                  \
                 size_t nt_ = (size_t)omp_get_num_threads(), t_ = (size_t)omp_get_thread_num(); \
-                size_t per_ = ((n) / nt_ + 15) / 16 * 16;                                      \
+                size_t per_ = (((n) + nt_ - 1) / nt_ + 15) / 16 * 16; /* covers n: round up */  \
                 size_t lo = t_ * per_ < (n) ? t_ * per_ : (n);                                 \
                 size_t hi = lo + per_ < (n) ? lo + per_ : (n);                                 \
                 call;                                                                          \
@@ -243,4 +244,40 @@ void zero_cpu_sgd(const zero_optim_hyper *h, float *restrict p, const float *res
     const zero_cpu_optim_variant *k = zero_cpu_optim_active();
     SPLIT(n, k->sgd(h, p, g, buf, lo, hi));
     k->sgd(h, p, g, buf, 0, n);
+}
+
+/* ---------------------------------------------------------------- fused multi-tensor step */
+
+static void fused_chunk(const zero_optim_fused *f, const zero_cpu_optim_variant *k, const zero_optim_chunk *c)
+{
+    const zero_optim_hyper *h = &f->hyper[c->group];
+    float *p = f->p + c->p_off;
+    const float *g = f->g + c->g_off;
+    float *m1 = f->m1 ? f->m1 + c->m_off : NULL;
+    if (!f->adamw && !(h->momentum > 0)) m1 = NULL; /* SGD in a group without momentum: its buffer untouched */
+    if (f->adamw) k->adamw(h, p, g, m1, f->m2 + c->m_off, 0, c->len);
+    else k->sgd(h, p, g, m1, 0, c->len);
+    if (!f->out) return;
+    /* The chunk is still in cache: its cast costs little more than the store. */
+    uint16_t *o = (uint16_t *)f->out + c->out_off;
+    if (f->out_dtype == ZERO_BF16)
+        for (uint32_t i = 0; i < c->len; i++) o[i] = zero_cvt_f32_to_bf16(p[i]);
+    else
+        for (uint32_t i = 0; i < c->len; i++) o[i] = zero_cvt_f32_to_f16(p[i]);
+}
+
+void zero_cpu_fused_step(const zero_optim_fused *f)
+{
+    const zero_cpu_optim_variant *k = zero_cpu_optim_active();
+    const long n = (long)f->num_chunks;
+#if ZERO_HAVE_OPENMP
+    uint64_t total = 0;
+    for (long i = 0; i < n; i++) total += f->chunks[i].len;
+    if (total > PAR_MIN && n > 1) {
+#pragma omp parallel for schedule(static)
+        for (long i = 0; i < n; i++) fused_chunk(f, k, &f->chunks[i]);
+        return;
+    }
+#endif
+    for (long i = 0; i < n; i++) fused_chunk(f, k, &f->chunks[i]);
 }

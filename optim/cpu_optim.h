@@ -6,6 +6,8 @@
 #define ZERO_OFFLOAD_CPU_OPTIM_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <zero/dtype.h>
 
 /* Scalars precomputed once per step (in double, then rounded to float once,
  * as torch does with Python scalars on float tensors). */
@@ -34,6 +36,45 @@ void zero_cpu_adamw(const zero_optim_hyper *h, float *p, const float *g, float *
 /* buf may be NULL (momentum 0). */
 void zero_cpu_sgd(const zero_optim_hyper *h, float *p, const float *g, float *buf, size_t n);
 
+/* ---------------------------------------------------------------- fused multi-tensor step
+ * One call updates a whole shard, however many buckets, tensors and
+ * parameter groups it spans: a table of chunks, each `len` elements of one
+ * group at element offsets into the step's arrays, and a table of
+ * hyperparameters, one row per group (the idea of apex's / torch's
+ * multi_tensor_apply: one launch instead of one per tensor). Each chunk's
+ * compute-dtype copy of the updated parameters is written in the same pass.
+ * The CPU twin below and the CUDA kernel (zero/optim_cuda.cu) execute the
+ * same table with the same per-element arithmetic as the per-region kernels
+ * above, so every path gives the same bits. */
+
+/* Elements per chunk at most: a CUDA block's work (and an OpenMP task). */
+#define ZERO_OPTIM_CHUNK 16384u
+
+typedef struct zero_optim_chunk {
+    uint64_t p_off;   /* into p: fp32 master (or the fp32 params themselves) */
+    uint64_t g_off;   /* into g: fp32 gradient */
+    uint64_t m_off;   /* into m1 and m2 (both moments share a layout) */
+    uint64_t out_off; /* into out: the compute-dtype params (unused without out) */
+    uint32_t len;     /* 1 .. ZERO_OPTIM_CHUNK */
+    uint32_t group;   /* row of the hyperparameter table */
+} zero_optim_chunk;
+
+typedef struct zero_optim_fused {
+    int adamw;                     /* 1: AdamW (m1, m2); 0: SGD (m1 = momentum buffer or NULL) */
+    const zero_optim_hyper *hyper; /* one row per group */
+    const zero_optim_chunk *chunks;
+    size_t num_chunks;
+    float *p;
+    const float *g;
+    float *m1, *m2;
+    void *out;                     /* NULL: no compute-dtype copy (fp32 params are the master) */
+    zero_dtype out_dtype;          /* ZERO_BF16 or ZERO_F16 when out is set */
+} zero_optim_fused;
+
+/* The CPU twin: every chunk through the active variant's kernel, then its
+ * cast (device/convert_impl.h, the CPU device's cast bits); chunks are split
+ * over OpenMP threads when the table holds many elements. */
+void zero_cpu_fused_step(const zero_optim_fused *f);
 
 /* One instruction-set variant of the kernels, over [lo, hi) on one thread.
  * Internal, for the dispatcher, the bitwise tests and the benchmark. */

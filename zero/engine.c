@@ -131,6 +131,10 @@ zero_status zero_engine_create(zero_engine **out, const zero_config *config, zer
     e->world = zero_comm_get_size(dp);
     e->dsize = zero_dtype_size(config->compute_dtype);
     e->own_master = config->compute_dtype == ZERO_F32;
+    /* ZERO_OPTIM_FUSED=0: the per-bucket optimizer step (the reference the
+     * fused one is tested against; docs/engine.md). */
+    const char *fused = getenv("ZERO_OPTIM_FUSED");
+    e->fused_on = !(fused && !strcmp(fused, "0"));
     if (config->compute_dtype == ZERO_F16)
         e->loss_scale = config->loss_scale > 0 ? config->loss_scale : ldexp(1.0, config->initial_scale_power);
     else
@@ -200,6 +204,7 @@ void zero_engine_destroy(zero_engine *e)
         engine_free(e, ZERO_MEM_BUFFERS, e->max_bucket * 4, e->slots[s].send);
         engine_free(e, ZERO_MEM_BUFFERS, e->max_bucket / (uint64_t)e->world * 4, e->slots[s].recv);
     }
+    optim_fused_free(e);
     groups_free(e);
     free(e->params);
     free(e->modules);
@@ -390,6 +395,7 @@ zero_status zero_engine_finalize(zero_engine *e)
     zero_status st = alloc_buffers(e);
     if (st == ZERO_OK) st = init_load(e);
     if (st == ZERO_OK) st = poff_flush(e, "engine finalize"); /* the last chunk of an offloaded shard */
+    if (st == ZERO_OK) st = optim_fused_build(e);
     if (st != ZERO_OK) {
         engine_mark_broken(e); /* partly allocated: only destroy makes sense now */
         return st;

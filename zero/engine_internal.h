@@ -210,6 +210,19 @@ struct zero_engine {
     struct param_offload *poff;
     int poff_walk;
 
+    /* the fused optimizer step (optim_fused.c): the chunk table (host), the
+     * first row of each bucket (num_buckets + 1), the per-step
+     * hyperparameters (one row per group, room for fused_hyper_cap); on
+     * CUDA their device copies (books: buffers). fused_on: not disabled by
+     * ZERO_OPTIM_FUSED=0; fused_stale: the groups changed, rebuild. */
+    struct zero_optim_chunk *fused_chunks;
+    size_t fused_num_chunks, *fused_bucket_first;
+    struct zero_optim_hyper *fused_hyper;
+    int fused_hyper_cap, fused_on, fused_stale;
+    unsigned char *fused_group_used; /* groups with a row: only theirs are made per step (as the per-bucket path) */
+    void *fused_dev_chunks, *fused_dev_hyper;
+    size_t fused_dev_chunks_bytes, fused_dev_hyper_bytes;
+
     /* scalars */
     int64_t step;
     int64_t skipped;
@@ -361,6 +374,8 @@ void *gather_module_params(const zero_module *m);
 /* Cast bucket b's updated fp32 region to the compute dtype and make the
  * params whole where the stage keeps them whole (collective at 1-3). */
 zero_status step_propagate_bucket(zero_engine *e, const zero_bucket *b, const char *what);
+/* The same without the cast, for the fused step (which wrote the params). */
+zero_status step_gather_bucket(zero_engine *e, const zero_bucket *b, const char *what);
 
 /* ---------------------------------------------------------------- model_parallel.c */
 /* Replace *total (this dp group's sum of squares) by the sum over the mp
@@ -385,6 +400,19 @@ zero_status optim_update(zero_engine *e, float *p, const float *g, float *m1, fl
 /* The CPU kernel whatever the device (offloaded state lives in host memory). */
 zero_status optim_update_host(zero_engine *e, float *p, const float *g, float *m1, float *m2, size_t n,
                               float grad_scale, uint64_t flat_begin);
+struct zero_optim_hyper;
+/* Group gr's hyperparameters for this step (e->step) and gradient scale. */
+void optim_make_hyper(const zero_engine *e, zero_group *gr, float grad_scale, struct zero_optim_hyper *h);
+
+/* ---------------------------------------------------------------- optim_fused.c */
+/* The step takes the fused path (no offload walk, not ZERO_OPTIM_FUSED=0). */
+int optim_fused_usable(const zero_engine *e);
+/* (Re)build the chunk table (finalize; a group change marks it stale). */
+zero_status optim_fused_build(zero_engine *e);
+void optim_fused_free(zero_engine *e);
+/* Update the whole shard and write the compute-dtype params: one launch
+ * (one per bucket at stage 0, world > 1, after each bucket's all-gather). */
+zero_status optim_fused_step(zero_engine *e, float grad_scale, const char *what);
 
 /* ---------------------------------------------------------------- offload_opt.c */
 /* After the plan, instead of device master/moments: the pool, the store

@@ -241,6 +241,7 @@ zero_status groups_build_runs(zero_engine *e)
     e->grun_begin = NULL;
     e->grun_group = NULL;
     e->num_gruns = 0;
+    e->fused_stale = 1; /* the fused step's chunk table follows the runs */
     int any = 0;
     for (int i = 0; i < e->num_params; i++) any |= e->params[i].group != 0;
     if (!any) return ZERO_OK; /* one kernel call per region, as without groups */

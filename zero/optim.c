@@ -16,7 +16,7 @@
 /* The group's hyperparameters for this step. SGD: a group's first step with
  * momentum > 0 starts its buffers (h->first), however many regions of the
  * step it covers, so that step is recorded here. */
-static void make_hyper(const zero_engine *e, zero_group *gr, float grad_scale, zero_optim_hyper *h)
+void optim_make_hyper(const zero_engine *e, zero_group *gr, float grad_scale, zero_optim_hyper *h)
 {
     const zero_config *c = &e->cfg;
     const double t = (double)e->step; /* this update's number, 1-based */
@@ -75,7 +75,7 @@ static zero_status update_runs(zero_engine *e, int host, float *p, const float *
     if (n == 0) return ZERO_OK;
     zero_optim_hyper h;
     if (e->num_gruns == 0) {
-        make_hyper(e, &e->groups[0], grad_scale, &h);
+        optim_make_hyper(e, &e->groups[0], grad_scale, &h);
         return run_kernel(e, &h, host, p, g, m1, m2, n);
     }
     const uint64_t end = off + n;
@@ -84,7 +84,7 @@ static zero_status update_runs(zero_engine *e, int host, float *p, const float *
         const uint64_t rend = r + 1 < e->num_gruns ? e->grun_begin[r + 1] : UINT64_MAX;
         const uint64_t hi = rend < end ? rend : end;
         const size_t k = (size_t)(lo - off);
-        make_hyper(e, &e->groups[e->grun_group[r]], grad_scale, &h);
+        optim_make_hyper(e, &e->groups[e->grun_group[r]], grad_scale, &h);
         ZERO_TRY(run_kernel(e, &h, host, p + k, g + k, m1 ? m1 + k : NULL, m2 ? m2 + k : NULL, (size_t)(hi - lo)));
     }
     return ZERO_OK;

@@ -33,16 +33,28 @@ static void loss_scaler_update(zero_engine *e, int overflow)
     }
 }
 
+static zero_status propagate(zero_engine *e, const zero_bucket *b, int cast, const char *what);
+
 /* Cast the updated fp32 region of bucket b into the compute-dtype params
  * and make them whole where the stage keeps them whole. */
 zero_status step_propagate_bucket(zero_engine *e, const zero_bucket *b, const char *what)
+{
+    return propagate(e, b, 1, what);
+}
+
+zero_status step_gather_bucket(zero_engine *e, const zero_bucket *b, const char *what)
+{
+    return propagate(e, b, 0, what);
+}
+
+static zero_status propagate(zero_engine *e, const zero_bucket *b, int cast, const char *what)
 {
     const zero_dtype dt = e->cfg.compute_dtype;
     const uint64_t r = (uint64_t)e->rank;
     zero_status st = ZERO_OK;
     switch (e->cfg.stage) {
     case 0:
-        if (e->master)
+        if (e->master && cast)
             st = zero_cast(e->dev, e->master + b->flat_off, ZERO_F32, elem_ptr(e, e->params_full, b->flat_off), dt,
                            b->numel, e->stream);
         if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine: casting master to params: ");
@@ -51,9 +63,10 @@ zero_status step_propagate_bucket(zero_engine *e, const zero_bucket *b, const ch
     case 2: {
         void *full = elem_ptr(e, e->params_full, b->flat_off);
         void *own = elem_ptr(e, full, b->chunk * r);
-        if (e->master) st = zero_cast(e->dev, e->master + b->shard_off, ZERO_F32, own, dt, b->chunk, e->stream);
+        if (e->master && cast)
+            st = zero_cast(e->dev, e->master + b->shard_off, ZERO_F32, own, dt, b->chunk, e->stream);
         if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine: casting master to params: ");
-        ZERO_TRY(engine_sync_stream(e, what));
+        if (cast) ZERO_TRY(engine_sync_stream(e, what)); /* the fused step's caller waited once for all */
         st = zero_allgather(e->dp, own, full, b->chunk, dt); /* in place: send = recv + rank*count */
         if (st != ZERO_OK) return engine_comm_failed(e, st, what);
         return ZERO_OK;
@@ -61,10 +74,11 @@ zero_status step_propagate_bucket(zero_engine *e, const zero_bucket *b, const ch
     default: {
         if (e->master || b->persistent) ZERO_TRY(poff_open(e, b, e->master ? POFF_WRITE : POFF_READ, what));
         void *own = layout_param_chunk(e, b);
-        if (e->master) st = zero_cast(e->dev, e->master + b->shard_off, ZERO_F32, own, dt, b->chunk, e->stream);
+        if (e->master && cast)
+            st = zero_cast(e->dev, e->master + b->shard_off, ZERO_F32, own, dt, b->chunk, e->stream);
         if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine: casting master to params: ");
         if (b->persistent) {
-            ZERO_TRY(engine_sync_stream(e, what));
+            if (cast) ZERO_TRY(engine_sync_stream(e, what));
             st = zero_allgather(e->dp, own, elem_ptr(e, e->persist, b->persist_off), b->chunk, dt);
             if (st != ZERO_OK) return engine_comm_failed(e, st, what);
         }
@@ -173,8 +187,17 @@ zero_status zero_engine_step(zero_engine *e, zero_step_result *out)
 
     e->step++;
     /* Offloaded state in host memory or on NVMe: chunk by chunk (offload_opt.c). */
+    const int fused = optim_fused_usable(e);
     if (e->off_walk) ZERO_TRY(offload_step(e, grad_scale, WHAT));
-    for (int bi = 0; !e->off_walk && bi < e->num_buckets; bi++) {
+    if (fused) {
+        /* One launch over the whole shard, params written in the same pass
+         * (optim_fused.c); then, after one wait, the all-gathers of what the
+         * stage keeps whole. */
+        ZERO_TRY(optim_fused_step(e, grad_scale, WHAT));
+        if (c->stage > 0) ZERO_TRY(comm_sync(e));
+        for (int bi = 0; bi < e->num_buckets; bi++) ZERO_TRY(step_gather_bucket(e, &e->buckets[bi], WHAT));
+    }
+    for (int bi = 0; !e->off_walk && !fused && bi < e->num_buckets; bi++) {
         const zero_bucket *b = &e->buckets[bi];
         const float *g = e->gacc + b->shard_off;
         if (c->stage == 0 && e->world > 1) {

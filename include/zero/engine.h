@@ -732,7 +732,8 @@ typedef enum zero_mem_category {
                              and the fp32 reduced-gradient shard */
     ZERO_MEM_MASTER = 2,  /* fp32 master weights (16-bit compute only) */
     ZERO_MEM_MOMENTS = 3, /* fp32 optimizer moments */
-    ZERO_MEM_BUFFERS = 4, /* communication staging buffers */
+    ZERO_MEM_BUFFERS = 4, /* communication staging buffers (+ CUDA: the fused optimizer step's
+                             tables, 40 bytes a row of at most 16384 elements and 60 a group) */
     ZERO_MEM_OTHER = 5,   /* add_param init values until finalize (+ CUDA: a 1 MiB host chunk during it) */
     ZERO_MEM_CATEGORY_COUNT = 6,
 } zero_mem_category;

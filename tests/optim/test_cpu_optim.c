@@ -13,7 +13,12 @@
 #include <string.h>
 
 #include "check.h"
+#include "device/convert_impl.h"
 #include "optim/cpu_optim.h"
+#include "zero_build_config.h"
+#if ZERO_HAVE_OPENMP
+#include <omp.h>
+#endif
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint32_t next32(void)
@@ -154,6 +159,75 @@ int main(void)
     CHECK_MSG(same_bits(pr, pt, N, &at) && same_bits(mr, mt, N, &at), "zero_cpu_sgd (%s, threaded) element %zu differs",
               zero_cpu_optim_active()->name, at);
     printf("active variant: %s\n", zero_cpu_optim_active()->name);
+
+#if ZERO_HAVE_OPENMP
+    /* Every thread split covers every element: sizes whose share per thread
+     * rounds to a multiple of 16 below n / threads (40001 on 2 threads lost
+     * its last element before the split rounded up). */
+    const size_t split_sizes[] = {40001, 32769, 65551, 100003};
+    const int threads[] = {2, 3, 4, 7};
+    for (size_t si = 0; si < sizeof split_sizes / sizeof *split_sizes; si++) {
+        const size_t n = split_sizes[si];
+        if (n > N) continue;
+        for (size_t ti = 0; ti < sizeof threads / sizeof *threads; ti++) {
+            omp_set_num_threads(threads[ti]);
+            zero_optim_hyper hs = hyper(2, 1, 1);
+            memcpy(pr, p0, N * 4), memcpy(mr, m0, N * 4), memcpy(vr, v0, N * 4);
+            memcpy(pt, p0, N * 4), memcpy(mt, m0, N * 4), memcpy(vt, v0, N * 4);
+            ref->adamw(&hs, pr, g, mr, vr, 0, n);
+            zero_cpu_adamw(&hs, pt, g, mt, vt, n);
+            CHECK_MSG(same_bits(pr, pt, N, &at) && same_bits(mr, mt, N, &at) && same_bits(vr, vt, N, &at),
+                      "zero_cpu_adamw over %zu on %d threads: element %zu differs", n, threads[ti], at);
+            memcpy(pr, p0, N * 4), memcpy(mr, m0, N * 4);
+            memcpy(pt, p0, N * 4), memcpy(mt, m0, N * 4);
+            ref->sgd(&hs, pr, g, mr, 0, n);
+            zero_cpu_sgd(&hs, pt, g, mt, n);
+            CHECK_MSG(same_bits(pr, pt, N, &at) && same_bits(mr, mt, N, &at),
+                      "zero_cpu_sgd over %zu on %d threads: element %zu differs", n, threads[ti], at);
+        }
+    }
+    omp_set_num_threads(omp_get_num_procs());
+#endif
+
+    /* The fused multi-tensor step: a chunk table over odd offsets and
+     * lengths, three groups, 16-bit params written in the same pass, gives
+     * the scalar reference's bits per chunk and zero_f32_to_bf16/f16's casts. */
+    for (int opt = 0; opt < 2; opt++) {
+        for (int dt = 0; dt < 2; dt++) {
+            zero_optim_hyper hy[3] = {hyper(2, 0, 1), hyper(2, 1, 0), hyper(3, 0, 1)};
+            zero_optim_chunk rows[64];
+            size_t nrows = 0, off = 0;
+            const size_t lens[] = {1, 17, 4099, ZERO_OPTIM_CHUNK, 255, 16, 3};
+            for (size_t i = 0; off < N / 2 && nrows < 64; i++) {
+                const size_t len = lens[i % 7];
+                if (off + len + 2 > N / 2) break;
+                zero_optim_chunk c = {off, off + 1, off + 2, off, (uint32_t)len, (uint32_t)(i % 3)};
+                rows[nrows++] = c;
+                off += len + (i % 2); /* gaps, left untouched */
+            }
+            const zero_dtype odt = dt ? ZERO_F16 : ZERO_BF16;
+            uint16_t *out_t = calloc(N, 2), *out_r = calloc(N, 2);
+            memcpy(pr, p0, N * 4), memcpy(mr, m0, N * 4), memcpy(vr, v0, N * 4);
+            memcpy(pt, p0, N * 4), memcpy(mt, m0, N * 4), memcpy(vt, v0, N * 4);
+            for (size_t r = 0; r < nrows; r++) {
+                const zero_optim_chunk *c = &rows[r];
+                if (opt) ref->adamw(&hy[c->group], pr + c->p_off, g + c->g_off, mr + c->m_off, vr + c->m_off, 0, c->len);
+                else ref->sgd(&hy[c->group], pr + c->p_off, g + c->g_off, mr + c->m_off, 0, c->len);
+                for (size_t i = 0; i < c->len; i++) {
+                    float x = pr[c->p_off + i];
+                    out_r[c->out_off + i] = dt ? zero_cvt_f32_to_f16(x) : zero_cvt_f32_to_bf16(x);
+                }
+            }
+            zero_optim_fused f = {opt, hy, rows, nrows, pt, g, mt, opt ? vt : NULL, out_t, odt};
+            zero_cpu_fused_step(&f);
+            CHECK_MSG(same_bits(pr, pt, N, &at) && same_bits(mr, mt, N, &at) && same_bits(vr, vt, N, &at),
+                      "fused %s: element %zu differs from the per-chunk reference", opt ? "adamw" : "sgd", at);
+            CHECK_MSG(!memcmp(out_t, out_r, N * 2), "fused %s: the %s params differ", opt ? "adamw" : "sgd",
+                      dt ? "f16" : "bf16");
+            free(out_t);
+            free(out_r);
+        }
+    }
 
     /* ZERO_CPU_ISA caps the choice (read once, so checked in a fresh process by meson: see meson.build). */
     const char *cap = getenv("ZERO_CPU_ISA");
