@@ -167,6 +167,13 @@ static ncclDataType_t nccl_type(zero_dtype d)
     return ncclFloat32;
 }
 
+/* The comm's own stream, or the caller's in stream-ordered mode (stream.c). */
+static cudaStream_t op_stream(const zero_comm *c, const nccl_impl *m)
+{
+    void *s = coll_stream_cuda(c);
+    return s ? (cudaStream_t)s : m->stream;
+}
+
 /* All-to-all(-v) as NCCL's grouped point-to-point (what ncclAllToAll would
  * be): a send and a receive per peer in one group, the own chunk copied on
  * the comm's stream. Empty chunks are skipped on both sides (the counts
@@ -178,7 +185,7 @@ static ncclResult_t nccl_alltoall(zero_comm *c, nccl_impl *m, const coll_args *a
     coll_a2a_chunk own = coll_a2a_peer(a, c->size, c->rank);
     if (own.send_count &&
         zero_cu->cudaMemcpyAsync((char *)a->recv + own.recv_displ * es, (const char *)a->send + own.send_displ * es,
-                        own.send_count * es, cudaMemcpyDeviceToDevice, m->stream) != cudaSuccess)
+                        own.send_count * es, cudaMemcpyDeviceToDevice, op_stream(c, m)) != cudaSuccess)
         return ncclUnhandledCudaError;
     ncclResult_t r = zero_cu->ncclGroupStart();
     for (int i = 1; i < c->size && r == ncclSuccess; i++) {
@@ -186,9 +193,9 @@ static ncclResult_t nccl_alltoall(zero_comm *c, nccl_impl *m, const coll_args *a
         int to = (c->rank + i) % c->size, from = (c->rank - i + c->size) % c->size;
         coll_a2a_chunk kt = coll_a2a_peer(a, c->size, to), kf = coll_a2a_peer(a, c->size, from);
         if (kt.send_count)
-            r = zero_cu->ncclSend((const char *)a->send + kt.send_displ * es, kt.send_count, t, to, m->nccl, m->stream);
+            r = zero_cu->ncclSend((const char *)a->send + kt.send_displ * es, kt.send_count, t, to, m->nccl, op_stream(c, m));
         if (r == ncclSuccess && kf.recv_count)
-            r = zero_cu->ncclRecv((char *)a->recv + kf.recv_displ * es, kf.recv_count, t, from, m->nccl, m->stream);
+            r = zero_cu->ncclRecv((char *)a->recv + kf.recv_displ * es, kf.recv_count, t, from, m->nccl, op_stream(c, m));
     }
     ncclResult_t end = zero_cu->ncclGroupEnd();
     return r != ncclSuccess ? r : end;
@@ -205,21 +212,21 @@ static zero_status be_start(zero_comm *c, zero_request *req)
     cudaError_t ce = zero_cu->cudaSetDevice(c->device);
     if (ce != cudaSuccess) return cuda_fail(c, ce, coll_op_name(a->kind));
     switch (a->kind) {
-    case ZERO_OP_ALLREDUCE: r = zero_cu->ncclAllReduce(a->send, a->recv, a->count, t, op, m->nccl, m->stream); break;
-    case ZERO_OP_REDUCE_SCATTER: r = zero_cu->ncclReduceScatter(a->send, a->recv, a->count, t, op, m->nccl, m->stream); break;
-    case ZERO_OP_ALLGATHER: r = zero_cu->ncclAllGather(a->send, a->recv, a->count, t, m->nccl, m->stream); break;
-    case ZERO_OP_BROADCAST: r = zero_cu->ncclBroadcast(a->send, a->recv, a->count, t, a->root, m->nccl, m->stream); break;
+    case ZERO_OP_ALLREDUCE: r = zero_cu->ncclAllReduce(a->send, a->recv, a->count, t, op, m->nccl, op_stream(c, m)); break;
+    case ZERO_OP_REDUCE_SCATTER: r = zero_cu->ncclReduceScatter(a->send, a->recv, a->count, t, op, m->nccl, op_stream(c, m)); break;
+    case ZERO_OP_ALLGATHER: r = zero_cu->ncclAllGather(a->send, a->recv, a->count, t, m->nccl, op_stream(c, m)); break;
+    case ZERO_OP_BROADCAST: r = zero_cu->ncclBroadcast(a->send, a->recv, a->count, t, a->root, m->nccl, op_stream(c, m)); break;
     case ZERO_OP_SEND:
     case ZERO_OP_RECV:
         /* A group lets NCCL pair the send with its recv without deadlock. */
         r = zero_cu->ncclGroupStart();
         if (r == ncclSuccess)
-            r = a->kind == ZERO_OP_SEND ? zero_cu->ncclSend(a->send, a->count, t, a->peer, m->nccl, m->stream)
-                                        : zero_cu->ncclRecv(a->recv, a->count, t, a->peer, m->nccl, m->stream);
+            r = a->kind == ZERO_OP_SEND ? zero_cu->ncclSend(a->send, a->count, t, a->peer, m->nccl, op_stream(c, m))
+                                        : zero_cu->ncclRecv(a->recv, a->count, t, a->peer, m->nccl, op_stream(c, m));
         if (r == ncclSuccess) r = zero_cu->ncclGroupEnd();
         break;
     case ZERO_OP_BARRIER:
-        r = zero_cu->ncclAllReduce(m->scratch, m->scratch, 1, ncclInt32, ncclSum, m->nccl, m->stream);
+        r = zero_cu->ncclAllReduce(m->scratch, m->scratch, 1, ncclInt32, ncclSum, m->nccl, op_stream(c, m));
         break;
     case ZERO_OP_ALLTOALL:
     case ZERO_OP_ALLTOALLV:
@@ -243,7 +250,7 @@ static zero_status be_start(zero_comm *c, zero_request *req)
     /* Inside a group NCCL enqueues nothing before ncclGroupEnd: an event
      * recorded now would complete before the op. */
     if (e == cudaSuccess && c->group_depth == 0) {
-        e = zero_cu->cudaEventRecord(q->ev, m->stream);
+        e = zero_cu->cudaEventRecord(q->ev, op_stream(c, m));
         q->recorded = 1;
     }
     if (e != cudaSuccess) {
@@ -317,7 +324,7 @@ static zero_status be_group_end(zero_comm *c, zero_request *head)
     for (zero_request *req = head; req; req = req->group_next) {
         nccl_req *q = req->impl;
         if (!q || q->recorded) continue;
-        cudaError_t e = zero_cu->cudaEventRecord(q->ev, m->stream);
+        cudaError_t e = zero_cu->cudaEventRecord(q->ev, op_stream(c, m));
         if (e != cudaSuccess) return cuda_fail(c, e, "cudaEventRecord after ncclGroupEnd");
         q->recorded = 1;
     }

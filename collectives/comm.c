@@ -286,6 +286,11 @@ zero_status zero_comm_split(zero_comm *parent, int color, int key, zero_comm **o
     *out = NULL;
     if (!parent) return zero_fail(NULL, ZERO_INVALID_ARGUMENT, "zero_comm_split: parent comm is NULL");
     ZERO_TRY(coll_comm_check(parent, "zero_comm_split"));
+    if (parent->sstream)
+        return zero_fail(NULL, ZERO_INVALID_STATE,
+                         "split of group %s(size %d) rank %d: the comm has a stream; zero_comm_set_stream(comm, NULL) "
+                         "first (it waits for the stream-ordered ops)",
+                         parent->name, parent->size, parent->rank);
     if (parent->failed != ZERO_OK)
         return zero_fail(&parent->err, ZERO_INVALID_STATE,
                          "split of group %s(size %d) rank %d: the group failed earlier (%s); only "
@@ -347,6 +352,14 @@ void zero_comm_destroy(zero_comm *comm)
         zero_fail(NULL, ZERO_INVALID_STATE, "zero_comm_destroy: comm %p %s; ignored", (void *)comm,
                   comm->magic == ZERO_HANDLE_DEAD ? "was already destroyed" : "is not a zero_comm");
         zero_log(ZERO_LOG_WARN, "%s", zero_last_error());
+        return;
+    }
+    if (!coll_stream_release(comm)) {
+        /* An op on its stream's worker still runs past every deadline: the
+         * memory stays (retired), the handle is dead. */
+        zero_log(ZERO_LOG_WARN, "zero_comm_destroy: group %s rank %d: a stream-ordered op is still running; its "
+                 "memory is kept", comm->name, comm->rank);
+        comm->magic = ZERO_HANDLE_DEAD;
         return;
     }
     if (comm->outstanding > 0) {
@@ -430,6 +443,10 @@ const char *zero_comm_last_error(const zero_comm *comm)
 {
     if (!comm) return "zero_comm_last_error: comm is NULL";
     /* A destroyed comm's struct is retired, not freed: its last message says so. */
+    if (comm->magic == ZERO_HANDLE_COMM && comm->sstream) {
+        const char *m = coll_stream_error_msg(comm); /* the first failure on its stream */
+        if (m) return m;
+    }
     return comm->err.msg;
 }
 

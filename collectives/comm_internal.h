@@ -150,6 +150,7 @@ struct zero_comm {
     zero_errbuf err;
     zero_comm_counters counters;
     void *impl;
+    struct coll_stream *sstream; /* zero_comm_set_stream: stream-ordered mode (stream.c); NULL: off */
 };
 
 /* ------------------------------------------------------------ backends */
@@ -207,6 +208,34 @@ void coll_group_add(zero_comm *c, zero_request *req, int how);
 /* The comm is being destroyed with a group open: forget the group (its own
  * requests are freed by the caller's pending loop). */
 void coll_group_forget(zero_comm *c);
+
+/* ------------------------------------------------------------ ops.c */
+/* A blocking op as the caller's call runs it (stream-ordered when the comm has a stream). */
+zero_status coll_run_blocking(zero_comm *c, coll_args *a, const char *fn);
+zero_status coll_run_async(zero_comm *c, coll_args *a, const char *fn, zero_request **out);
+/* Validate `a` without touching the comm's state (its message goes to the
+ * thread's zero_last_error only; the comm's failure is not checked). */
+zero_status coll_validate_detached(zero_comm *c, coll_args *a, const char *fn, size_t **vec_out);
+
+/* ------------------------------------------------------------ stream.c */
+/* The calling thread issues ops stream-ordered: the comm has a stream and
+ * this is not the stream's worker running one of them. */
+int coll_stream_mode(const zero_comm *c);
+/* NCCL: the cudaStream_t of stream-ordered mode, NULL when off. */
+void *coll_stream_cuda(const zero_comm *c);
+/* Enqueue a blocking call's op on the comm's stream. */
+zero_status coll_stream_issue(zero_comm *c, coll_args *a, const char *fn);
+/* Host-driven backends in stream mode: a group is collected and enqueued at
+ * its end. Return 0 when not in that mode (the caller proceeds as usual). */
+int coll_stream_group_begin(zero_comm *c);
+int coll_stream_group_end(zero_comm *c, zero_status *st);
+/* NCCL in stream mode: the ended group's own requests go to the stream's list. */
+void coll_stream_keep_group(zero_comm *c);
+/* Destroy: drop queued ops, wait for a running one (its deadline); 0 when
+ * one is still running and the comm's memory must be kept. */
+int coll_stream_release(zero_comm *c);
+/* The first stream-ordered failure's message, NULL when none. */
+const char *coll_stream_error_msg(const zero_comm *c);
 
 /* ------------------------------------------------------------ deadline.c */
 

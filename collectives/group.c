@@ -40,6 +40,7 @@ void coll_group_forget(zero_comm *c)
 zero_status zero_comm_group_begin(zero_comm *comm)
 {
     ZERO_TRY(coll_comm_check(comm, "zero_comm_group_begin"));
+    if (coll_stream_group_begin(comm)) return ZERO_OK; /* collected on the host, enqueued at the end (stream.c) */
     if (comm->failed != ZERO_OK)
         return zero_fail(&comm->err, ZERO_INVALID_STATE,
                          "zero_comm_group_begin on group %s(size %d) rank %d: the group failed earlier (%s); only "
@@ -135,6 +136,8 @@ zero_status zero_comm_group_end(zero_comm *comm)
 {
     ZERO_TRY(coll_comm_check(comm, "zero_comm_group_end"));
     zero_comm *c = comm;
+    zero_status sst;
+    if (coll_stream_group_end(c, &sst)) return sst; /* the batch enqueued as one unit (stream.c) */
     if (c->group_depth == 0)
         return zero_fail(&c->err, ZERO_INVALID_STATE,
                          "zero_comm_group_end on group %s(size %d) rank %d: no group is open (zero_comm_group_begin "
@@ -161,6 +164,10 @@ zero_status zero_comm_group_end(zero_comm *comm)
             group_close(c);
             return st;
         }
+    }
+    if (coll_stream_mode(c)) { /* NCCL on the caller's stream: zero_comm_sync completes them */
+        coll_stream_keep_group(c);
+        return ZERO_OK;
     }
     /* Only the group's own requests are waited for here; the caller's
      * asynchronous ones are moved along too but completed by zero_wait. */

@@ -9,6 +9,12 @@
 
 /* ---------------------------------------------------------------- checks */
 
+/* Where validation writes its message: the comm's own buffer, or (set by
+ * coll_validate_detached, for a stream-ordered call while the comm's state
+ * belongs to its stream's worker) a buffer of the calling thread. */
+static _Thread_local zero_errbuf *detached_err;
+#define VERR(c) (detached_err ? detached_err : &(c)->err)
+
 static int overlaps(const void *p, size_t plen, const void *q, size_t qlen)
 {
     uintptr_t a = (uintptr_t)p, b = (uintptr_t)q;
@@ -21,7 +27,7 @@ static zero_status bad(zero_comm *c, const coll_args *a, const char *fmt_detail,
     char what[96], detail[200];
     coll_describe(a, what, sizeof what);
     snprintf(detail, sizeof detail, fmt_detail, v);
-    return zero_fail(&c->err, ZERO_INVALID_ARGUMENT, "%s on group %s(size %d) rank %d: %s", what, c->name,
+    return zero_fail(VERR(c), ZERO_INVALID_ARGUMENT, "%s on group %s(size %d) rank %d: %s", what, c->name,
                      c->size, c->rank, detail);
 }
 
@@ -60,11 +66,11 @@ static zero_status prepare_alltoallv(zero_comm *c, coll_args *a, size_t es, size
     static const char *names[4] = {"send_counts", "send_displs", "recv_counts", "recv_displs"};
     size_t n = (size_t)c->size;
     if (!a->user_v[0] || !a->user_v[2])
-        return zero_fail(&c->err, ZERO_INVALID_ARGUMENT, "alltoallv on group %s(size %d) rank %d: %s is NULL "
+        return zero_fail(VERR(c), ZERO_INVALID_ARGUMENT, "alltoallv on group %s(size %d) rank %d: %s is NULL "
                          "(an array of %d counts is expected)", c->name, c->size, c->rank,
                          names[a->user_v[0] ? 2 : 0], c->size);
     size_t *v = malloc(4 * n * sizeof *v);
-    if (!v) return zero_fail(&c->err, ZERO_OUT_OF_MEMORY, "alltoallv on group %s: out of memory", c->name);
+    if (!v) return zero_fail(VERR(c), ZERO_OUT_OF_MEMORY, "alltoallv on group %s: out of memory", c->name);
     size_t limit = (size_t)PTRDIFF_MAX / es, total = 0;
     for (int half = 0; half < 2; half++) {
         const size_t *cnt = a->user_v[2 * half], *dsp = a->user_v[2 * half + 1];
@@ -75,7 +81,7 @@ static zero_status prepare_alltoallv(zero_comm *c, coll_args *a, size_t es, size
             if (cnt[j] > limit || vd[j] > limit - cnt[j] || (!dsp && packed > limit - cnt[j])) {
                 size_t displ = vd[j]; /* vd points into v: read it before v is freed */
                 free(v);
-                return zero_fail(&c->err, ZERO_INVALID_ARGUMENT,
+                return zero_fail(VERR(c), ZERO_INVALID_ARGUMENT,
                                  "alltoallv on group %s(size %d) rank %d: %s[%zu] = %zu with %s[%zu] = %zu "
                                  "overflows: the chunk's end exceeds PTRDIFF_MAX bytes",
                                  c->name, c->size, c->rank, names[2 * half], j, cnt[j], names[2 * half + 1], j,
@@ -89,7 +95,7 @@ static zero_status prepare_alltoallv(zero_comm *c, coll_args *a, size_t es, size
     a->count = total;
     size_t me = (size_t)c->rank;
     if (v[me] != v[2 * n + me]) {
-        zero_status st = zero_fail(&c->err, ZERO_INVALID_ARGUMENT,
+        zero_status st = zero_fail(VERR(c), ZERO_INVALID_ARGUMENT,
                                    "alltoallv of %zu x %s on group %s(size %d) rank %d: send_counts[%d] = %zu but "
                                    "recv_counts[%d] = %zu: this rank's chunk to itself must be the same size",
                                    total, zero_dtype_name(a->dtype), c->name, c->size, c->rank, c->rank, v[me],
@@ -116,7 +122,7 @@ static zero_status validate_a2a(zero_comm *c, coll_args *a, size_t es, size_t **
     else if (overlaps(a->send, send_b, a->recv, recv_b)) {
         char what[96];
         coll_describe(a, what, sizeof what);
-        st = zero_fail(&c->err, ZERO_INVALID_ARGUMENT,
+        st = zero_fail(VERR(c), ZERO_INVALID_ARGUMENT,
                        "%s on group %s(size %d) rank %d: send [%p, +%zu) and recv [%p, +%zu) overlap; all-to-all "
                        "has no in-place form",
                        what, c->name, c->size, c->rank, a->send, send_b, a->recv, recv_b);
@@ -132,10 +138,10 @@ static zero_status validate_a2a(zero_comm *c, coll_args *a, size_t es, size_t **
 static zero_status validate(zero_comm *c, coll_args *a, const char *fn, size_t **vec_out)
 {
     ZERO_TRY(coll_comm_check(c, fn));
-    if (c->failed != ZERO_OK) {
+    if (!detached_err && c->failed != ZERO_OK) {
         char what[96];
         coll_describe(a, what, sizeof what);
-        return zero_fail(&c->err, ZERO_INVALID_STATE,
+        return zero_fail(VERR(c), ZERO_INVALID_STATE,
                          "%s on group %s(size %d) rank %d: the group failed earlier (%s); only "
                          "zero_comm_destroy is allowed",
                          what, c->name, c->size, c->rank, coll_failed_cause(c));
@@ -192,7 +198,7 @@ static zero_status validate(zero_comm *c, coll_args *a, const char *fn, size_t *
                                      "recv == send"};
         char what[96];
         coll_describe(a, what, sizeof what);
-        return zero_fail(&c->err, ZERO_INVALID_ARGUMENT,
+        return zero_fail(VERR(c), ZERO_INVALID_ARGUMENT,
                          "%s on group %s(size %d) rank %d: send [%p, +%zu) and recv [%p, +%zu) overlap "
                          "but are not in place (in place means %s)",
                          what, c->name, c->size, c->rank, (const void *)s, send_b, (void *)r, recv_b,
@@ -290,14 +296,24 @@ void coll_request_free(zero_request *req)
     free(req);
 }
 
-static zero_status run_async(zero_comm *c, coll_args *a, const char *fn, zero_request **out);
-
-static zero_status run_blocking(zero_comm *c, coll_args *a, const char *fn)
+zero_status coll_validate_detached(zero_comm *c, coll_args *a, const char *fn, size_t **vec_out)
 {
+    zero_errbuf local;
+    memset(&local, 0, sizeof local);
+    detached_err = &local;
+    zero_status st = validate(c, a, fn, vec_out);
+    detached_err = NULL;
+    if (st != ZERO_OK) return zero_fail(NULL, st, "%s", local.msg);
+    return ZERO_OK;
+}
+
+zero_status coll_run_blocking(zero_comm *c, coll_args *a, const char *fn)
+{
+    if (coll_comm_live(c) && coll_stream_mode(c)) return coll_stream_issue(c, a, fn); /* stream.c */
     if (coll_comm_live(c) && c->group_depth > 0) {
         /* Inside a group: issued now, completed by zero_comm_group_end (group.c). */
         zero_request *req = NULL;
-        ZERO_TRY(run_async(c, a, fn, &req));
+        ZERO_TRY(coll_run_async(c, a, fn, &req));
         req->grouped = COLL_GROUPED_OWNED;
         return ZERO_OK;
     }
@@ -308,7 +324,7 @@ static zero_status run_blocking(zero_comm *c, coll_args *a, const char *fn)
     return st;
 }
 
-static zero_status run_async(zero_comm *c, coll_args *a, const char *fn, zero_request **out)
+zero_status coll_run_async(zero_comm *c, coll_args *a, const char *fn, zero_request **out)
 {
     zero_errbuf *err = coll_comm_live(c) ? &c->err : NULL;
     if (!out) return zero_fail(err, ZERO_INVALID_ARGUMENT, "%s: req is NULL", fn);
@@ -330,6 +346,20 @@ static zero_status run_async(zero_comm *c, coll_args *a, const char *fn, zero_re
     return ZERO_OK;
 }
 
+/* The caller's asynchronous forms: not with a stream (the blocking forms are
+ * the stream-ordered ones there). */
+static zero_status run_async(zero_comm *c, coll_args *a, const char *fn, zero_request **out)
+{
+    if (coll_comm_live(c) && coll_stream_mode(c)) {
+        if (out) *out = NULL;
+        return zero_fail(NULL, ZERO_INVALID_STATE,
+                         "%s on group %s: the comm has a stream (zero_comm_set_stream): its blocking forms are the "
+                         "stream-ordered ones; asynchronous requests are refused",
+                         fn, c->name);
+    }
+    return coll_run_async(c, a, fn, out);
+}
+
 #define ARGS(k, s, r, n, dt, o, rt, pr) \
     (coll_args) { .kind = (k), .send = (s), .recv = (r), .count = (n), .dtype = (dt), .op = (o), .root = (rt), .peer = (pr) }
 
@@ -337,45 +367,45 @@ zero_status zero_allreduce(zero_comm *comm, const void *send, void *recv, size_t
                            zero_redop op)
 {
     coll_args a = ARGS(ZERO_OP_ALLREDUCE, send, recv, count, dtype, op, 0, 0);
-    return run_blocking(comm, &a, "zero_allreduce");
+    return coll_run_blocking(comm, &a, "zero_allreduce");
 }
 
 zero_status zero_reduce_scatter(zero_comm *comm, const void *send, void *recv, size_t count, zero_dtype dtype,
                                 zero_redop op)
 {
     coll_args a = ARGS(ZERO_OP_REDUCE_SCATTER, send, recv, count, dtype, op, 0, 0);
-    return run_blocking(comm, &a, "zero_reduce_scatter");
+    return coll_run_blocking(comm, &a, "zero_reduce_scatter");
 }
 
 zero_status zero_allgather(zero_comm *comm, const void *send, void *recv, size_t count, zero_dtype dtype)
 {
     coll_args a = ARGS(ZERO_OP_ALLGATHER, send, recv, count, dtype, ZERO_SUM, 0, 0);
-    return run_blocking(comm, &a, "zero_allgather");
+    return coll_run_blocking(comm, &a, "zero_allgather");
 }
 
 zero_status zero_broadcast(zero_comm *comm, const void *send, void *recv, size_t count, zero_dtype dtype,
                            int root)
 {
     coll_args a = ARGS(ZERO_OP_BROADCAST, send, recv, count, dtype, ZERO_SUM, root, 0);
-    return run_blocking(comm, &a, "zero_broadcast");
+    return coll_run_blocking(comm, &a, "zero_broadcast");
 }
 
 zero_status zero_send(zero_comm *comm, const void *buf, size_t count, zero_dtype dtype, int peer)
 {
     coll_args a = ARGS(ZERO_OP_SEND, buf, NULL, count, dtype, ZERO_SUM, 0, peer);
-    return run_blocking(comm, &a, "zero_send");
+    return coll_run_blocking(comm, &a, "zero_send");
 }
 
 zero_status zero_recv(zero_comm *comm, void *buf, size_t count, zero_dtype dtype, int peer)
 {
     coll_args a = ARGS(ZERO_OP_RECV, NULL, buf, count, dtype, ZERO_SUM, 0, peer);
-    return run_blocking(comm, &a, "zero_recv");
+    return coll_run_blocking(comm, &a, "zero_recv");
 }
 
 zero_status zero_barrier(zero_comm *comm)
 {
     coll_args a = ARGS(ZERO_OP_BARRIER, NULL, NULL, 0, ZERO_U8, ZERO_SUM, 0, 0);
-    return run_blocking(comm, &a, "zero_barrier");
+    return coll_run_blocking(comm, &a, "zero_barrier");
 }
 
 zero_status zero_allreduce_async(zero_comm *comm, const void *send, void *recv, size_t count, zero_dtype dtype,
@@ -423,7 +453,7 @@ zero_status zero_recv_async(zero_comm *comm, void *buf, size_t count, zero_dtype
 zero_status zero_alltoall(zero_comm *comm, const void *send, void *recv, size_t count, zero_dtype dtype)
 {
     coll_args a = ARGS(ZERO_OP_ALLTOALL, send, recv, count, dtype, ZERO_SUM, 0, 0);
-    return run_blocking(comm, &a, "zero_alltoall");
+    return coll_run_blocking(comm, &a, "zero_alltoall");
 }
 
 zero_status zero_alltoall_async(zero_comm *comm, const void *send, void *recv, size_t count, zero_dtype dtype,
@@ -448,7 +478,7 @@ zero_status zero_alltoallv(zero_comm *comm, const void *send, const size_t *send
                            void *recv, const size_t *recv_counts, const size_t *recv_displs, zero_dtype dtype)
 {
     coll_args a = alltoallv_args(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype);
-    return run_blocking(comm, &a, "zero_alltoallv");
+    return coll_run_blocking(comm, &a, "zero_alltoallv");
 }
 
 zero_status zero_alltoallv_async(zero_comm *comm, const void *send, const size_t *send_counts,

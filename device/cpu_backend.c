@@ -600,3 +600,28 @@ const zero_device_ops zero_cpu_device_ops = {
     .cast = cpu_cast,
     .sumsq = cpu_sumsq,
 };
+
+/* ---------------------------------------------------------------- host functions in stream order */
+
+typedef struct host_fn_call {
+    void (*fn)(void *);
+    void *arg;
+} host_fn_call;
+
+static void run_host_fn(const void *arg)
+{
+    const host_fn_call *c = arg;
+    c->fn(c->arg);
+}
+
+zero_status zero_stream_enqueue_host_(zero_stream *s, void (*fn)(void *), void *arg)
+{
+    if (!s || s->dev->kind != ZERO_DEVICE_CPU)
+        return zero_fail(NULL, ZERO_UNSUPPORTED, "host functions in stream order: only on the CPU device");
+    if (!cpu_async_on(s->dev)) {
+        fn(arg); /* synchronous device: everything before it has run */
+        return ZERO_OK;
+    }
+    host_fn_call c = {fn, arg};
+    return cpu_async_submit(s->dev, s, run_host_fn, &c, sizeof c);
+}

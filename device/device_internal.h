@@ -106,6 +106,13 @@ extern const zero_device_ops zero_cuda_device_ops;
 int zero_cuda_device_count_(void); /* <= 0 when none usable */
 #endif
 
+/* Run fn(arg) in stream order on s (cudaLaunchHostFunc's idea, for the
+ * collectives' stream-ordered mode): on the synchronous CPU device at once,
+ * on the asynchronous one by s's worker after the work queued before it.
+ * ZERO_UNSUPPORTED on a CUDA device (the caller waits for the stream and
+ * runs fn itself: host code may not call CUDA from a stream callback). */
+zero_status zero_stream_enqueue_host_(zero_stream *s, void (*fn)(void *), void *arg);
+
 /* Local rank / size from the launcher's environment (Open MPI, Slurm, MPICH,
  * PMI); 0 / 1 when none is set. Shared by device open (-1 ordinal) and topo. */
 void zero_local_rank_from_env(int *rank, int *size);

@@ -53,14 +53,22 @@
  * OK from an op its peers gave up, and times out on its next one. NCCL comms
  * do not check fingerprints.
  *
+ * Streams: by default every blocking call completes before it returns (the
+ * host waits). With zero_comm_set_stream (below) the blocking calls are
+ * stream-ordered instead, like NCCL's: enqueued on a device stream, waiting
+ * for the work before them on it, observed by the work after them.
+ *
  * Thread safety: a comm may be used by one thread at a time; different comms
  * from different threads when MPI provides MPI_THREAD_MULTIPLE (libzero asks
- * for it when it initialises MPI). */
+ * for it when it initialises MPI). A stream-ordered op may run on its
+ * stream's worker thread (the asynchronous CPU device), so stream-ordered
+ * MPI comms need MPI_THREAD_MULTIPLE too. */
 #ifndef ZERO_COMM_H
 #define ZERO_COMM_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <zero/device.h> /* zero_stream: stream-ordered collectives */
 #include <zero/dtype.h>
 #include <zero/export.h>
 #include <zero/status.h>
@@ -298,6 +306,58 @@ ZERO_API zero_status zero_test(zero_request *req, int *done);
  *     for collectives in a group as anywhere else. */
 ZERO_API zero_status zero_comm_group_begin(zero_comm *comm);
 ZERO_API zero_status zero_comm_group_end(zero_comm *comm);
+
+/* -------------------------------------------------------------- stream-ordered collectives
+ * As nccl.h's collectives on a cudaStream_t. After zero_comm_set_stream(comm,
+ * s), every BLOCKING call on comm (zero_allreduce, zero_reduce_scatter,
+ * zero_allgather, zero_broadcast, zero_alltoall(v), zero_send, zero_recv,
+ * zero_barrier) is an op enqueued on stream s:
+ *   - Order: it starts after the work queued on s before the call (a
+ *     producer kernel, a copy, a zero_stream_wait_event) and before the work
+ *     queued on s after it; a consumer on s, or another stream waiting for an
+ *     event recorded on s after the call, sees its results.
+ *   - Return: once enqueued. Arguments are checked in the call as always (the
+ *     in-place rules above, counts, dtypes, root, peer: the error is returned
+ *     and its message is in zero_last_error()). Buffers must stay valid, and be
+ *     touched only by work ordered after the op on s, until it completes; an
+ *     all-to-all-v's count arrays are copied in the call.
+ *   - Where it runs. NCCL: on s's cudaStream_t (s must be a stream of a
+ *     CUDA device). MPI and LOCAL (host buffers): as a host function on s - on
+ *     the asynchronous CPU device (ZERO_CPU_ASYNC=1) s's worker thread runs it
+ *     when it gets there; on the synchronous CPU device it runs in the call
+ *     (all work before it has run already). STAGED with a CUDA stream: the
+ *     call waits for s (under the comm's deadline) and runs the op before
+ *     returning: stream order holds, nothing overlaps.
+ *   - Groups: the ops between zero_comm_group_begin and zero_comm_group_end
+ *     are enqueued at the end as one unit, issued together and completed
+ *     together under one deadline (NCCL: ncclGroupStart/End on s);
+ *     zero_comm_group_end then returns once the unit is enqueued.
+ *   - Deadlines hold: an op that fails or misses the comm's deadline on the
+ *     stream fails the comm exactly as a blocking call would (ZERO_TIMEOUT
+ *     naming the op, the group, this rank and the ranks whose part did not
+ *     arrive). The ops queued after it on this comm are skipped; the failure
+ *     is returned by the next host wait, zero_comm_sync, and every later call
+ *     on the comm is refused with ZERO_INVALID_STATE repeating it. Other work
+ *     on s still runs, on buffers the failed op may not have written.
+ *   - The asynchronous forms (*_async) and zero_comm_split are refused
+ *     (ZERO_INVALID_STATE) while a stream is set.
+ *   - Threads: one thread at a time calls the comm, as always; the comm's
+ *     counters and zero_comm_last_error are current after zero_comm_sync.
+ * zero_comm_set_stream(comm, NULL) waits like zero_comm_sync and makes the
+ * calls host-blocking again; no asynchronous request may be outstanding and
+ * no group open when the stream is set or changed. The stream must outlive
+ * its use: until the comm's stream is changed, or zero_comm_destroy, which
+ * drops queued ops and waits for a running one (at most its deadline). */
+ZERO_API zero_status zero_comm_set_stream(zero_comm *comm, zero_stream *stream);
+/* The stream set by zero_comm_set_stream; NULL when none (or comm NULL). */
+ZERO_API zero_stream *zero_comm_get_stream(const zero_comm *comm);
+/* The host waits until every stream-ordered op issued on comm so far is
+ * complete, and returns the first failure among them (ZERO_TIMEOUT naming op
+ * and rank, ZERO_PEER_FAILURE, ...). Its deadline is the comm's timeout from
+ * the call, extended to the running op's own deadline (plus 1 s); an op its
+ * stream never reaches in that time is ZERO_TIMEOUT "... was never reached
+ * by its stream", never a hang. ZERO_OK at once without a stream. */
+ZERO_API zero_status zero_comm_sync(zero_comm *comm);
 
 /* -------------------------------------------------------------- counters
  * Calls, and bytes this rank sent and received, per op kind, since creation
