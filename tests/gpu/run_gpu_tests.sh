@@ -393,24 +393,9 @@ gpt_cuda_mfu_check
 # ---------------------------------------------------------------- optimizer (fused multi-tensor step)
 # The fused AdamW/SGD kernel (zero/optim_cuda.cu, one launch per step) bitwise equal to its CPU
 # twin on the same inputs, and its bandwidth against a device-to-device cudaMemcpy of the same
-# traffic, alternated in the same run (goal >= 85%: the check fails below it). Its figures
-# (GB/s of both, the ratio) go into this check's JSON record.
+# traffic, alternated in the same run (goal >= 85%: the check fails below it). Its FIGURES line
+# (GB/s of both, the ratio) goes into this check's JSON record.
 optim_fused_check() {
-  local fig
-  fig=$(mktemp)
-  export ZERO_GPU_FIGURES=$fig
   gpu_check optim_fused_cuda "$build/tests/optim/test_fused_cuda"
-  unset ZERO_GPU_FIGURES
-  if [ -s "$fig" ]; then
-    /usr/bin/python3 - "$records" "$fig" <<'PY'
-import json, sys
-lines = open(sys.argv[1]).read().splitlines()
-rec = json.loads(lines[-1])
-rec["figures"] = json.load(open(sys.argv[2]))
-lines[-1] = json.dumps(rec)
-open(sys.argv[1], "w").write("\n".join(lines) + "\n")
-PY
-  fi
-  rm -f "$fig"
 }
 optim_fused_check
