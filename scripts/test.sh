@@ -18,7 +18,7 @@ bash scripts/build.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false
 # ThreadSanitizer over the asynchronous CPU device (a worker thread per
 # stream) and the engine's stream hand-offs: only the programs of meson suite
 # 'tsan' are built and run (tens of seconds, not a third build of everything).
-tsan_targets=(tests/device/test_device_async tests/engine/test_engine_stream)
+tsan_targets=(tests/device/test_device_async tests/engine/test_engine_stream tests/collectives/test_coll_stream)
 if { [ -f build-tsan/build.ninja ] || meson setup build-tsan -Db_sanitize=thread -Db_lundef=false -Dcuda=disabled \
        >/dev/null; } && ninja -C build-tsan "${tsan_targets[@]}"; then :; else status=1; fi
 
