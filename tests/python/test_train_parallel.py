@@ -108,3 +108,23 @@ def test_resume_tp2_pp2_is_bitwise(tmp_path):
     bad = run_train(TINY + ["--data", corpus(tmp_path), "--steps", "8", "--set", "model.tp=2", "--grad-accum", "2",
                             "--resume", ck], ranks=4, check=False)
     assert bad.returncode != 0 and "holds another model" in bad.stderr, bad.stderr
+
+
+def test_resume_moe_ep2_is_bitwise(tmp_path):
+    """model.moe.ep 2 (issue 14): each ep rank's expert-data-parallel engine (the dense tensors and
+    its experts) saves under <dir>/ep<E>; 3 steps + resume + 3 steps give bitwise the losses of 6
+    straight steps. A run with ep 1 refuses an ep 2 checkpoint naming the model difference."""
+    moe = ["--set", 'model.moe={"experts": 4, "top_k": 2, "ep": 2}', "--stage", "2"]
+    ck = str(tmp_path / "ck")
+    straight, _ = run(tmp_path, "straight", moe + ["--steps", "6"], ranks=2)
+    run(tmp_path, "first", moe + ["--steps", "3", "--checkpoint-dir", ck], ranks=2)
+    assert sorted(os.listdir(ck)) == ["ep0", "ep1"]
+    resumed, p = run(tmp_path, "resumed", moe + ["--steps", "6", "--checkpoint-dir", ck, "--resume", "auto"],
+                     ranks=2)
+    assert "resumed from" in p.stdout and "step 3" in p.stdout
+    assert [r["step"] for r in resumed] == [4, 5, 6]
+    assert [r["loss_text"] for r in resumed] == [r["loss_text"] for r in straight[3:]]
+    bad = run_train(TINY + ["--data", corpus(tmp_path), "--steps", "8", "--set",
+                            'model.moe={"experts": 4, "top_k": 2, "ep": 1}', "--resume", ck + "/ep0"],
+                    ranks=2, check=False)
+    assert bad.returncode != 0 and "holds another model" in bad.stderr, bad.stderr

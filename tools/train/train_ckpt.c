@@ -20,6 +20,24 @@ static json_t *model_shape(const run *r)
     return m;
 }
 
+/* Where this rank's engine saves and loads: tp/pp runs under <dir>/tp<T>-pp<P>
+ * (the grid's dp group), expert-parallel runs under <dir>/ep<E> (the
+ * expert-data-parallel group holding experts E: each ep rank's engine
+ * holds other experts), others <dir> itself (the world). Returns the comm. */
+zero_comm *train_ckpt_position(const run *r, const char *dir, char *sub, size_t n)
+{
+    if (r->par) {
+        train_parallel_ckpt_dir(r->par, dir, sub, n);
+        return train_parallel_dp_comm(r->par);
+    }
+    if (r->ep) {
+        snprintf(sub, n, "%s/ep%d", dir, zero_comm_get_rank(r->ep));
+        return r->comm;
+    }
+    snprintf(sub, n, "%s", dir);
+    return r->host_comm;
+}
+
 static char *user_state_json(const run *r)
 {
     json_t *model = model_shape(r);
@@ -35,6 +53,8 @@ static char *user_state_json(const run *r)
         json_object_set_new(u, "parallel",
                             json_pack("{s:i,s:i,s:i,s:i}", "tp", r->cfg.tp, "pp", r->cfg.pp, "tp_rank",
                                       train_parallel_tp_rank(r->par), "pp_rank", train_parallel_pp_rank(r->par)));
+    if (r->ep) /* which experts this ep rank's checkpoint holds */
+        json_object_set_new(u, "parallel", json_pack("{s:i,s:i}", "ep", r->cfg.moe_ep, "ep_rank", zero_comm_get_rank(r->ep)));
     char *s = json_dumps(u, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(u);
     return s;
@@ -46,46 +66,41 @@ int train_save_checkpoint(run *r)
     zero_checkpoint_options o = ZERO_CHECKPOINT_OPTIONS_INIT;
     o.keep_last = r->cfg.ckpt_keep;
     double t0 = train_now_s();
-    /* tp/pp: every tp/pp position saves its dp group's engine under <dir>/tp<T>-pp<P> */
-    char sub[1100];
-    const char *dir = r->cfg.ckpt_dir;
-    zero_comm *comm = r->host_comm;
-    if (r->par) {
-        train_parallel_ckpt_dir(r->par, dir, sub, sizeof sub);
-        dir = sub;
-        comm = train_parallel_dp_comm(r->par);
-    }
+    /* tp/pp (ep): every position saves its dp (edp) group's engine in its subdirectory */
+    char dir[1100];
+    zero_comm *comm = train_ckpt_position(r, r->cfg.ckpt_dir, dir, sizeof dir);
     zero_status s = zero_checkpoint_save(r->engine, comm, dir, r->step, user, &o);
     free(user);
     int ok = s == ZERO_OK;
     if (!ok) fprintf(stderr, "zero-train: rank %d: checkpoint save failed: %s\n", r->rank, zero_last_error());
-    if (r->par) ok = all_ok(r, ok); /* every dp group agreed within itself; now the whole grid */
+    if (r->par || r->ep) ok = all_ok(r, ok); /* every dp group agreed within itself; now the whole grid */
     if (!ok) return -1;
     if (r->rank == 0)
         train_progress_note(&r->progress, "checkpoint: %s%s/step-%08lld (%.2f s)", r->cfg.ckpt_dir,
-                            r->par ? "/tp*-pp*" : "", (long long)r->step, train_now_s() - t0);
+                            r->par ? "/tp*-pp*" : r->ep ? "/ep*" : "", (long long)r->step, train_now_s() - t0);
     return 0;
 }
 
 static int resume_one(run *r, const char *path, int same_run);
 
-/* tp/pp: each position loads the latest of <path>/tp<T>-pp<P>; the grid then
- * checks that every position resumed, and at the same step. */
+/* tp/pp (ep): each position loads the latest of its subdirectory of path;
+ * the grid then checks that every position resumed, and at the same step. */
 int train_resume(run *r, const char *path, int same_run)
 {
-    if (!r->par) return resume_one(r, path, same_run);
+    if (!r->par && !r->ep) return resume_one(r, path, same_run);
     char sub[1100];
-    train_parallel_ckpt_dir(r->par, path, sub, sizeof sub);
+    (void)train_ckpt_position(r, path, sub, sizeof sub);
     int ok = resume_one(r, sub, same_run) == 0;
     if (!all_ok(r, ok)) {
-        if (ok) r0printf(r, stderr, "zero-train: resume from %s failed on another tp/pp position\n", path);
+        if (ok) r0printf(r, stderr, "zero-train: resume from %s failed on another %s position\n", path,
+                         r->par ? "tp/pp" : "ep");
         return -1;
     }
     double mine[2] = {(double)r->step, -(double)r->step}, ext[2] = {mine[0], mine[1]};
     if (r->world > 1 && zero_allreduce(r->host_comm, mine, ext, 2, ZERO_F64, ZERO_MAX) != ZERO_OK) return -1;
     if (ext[0] != -ext[1]) {
         r0printf(r, stderr,
-                 "zero-train: resume from %s: the tp/pp positions' latest checkpoints are at different steps "
+                 "zero-train: resume from %s: the positions' (tp/pp or ep) latest checkpoints are at different steps "
                  "(%lld to %lld); pass one step directory per position or delete the newer ones\n",
                  path, (long long)-ext[1], (long long)ext[0]);
         return -1;
@@ -96,7 +111,8 @@ int train_resume(run *r, const char *path, int same_run)
 static int resume_one(run *r, const char *path, int same_run)
 {
     zero_checkpoint_loaded l;
-    zero_comm *comm = r->par ? train_parallel_dp_comm(r->par) : r->host_comm;
+    char ignored[1100];
+    zero_comm *comm = train_ckpt_position(r, path, ignored, sizeof ignored);
     zero_status s = zero_checkpoint_load(r->engine, comm, path, &l);
     if (s != ZERO_OK) {
         r0printf(r, stderr, "zero-train: resume from %s failed: %s\n", path, zero_last_error());
@@ -122,6 +138,15 @@ static int resume_one(run *r, const char *path, int same_run)
             fprintf(stderr, "zero-train: rank %d: %s was saved with model.tp %lld / model.pp %lld, this run has %d / %d\n",
                     r->rank, l.path, (long long)json_integer_value(json_object_get(par, "tp")),
                     (long long)json_integer_value(json_object_get(par, "pp")), r->cfg.tp, r->cfg.pp);
+            rc = -1;
+        }
+    }
+    if (rc == 0 && r->ep) {
+        json_t *par = json_object_get(u, "parallel");
+        long long ep = json_integer_value(json_object_get(par, "ep")), er = json_integer_value(json_object_get(par, "ep_rank"));
+        if (ep != r->cfg.moe_ep || er != zero_comm_get_rank(r->ep)) {
+            fprintf(stderr, "zero-train: rank %d: %s was saved by ep rank %lld of model.moe.ep %lld, this rank is ep rank %d of %d\n",
+                    r->rank, l.path, er, ep, zero_comm_get_rank(r->ep), r->cfg.moe_ep);
             rc = -1;
         }
     }

@@ -344,11 +344,6 @@ int main(int argc, char **argv)
                              "model.pp > 1\n");
         goto done;
     }
-    if (r.cfg.moe_ep > 1 && (r.cfg.ckpt_dir || r.cfg.resume)) {
-        r0printf(&r, stderr, "zero-train: train.checkpoint / train.resume are not supported with model.moe.ep > 1 "
-                             "yet (each ep rank's engine holds other experts; docs/moe.md)\n");
-        goto done;
-    }
     if (model_parallel && dump_logits) {
         r0printf(&r, stderr, "zero-train: --dump-logits is not supported with model.tp / model.pp > 1\n");
         goto done;
@@ -535,14 +530,15 @@ int main(int argc, char **argv)
         int found = 1;
         if (try_auto) {
             char sub[1100];
-            if (r.par) train_parallel_ckpt_dir(r.par, path, sub, sizeof sub);
-            found = zero_checkpoint_resolve(r.par ? sub : path, resolved, sizeof resolved) == ZERO_OK;
-            if (r.par) { /* every tp/pp position must agree: all resume or none */
+            (void)train_ckpt_position(&r, path, sub, sizeof sub);
+            found = zero_checkpoint_resolve(sub, resolved, sizeof resolved) == ZERO_OK;
+            if (r.par || r.ep) { /* every tp/pp (ep) position must agree: all resume or none */
                 int32_t f[2] = {found, -found}, g2[2];
                 if (zero_allreduce(r.host_comm, f, g2, 2, ZERO_I32, ZERO_MAX) != ZERO_OK) goto done;
                 if (g2[0] != -g2[1]) {
-                    r0printf(&r, stderr, "zero-train: train.resume \"auto\": only some tp/pp positions have a "
-                                         "checkpoint in %s/tp*-pp*\n", path);
+                    r0printf(&r, stderr, "zero-train: train.resume \"auto\": only some %s positions have a "
+                                         "checkpoint in %s/%s\n", r.par ? "tp/pp" : "ep", path,
+                             r.par ? "tp*-pp*" : "ep*");
                     goto done;
                 }
             }
@@ -556,8 +552,8 @@ int main(int argc, char **argv)
         /* a fresh run in a directory that holds checkpoints: allowed (its saves
          * are the newest there, and `--resume auto` finds them), but say so */
         char newest[1100], sub[1100];
-        if (r.par) train_parallel_ckpt_dir(r.par, r.cfg.ckpt_dir, sub, sizeof sub);
-        if (zero_checkpoint_resolve(r.par ? sub : r.cfg.ckpt_dir, newest, sizeof newest) == ZERO_OK)
+        (void)train_ckpt_position(&r, r.cfg.ckpt_dir, sub, sizeof sub);
+        if (zero_checkpoint_resolve(sub, newest, sizeof newest) == ZERO_OK)
             printf("warning: starting from step 0 although train.checkpoint.dir already holds checkpoints (newest: "
                    "%s); this run's saves replace any of the same step number, and keep_last counts every save "
                    "there, oldest first\n", newest);

@@ -52,6 +52,9 @@ int all_ok(run *r, int ok);
  * train.seed or corpus) instead of warning. */
 int train_save_checkpoint(run *r);
 int train_resume(run *r, const char *path, int same_run);
+/* This rank's checkpoint directory under `dir` (tp/pp: <dir>/tp<T>-pp<P>; model.moe.ep > 1:
+ * <dir>/ep<E>; else dir itself) into sub, and the comm its engine saves and loads over. */
+zero_comm *train_ckpt_position(const run *r, const char *dir, char *sub, size_t n);
 
 /* train_loop.c: train up to cfg.steps (or until a stop signal, see there);
  * write the logits of a fixed batch. */
