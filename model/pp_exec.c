@@ -1,5 +1,6 @@
 /* The pipeline runtime: one stage executes its list of a checked plan
- * (pp_plan.h) over its chunks' workspaces (pp_gpt.h, pp_run_plan).
+ * (pp_plan.h) through the stage interface (pp_stage.h: the CPU tp stage,
+ * the CUDA stage), pp_gpt.h's pp_run_stage / pp_run_plan.
  *
  * Communication follows the rules the checker simulated: every send and
  * receive is issued asynchronously where the plan puts it, a group of them
@@ -8,8 +9,9 @@
  * (into a landing buffer, copied into the slot's input), B for its
  * gradient's receive; a slot's previous holder's sends are waited before
  * the slot is overwritten. B followed at once by its W is one unsplit
- * backward (tp_backward_block), else tp_backward_block_input now and
- * tp_backward_block_weight at the W. */
+ * backward (the stage's backward with whole = 1), else its B half now and
+ * its W at the W. The transfer buffers are the stage's memory (alloc):
+ * host arrays on the CPU, device buffers on CUDA. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -20,12 +22,12 @@
 #include "pp_trace.h"
 
 typedef struct run {
-    tp_workspace *const *ws;
+    const pp_stage *st;
     zero_comm *pp;
     const pp_plan *plan;
     const pp_step_args *a;
     const pp_run_opts *o;
-    int s, P, V, M, last, module_final;
+    int s, P, V, M, last;
     size_t N, C, NT;               /* rows this rank holds of a message (x C floats); tokens of a micro-batch */
     zero_request **req;   /* [op index]: the stage's comm requests */
     int *op_of[7];        /* [kind][c * M + m]: op index on this stage, -1 */
@@ -73,6 +75,8 @@ static zero_status wait_op(run *r, int i)
     return ZERO_OK;
 }
 
+static float *at(float *buf, size_t i, size_t n) { return buf + i * n; }
+
 static zero_status issue(run *r, int i)
 {
     const pp_op *op = &r->plan->ops[r->s][i];
@@ -81,7 +85,7 @@ static zero_status issue(run *r, int i)
     zero_status st;
     switch (op->kind) {
     case PP_OP_SEND_ACT:
-        st = zero_send_async(r->pp, tp_workspace_output(r->ws[c], slot_of(r, c, m)), n, ZERO_F32, (q + 1) % r->P,
+        st = zero_send_async(r->pp, r->st->output(r->st->self, c, slot_of(r, c, m)), n, ZERO_F32, (q + 1) % r->P,
                              &r->req[i]);
         break;
     case PP_OP_RECV_ACT:
@@ -110,30 +114,22 @@ static void sim_sleep(double s)
 static zero_status forward(run *r, int c, int m)
 {
     const pp_step_args *a = r->a;
-    tp_workspace *ws = r->ws[c];
-    int slot = slot_of(r, c, m), q = vstage(r, c), b, e, pk = r->prev[key(r, c, m)];
+    const pp_stage *st = r->st;
+    int slot = slot_of(r, c, m), q = vstage(r, c), pk = r->prev[key(r, c, m)];
+    const float *in = NULL;
     if (pk >= 0) GPT_TRY(wait_op(r, r->op_of[PP_OP_SEND_ACT][key(r, c, pk)])); /* the slot's output is rewritten */
     if (q > 0) {
-        int ri = r->op_of[PP_OP_RECV_ACT][key(r, c, m)];
-        GPT_TRY(wait_op(r, ri));
-        size_t n = r->N * r->C;
-        memcpy(tp_workspace_input(ws, slot), r->landing[c] + (size_t)r->plan->landing_of[(r->s * r->V + c) * r->M + m] * n,
-               sizeof(float) * n);
+        GPT_TRY(wait_op(r, r->op_of[PP_OP_RECV_ACT][key(r, c, m)]));
+        in = at(r->landing[c], (size_t)r->plan->landing_of[(r->s * r->V + c) * r->M + m], r->N * r->C);
     }
     double t0 = pp_now();
     if (r->o && r->o->simulate_op_s > 0) {
         sim_sleep(r->o->simulate_op_s);
-        pp_trace_add(r->o ? r->o->trace : NULL, PP_SPAN_FORWARD, m, c, t0, pp_now());
-        return ZERO_OK;
-    }
-    if (q == 0) GPT_TRY(tp_forward_embed(ws, slot, a->tokens + (size_t)m * r->NT, &a->params[GPT_MODULE_EMBED]));
-    tp_workspace_range(ws, &b, &e);
-    for (int l = b; l < e; l++) GPT_TRY(tp_forward_block(ws, slot, l, &a->params[gpt_module_block(l)]));
-    if (q == r->last) {
+    } else {
         float loss = 0.0f;
-        GPT_TRY(tp_forward_head(ws, slot, a->targets + (size_t)m * r->NT, &a->params[r->module_final],
-                                &a->params[GPT_MODULE_EMBED], &loss));
-        r->loss_sum += loss;
+        GPT_TRY(st->forward(st->self, c, slot, in, q == 0 ? a->tokens + (size_t)m * r->NT : NULL,
+                            q == r->last ? a->targets + (size_t)m * r->NT : NULL, a->params, &loss));
+        if (q == r->last) r->loss_sum += loss;
     }
     pp_trace_add(r->o ? r->o->trace : NULL, PP_SPAN_FORWARD, m, c, t0, pp_now());
     return ZERO_OK;
@@ -143,14 +139,14 @@ static zero_status forward(run *r, int c, int m)
 static zero_status backward(run *r, int c, int m, int whole)
 {
     const pp_step_args *a = r->a;
-    tp_workspace *ws = r->ws[c];
-    int slot = slot_of(r, c, m), q = vstage(r, c), b, e, pk = r->prev[key(r, c, m)];
+    const pp_stage *st = r->st;
+    int slot = slot_of(r, c, m), q = vstage(r, c), pk = r->prev[key(r, c, m)];
     size_t n = r->N * r->C;
-    float *dres = tp_workspace_dresid(ws);
+    const float *dout = NULL;
     if (pk >= 0) GPT_TRY(wait_op(r, r->op_of[PP_OP_SEND_GRAD][key(r, c, pk)])); /* gout[slot] is rewritten */
     if (q < r->last) {
         GPT_TRY(wait_op(r, r->op_of[PP_OP_RECV_GRAD][key(r, c, m)]));
-        memcpy(dres, r->gin[c] + (size_t)slot * n, sizeof(float) * n);
+        dout = at(r->gin[c], (size_t)slot, n);
     }
     double t0 = pp_now();
     if (r->o && r->o->simulate_op_s > 0) {
@@ -158,32 +154,17 @@ static zero_status backward(run *r, int c, int m, int whole)
         pp_trace_add(r->o->trace, PP_SPAN_BACKWARD, m, c, t0, pp_now());
         return ZERO_OK;
     }
-    if (q == r->last)
-        GPT_TRY(tp_backward_head(ws, slot, a->dloss, &a->params[r->module_final], &a->grads[r->module_final],
-                                 &a->params[GPT_MODULE_EMBED], &a->grads[GPT_MODULE_EMBED]));
-    tp_workspace_range(ws, &b, &e);
-    for (int l = e - 1; l >= b; l--) {
-        int mod = gpt_module_block(l);
-        if (whole) GPT_TRY(tp_backward_block(ws, slot, l, &a->params[mod], &a->grads[mod]));
-        else GPT_TRY(tp_backward_block_input(ws, slot, l, &a->params[mod], &a->grads[mod]));
-    }
-    if (q == 0) GPT_TRY(tp_backward_embed(ws, slot, &a->grads[GPT_MODULE_EMBED]));
-    else memcpy(r->gout[c] + (size_t)slot * n, dres, sizeof(float) * n);
+    GPT_TRY(st->backward(st->self, c, slot, whole, dout, q == 0 ? NULL : at(r->gout[c], (size_t)slot, n), a->dloss,
+                         a->params, a->grads));
     pp_trace_add(r->o ? r->o->trace : NULL, PP_SPAN_BACKWARD, m, c, t0, pp_now());
     return ZERO_OK;
 }
 
 static zero_status weight(run *r, int c, int m)
 {
-    tp_workspace *ws = r->ws[c];
-    int slot = slot_of(r, c, m), b, e;
     double t0 = pp_now();
-    if (r->o && r->o->simulate_op_s > 0) {
-        sim_sleep(r->o->simulate_op_s);
-    } else {
-        tp_workspace_range(ws, &b, &e);
-        for (int l = e - 1; l >= b; l--) GPT_TRY(tp_backward_block_weight(ws, slot, l, &r->a->grads[gpt_module_block(l)]));
-    }
+    if (r->o && r->o->simulate_op_s > 0) sim_sleep(r->o->simulate_op_s);
+    else GPT_TRY(r->st->weight(r->st->self, c, slot_of(r, c, m), r->a->grads));
     pp_trace_add(r->o ? r->o->trace : NULL, PP_SPAN_WEIGHT_GRAD, m, c, t0, pp_now());
     return ZERO_OK;
 }
@@ -230,9 +211,9 @@ static void free_run(run *r)
     for (int k = 0; k < 7; k++) free(r->op_of[k]);
     free(r->prev);
     for (int c = 0; c < r->V; c++) {
-        if (r->landing) free(r->landing[c]);
-        if (r->gin) free(r->gin[c]);
-        if (r->gout) free(r->gout[c]);
+        if (r->landing) r->st->release(r->st->self, r->landing[c]);
+        if (r->gin) r->st->release(r->st->self, r->gin[c]);
+        if (r->gout) r->st->release(r->st->self, r->gout[c]);
     }
     free(r->landing), free(r->gin), free(r->gout), free(r->req);
 }
@@ -242,11 +223,25 @@ zero_status pp_run_plan(tp_workspace *const *ws, zero_comm *pp, const pp_plan *p
 {
     if (!ws || !plan || !a || !a->params || !a->grads)
         return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_run_plan: workspaces, plan, args, params or grads is NULL");
+    if (!ws[0]) return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_run_plan: workspace of chunk 0 is NULL");
+    for (int c = 1; c < plan->chunks; c++)
+        if (!ws[c] || tp_workspace_rows(ws[c]) != tp_workspace_rows(ws[0]))
+            return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_run_plan: workspace of chunk %d is NULL or of another shape", c);
+    pp_stage st;
+    GPT_TRY(pp_stage_tp(&st, ws, plan->chunks));
+    return pp_run_stage(&st, pp, plan, a, opts, loss);
+}
+
+zero_status pp_run_stage(const pp_stage *stage, zero_comm *pp, const pp_plan *plan, const pp_step_args *a,
+                         const pp_run_opts *opts, float *loss)
+{
+    if (!stage || !plan || !a || !a->params || !a->grads)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_run_plan: stage, plan, args, params or grads is NULL");
     if (!plan->checked)
         return gpt_fail(ZERO_INVALID_STATE, "pp_run_plan: schedule '%s' was not checked (pp_plan_check)", plan->name);
     run r;
     memset(&r, 0, sizeof r);
-    r.ws = ws, r.plan = plan, r.a = a, r.o = opts;
+    r.st = stage, r.plan = plan, r.a = a, r.o = opts;
     r.pp = pp && zero_comm_get_size(pp) > 1 ? pp : NULL;
     r.P = r.pp ? zero_comm_get_size(pp) : 1;
     r.s = r.pp ? zero_comm_get_rank(pp) : 0;
@@ -256,25 +251,24 @@ zero_status pp_run_plan(tp_workspace *const *ws, zero_comm *pp, const pp_plan *p
                         "pp_run_plan: schedule '%s' is for %d stages and %d micro-batches; the group has %d stages and "
                         "the step %d micro-batches",
                         plan->name, plan->stages, plan->micro_batches, r.P, a->micro_batches);
-    const gpt_config *cfg = tp_workspace_config(ws[0]);
-    if (!cfg) return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_run_plan: workspace of chunk 0 is NULL");
-    r.module_final = gpt_module_final(cfg);
-    r.N = tp_workspace_rows(ws[0]);
-    r.NT = tp_workspace_tokens(ws[0]);
-    r.C = (size_t)cfg->d_model;
+    const gpt_config *cfg = stage->cfg;
+    if (stage->chunks != r.V)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_run_plan: schedule '%s' has %d chunks per stage, the %s stage %d",
+                        plan->name, r.V, stage->name, stage->chunks);
+    r.N = stage->rows;
+    r.NT = stage->tokens;
+    r.C = stage->width;
     for (int c = 0; c < r.V; c++) {
         int b, e, wb, we;
         GPT_TRY(pp_chunk_layers(cfg, r.P, r.V, r.s, c, &b, &e));
-        if (!ws[c] || tp_workspace_rows(ws[c]) != r.N)
-            return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_run_plan: workspace of chunk %d is NULL or of another shape", c);
-        tp_workspace_range(ws[c], &wb, &we);
-        int need = plan->slots[r.s * r.V + c];
-        if (wb != b || we != e || tp_workspace_slots(ws[c]) < need)
+        stage->range(stage->self, c, &wb, &we);
+        int need = plan->slots[r.s * r.V + c], have = stage->slots(stage->self, c);
+        if (wb != b || we != e || have < need)
             return gpt_fail(ZERO_INVALID_ARGUMENT,
                             "pp_run_plan: chunk %d of stage %d runs blocks [%d, %d) with %d activation slots (schedule "
                             "'%s'); its workspace has blocks [%d, %d) and %d slots",
-                            c, r.s, b, e, need, plan->name, wb, we, tp_workspace_slots(ws[c]));
-        if (plan->split && !(opts && opts->simulate_op_s > 0)) GPT_TRY(tp_workspace_split_backward(ws[c]));
+                            c, r.s, b, e, need, plan->name, wb, we, have);
+        if (plan->split && !(opts && opts->simulate_op_s > 0)) GPT_TRY(stage->split_backward(stage->self, c));
     }
     int q0 = vstage(&r, 0);
     if ((q0 == 0 && !a->tokens) || (r.s == r.P - 1 && !a->targets))
@@ -292,9 +286,9 @@ zero_status pp_run_plan(tp_workspace *const *ws, zero_comm *pp, const pp_plan *p
     bad |= !r.req || !r.prev || !r.landing || !r.gin || !r.gout;
     for (int c = 0; c < r.V && !bad; c++) {
         int land = plan->landing[r.s * r.V + c], slots = plan->slots[r.s * r.V + c];
-        r.landing[c] = malloc(sizeof(float) * nc * (size_t)(land ? land : 1));
-        r.gin[c] = malloc(sizeof(float) * nc * (size_t)slots);
-        r.gout[c] = malloc(sizeof(float) * nc * (size_t)slots);
+        r.landing[c] = stage->alloc(stage->self, sizeof(float) * nc * (size_t)(land ? land : 1));
+        r.gin[c] = stage->alloc(stage->self, sizeof(float) * nc * (size_t)slots);
+        r.gout[c] = stage->alloc(stage->self, sizeof(float) * nc * (size_t)slots);
         bad |= !r.landing[c] || !r.gin[c] || !r.gout[c];
     }
     if (bad) {
@@ -328,9 +322,15 @@ zero_status pp_run_plan(tp_workspace *const *ws, zero_comm *pp, const pp_plan *p
     free_run(&r);
     if (st != ZERO_OK) return st;
     float mean = (float)(r.loss_sum / a->micro_batches);
-    if (r.pp) {
-        st = zero_broadcast(r.pp, &mean, &mean, 1, ZERO_F32, r.last % r.P);
-        if (st != ZERO_OK) return comm_fail(&r, st, "broadcast of the loss", -1);
+    if (r.pp) { /* through the stage's memory: a device comm takes device buffers only */
+        float *one = stage->alloc(stage->self, sizeof(float));
+        if (!one) return gpt_fail(ZERO_OUT_OF_MEMORY, "pp_run_plan: out of memory for the loss broadcast");
+        st = stage->copy(stage->self, one, &mean, sizeof(float), PP_COPY_FROM_HOST);
+        if (st == ZERO_OK && (st = zero_broadcast(r.pp, one, one, 1, ZERO_F32, r.last % r.P)) != ZERO_OK)
+            st = comm_fail(&r, st, "broadcast of the loss", -1);
+        if (st == ZERO_OK) st = stage->copy(stage->self, &mean, one, sizeof(float), PP_COPY_TO_HOST);
+        stage->release(stage->self, one);
+        if (st != ZERO_OK) return st;
     }
     if (loss) *loss = mean;
     return ZERO_OK;

@@ -30,6 +30,7 @@
 
 #include "gpt.h"
 #include "pp_plan.h"
+#include "pp_stage.h"
 #include "tp_gpt.h"
 
 #ifdef __cplusplus
@@ -111,6 +112,19 @@ typedef struct pp_run_opts {
  * pp_train_step. Errors name the transfer, micro-batch and stage. */
 zero_status pp_run_plan(tp_workspace *const *ws, zero_comm *pp, const pp_plan *plan, const pp_step_args *args,
                         const pp_run_opts *opts, float *loss);
+
+/* The same over any stage (pp_stage.h): pp_run_plan is this with the CPU
+ * stage of its workspaces. The stage's buffers must be what `pp` moves
+ * (host memory on MPI, device memory on NCCL / STAGED); args' tokens and
+ * targets are host arrays; params / grads are the stage's (device pointers
+ * on CUDA). */
+zero_status pp_run_stage(const pp_stage *stage, zero_comm *pp, const pp_plan *plan, const pp_step_args *args,
+                         const pp_run_opts *opts, float *loss);
+
+/* The CPU stage of `chunks` tp workspaces (ws[c]: chunk c, borrowed: they
+ * must outlive *st). Its compute is tp_gpt.h's, bit for bit as pp_run_plan
+ * always ran it. */
+zero_status pp_stage_tp(pp_stage *st, tp_workspace *const *ws, int chunks);
 
 #ifdef __cplusplus
 }
