@@ -22,6 +22,17 @@ Used by meson (bindings/python/meson.build: `--emit-c`) and by setup.py
 (pip install) through zero_build.py. Command line:
 
     python3 zero_cdef.py -I include -I build/include [--cc gcc] [--print]
+
+zero_cuda.h is not wrapped as it is: its types come from
+<cuda_runtime_api.h> and its functions exist only in a libzero built with
+CUDA, while the bindings must build and load against any libzero without
+CUDA's headers. Its functions are reached instead through generated
+wrappers (cuda_handle_wrappers): each `R zero_<f>(args)` becomes
+`R zero_py_<f>(args)` with every CUDA handle type (cudaStream_t, ...) as
+`void *` (they are pointer typedefs), calling the library's function through
+a weak reference; `int zero_py_cuda_handles(void)` is 1 when the loaded
+libzero has them all (a CUDA build), and each wrapper returns
+ZERO_UNSUPPORTED (a status) or NULL (a handle) when it has not.
 """
 import argparse
 import os
@@ -35,7 +46,7 @@ import tempfile
 # Every public header include/zero/*.h is wrapped (found at build time, so a
 # new header joins by itself) except these:
 EXCLUDED = {
-    "zero_cuda.h": "CUDA-only types (cudaStream_t) that CPU-only users never see",
+    "zero_cuda.h": "CUDA-only types (cudaStream_t): reached through generated wrappers instead (module doc)",
     "zero.h": "the umbrella header; its parts are wrapped one by one",
     # The experimental surface (docs/abi.md): may change in any minor release,
     # so Python does not build on it.
@@ -46,6 +57,13 @@ EXCLUDED = {
 
 # System headers the public headers include; replaced by empty files.
 FAKE_SYSTEM_HEADERS = ["stddef.h", "stdint.h", "stdbool.h", "stdio.h"]
+
+# The CUDA-only header, its CUDA handle types (all pointer typedefs in
+# cuda_runtime_api.h: `void *` to the bindings) and the CUDA header standing
+# in for CUDA's own while it is preprocessed.
+CUDA_HEADER = "zero_cuda.h"
+CUDA_HANDLE_TYPES = ("cudaStream_t", "cudaEvent_t")
+FAKE_CUDA_HEADER = ("cuda_runtime_api.h", "".join(f"typedef void *{t};\n" for t in CUDA_HANDLE_TYPES))
 
 # Our own additions to the cdef (not copies of the headers): the Python log
 # and init-fill callbacks, compiled by cffi as C functions that call into Python.
@@ -78,16 +96,20 @@ def source_includes(headers):
     return "".join(f"#include <zero/{h}>\n" for h in headers if h not in ("export.h",))
 
 
-def preprocess(include_dirs, headers, cc=None):
+def preprocess(include_dirs, headers, cc=None, source=None):
+    """The preprocessed text of `#include <zero/h>` for each of `headers`
+    (or of `source`), the system and CUDA headers replaced by stand-ins."""
     cc_cmd = shlex.split(cc or os.environ.get("CC") or "cc")
     with tempfile.TemporaryDirectory(prefix="zero_cdef_") as tmp:
         fake = os.path.join(tmp, "fake")
         os.mkdir(fake)
         for h in FAKE_SYSTEM_HEADERS:
             open(os.path.join(fake, h), "w").close()
+        with open(os.path.join(fake, FAKE_CUDA_HEADER[0]), "w") as f:
+            f.write(FAKE_CUDA_HEADER[1])
         src = os.path.join(tmp, "all.c")
         with open(src, "w") as f:
-            f.write(source_includes(headers))
+            f.write(source if source is not None else source_includes(headers))
         cmd = cc_cmd + ["-E", "-P", "-dD", "-nostdinc", "-I", fake]
         for d in include_dirs:
             cmd += ["-I", d]
@@ -149,6 +171,50 @@ def cdef_from_preprocessed(text):
     return cdef, "\n".join(helpers_c) + "\n"
 
 
+_MARK = "zero_py_cuda_header_starts_here"
+
+
+def cuda_functions(include_dirs, cc=None):
+    """zero_cuda.h's functions as [(return type, name, [(type, name) per
+    argument])], CUDA handle types spelled `void *`; [] without the header."""
+    if not any(os.path.exists(os.path.join(d, "zero", CUDA_HEADER)) for d in include_dirs):
+        return []
+    # device.h first, so that only zero_cuda.h's own declarations follow the mark
+    text = preprocess(include_dirs, None, cc, source=f"#include <zero/device.h>\nint {_MARK};\n"
+                                                     f"#include <zero/{CUDA_HEADER}>\n")
+    text = "\n".join(l for l in text.split(_MARK, 1)[1].splitlines() if not l.startswith("#"))
+    handle = re.compile(r"\b(%s)\b" % "|".join(CUDA_HANDLE_TYPES))
+    out = []
+    for decl in text.split(";"):
+        m = re.match(r"\s*([^()]*?)\b(zero_\w+)\s*\(([^()]*)\)\s*$", decl, re.S)
+        if not m:
+            continue  # the typedefs of the stand-in header
+        ret, name, args = handle.sub("void *", " ".join(m.group(1).split())), m.group(2), m.group(3)
+        params = []
+        for a in (x for x in args.split(",") if x.strip() not in ("", "void")):
+            am = re.match(r"\s*(.*?)\s*\b(\w+)\s*$", a, re.S)
+            params.append((handle.sub("void *", " ".join(am.group(1).split())), am.group(2)))
+        out.append((ret, name, params))
+    return out
+
+
+def cuda_handle_wrappers(functions):
+    """(cdef, C source) of the zero_py_<f> wrappers of zero_cuda.h's
+    functions and zero_py_cuda_handles() (the module docstring says why)."""
+    cdef, src = ["int zero_py_cuda_handles(void);"], []
+    for ret, name, params in functions:
+        args = ", ".join(f"{t} {n}" for t, n in params) or "void"
+        call = ", ".join(n for _, n in params)
+        fail = "ZERO_UNSUPPORTED" if ret == "zero_status" else f"({ret})0"
+        cdef.append(f"{ret} zero_py_{name[len('zero_'):]}({args});")
+        src.append(f"extern {ret} {name}({args}) __attribute__((weak));\n"
+                   f"static {ret} zero_py_{name[len('zero_'):]}({args}) "
+                   f"{{ return {name} ? {name}({call}) : {fail}; }}")
+    have = " && ".join(f"{name} != 0" for _, name, _ in functions) or "0"
+    src.append(f"static int zero_py_cuda_handles(void) {{ return {have}; }}")
+    return "\n".join(cdef) + "\n", "\n".join(src) + "\n"
+
+
 def generate(include_dirs, cc=None):
     """(cdef text, C source prelude, the headers wrapped)."""
     include_dirs = [os.path.abspath(d) for d in include_dirs]
@@ -156,7 +222,8 @@ def generate(include_dirs, cc=None):
     require(headers, include_dirs)
     text = preprocess(include_dirs, headers, cc)
     cdef, helpers = cdef_from_preprocessed(text)
-    return cdef, source_includes(headers) + helpers, headers
+    cuda_cdef, cuda_c = cuda_handle_wrappers(cuda_functions(include_dirs, cc))
+    return cdef + cuda_cdef, source_includes(headers) + helpers + cuda_c, headers
 
 
 def main(argv=None):

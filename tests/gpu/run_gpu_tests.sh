@@ -237,7 +237,13 @@ fi
 setup_args=(-Dcuda=enabled)
 [ -n "${ZERO_CUDA_ARCH:-}" ] && setup_args+=("-Dgpu_arch=${ZERO_CUDA_ARCH//sm_/}")
 [ -n "$nccl_dir" ] && setup_args+=("-Dnccl_dir=$nccl_dir")
-[ -x /usr/bin/python3 ] || setup_args+=("-Dpython=$py")
+# The bindings are built for one python: the image's python3 when there is no
+# /usr/bin/python3, or when it (a venv with torch) has cffi and numpy, so that
+# zero.torch's check (below) can load them beside torch.
+if [ ! -x /usr/bin/python3 ] ||
+   { [ "$(readlink -f "$py")" != "$(readlink -f /usr/bin/python3)" ] && "$py" -c 'import cffi, numpy, torch' 2>/dev/null; }; then
+  setup_args+=("-Dpython=$py")
+fi
 # shellcheck disable=SC2206
 [ -n "${ZERO_GPU_SETUP:-}" ] && setup_args+=(${ZERO_GPU_SETUP})
 t0=$SECONDS
@@ -399,3 +405,24 @@ optim_fused_check() {
   gpu_check optim_fused_cuda "$build/tests/optim/test_fused_cuda"
 }
 optim_fused_check
+
+# ---------------------------------------------------------------- zero.torch on the CUDA engine (issue 12)
+# (written without a GPU: never run yet)
+# zero.torch's parameters and gradients as CUDA tensors over the engine's
+# device buffers (zero-copy, __cuda_array_interface__), on torch's stream:
+# 5 steps of the test GPT at stages 0-3 on 2 ranks sharing the GPU (STAGED)
+# against the CPU engine (MPI): per tensor within 1e-4 of scale, losses and
+# clip coefficients within 1e-4 (bindings/python/tests/torch_cuda_check.py).
+# Runs with the first python that has torch with CUDA and loads the build's
+# bindings (they need cffi and numpy beside torch); with none, the check
+# says what is missing.
+torch_cuda_check() {
+  local p tp=$py
+  for p in "$py" /usr/bin/python3; do
+    if PYTHONPATH=$build/bindings/python "$p" -c 'import torch, zero; assert torch.cuda.is_available()' >/dev/null 2>&1; then
+      tp=$p; break
+    fi
+  done
+  gpu_check torch_cuda_vs_cpu env ZERO_BUILD_ROOT="$(cd "$build" && pwd)" "$tp" bindings/python/tests/torch_cuda_check.py staged
+}
+torch_cuda_check

@@ -98,6 +98,53 @@ def test_generator_follows_a_header_change(tmp_path):
     cffi.FFI().cdef(cdef)
 
 
+def cuda_header_functions():
+    text = open(os.path.join(REPO, "include", "zero", zero_cdef.CUDA_HEADER)).read()
+    return set(re.findall(r"ZERO_API\s+[^;(]*?\b(zero_\w+)\s*\(", text))
+
+
+def test_cuda_header_reached_through_weak_wrappers(zero_mod):
+    """zero_cuda.h is not in the cdef (CUDA's types), but each of its
+    functions is, as zero_py_<f> with CUDA handles as void *; they work
+    against a libzero with or without CUDA: zero_py_cuda_handles() says
+    which this build is, and without CUDA the wrappers refuse instead of
+    calling a missing symbol."""
+    ffi, lib = zero_mod.ffi, zero_mod.lib
+    funcs = cuda_header_functions()
+    assert funcs == {"zero_stream_get_cuda", "zero_stream_wrap_cuda", "zero_event_get_cuda"}, funcs
+    for f in funcs:
+        assert hasattr(lib, "zero_py_" + f[len("zero_"):]), f
+        assert not hasattr(lib, f), f  # never the bare symbol: a CPU-only libzero has none
+    assert ffi.typeof(lib.zero_py_stream_wrap_cuda).args[1] == ffi.typeof("void *")
+    conf = open(os.path.join(BUILD_ROOT, "zero_build_config.h")).read()
+    have_cuda = re.search(r"#define ZERO_HAVE_CUDA (\d)", conf).group(1) == "1"
+    assert bool(lib.zero_py_cuda_handles()) == have_cuda == zero_mod.cuda_handles_available()
+    assert lib.zero_py_stream_get_cuda(ffi.NULL) == ffi.NULL and lib.zero_py_event_get_cuda(ffi.NULL) == ffi.NULL
+    with zero_mod.Device("cpu") as dev:
+        out = ffi.new("zero_stream **")
+        st = lib.zero_py_stream_wrap_cuda(dev._live_handle(), ffi.cast("void *", 0x1000), out)
+        if have_cuda:  # the library's own check
+            assert st == lib.ZERO_INVALID_ARGUMENT and out[0] == ffi.NULL
+            assert b"not a CUDA device" in ffi.string(lib.zero_device_last_error(dev._live_handle()))
+        else:
+            assert st == lib.ZERO_UNSUPPORTED
+
+
+def test_cuda_wrappers_follow_the_header(tmp_path):
+    """A function added to zero_cuda.h gets its wrapper without an edit here."""
+    inc = tmp_path / "include"
+    shutil.copytree(os.path.join(REPO, "include"), inc)
+    h = inc / "zero" / zero_cdef.CUDA_HEADER
+    h.write_text(h.read_text().replace("ZERO_EXTERN_C_END", "ZERO_API zero_status zero_new_cuda(cudaStream_t a,\n"
+                                       "    const cudaEvent_t *b, int n);\nZERO_EXTERN_C_END"))
+    fns = zero_cdef.cuda_functions([str(inc)])
+    assert ("zero_status", "zero_new_cuda", [("void *", "a"), ("const void * *", "b"), ("int", "n")]) in fns
+    cdef, src = zero_cdef.cuda_handle_wrappers(fns)
+    assert "zero_status zero_py_new_cuda(void * a, const void * * b, int n);" in cdef
+    assert "zero_new_cuda ? zero_new_cuda(a, b, n) : ZERO_UNSUPPORTED" in src
+    assert "__attribute__((weak))" in src and "cudaStream_t" not in cdef + src
+
+
 def test_pip_build_locates_libzero(monkeypatch, tmp_path):
     """zero_build.locate(): explicit dirs, then a build tree, then pkg-config."""
     monkeypatch.setenv("ZERO_CFFI_NO_DEFAULT", "1")

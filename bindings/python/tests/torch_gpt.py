@@ -33,7 +33,7 @@ class Block(nn.Module):
         q, k, v = self.qkv(self.ln_1(x)).split(C, dim=2)
         q, k, v = (z.view(B, T, self.n_head, hs).transpose(1, 2) for z in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
-        att = att.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        att = att.masked_fill(~torch.ones(T, T, dtype=torch.bool, device=x.device).tril(), float("-inf"))
         y = (F.softmax(att, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
         x = x + self.proj(y)
         return x + self.out(F.gelu(self.fc(self.ln_2(x))))
@@ -49,7 +49,7 @@ class GPT(nn.Module):
         self.head = nn.Linear(d_model, vocab, bias=False)
 
     def forward(self, tokens, targets):
-        x = self.wte(tokens) + self.wpe(torch.arange(tokens.shape[1]))
+        x = self.wte(tokens) + self.wpe(torch.arange(tokens.shape[1], device=tokens.device))
         for b in self.blocks:
             x = b(x)
         logits = self.head(self.ln_f(x))
@@ -69,8 +69,8 @@ class EncoderGPT(nn.Module):
 
     def forward(self, tokens, targets):
         T = tokens.shape[1]
-        mask = torch.triu(torch.full((T, T), float("-inf")), diagonal=1)
-        x = self.wte(tokens) + self.wpe(torch.arange(T))
+        mask = torch.triu(torch.full((T, T), float("-inf"), device=tokens.device), diagonal=1)
+        x = self.wte(tokens) + self.wpe(torch.arange(T, device=tokens.device))
         for b in self.blocks:
             x = b(x, src_mask=mask)
         logits = self.head(self.ln_f(x))

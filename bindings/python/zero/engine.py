@@ -23,6 +23,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ._arrays import ZERO_TO_NUMPY, as_c_buffer, bf16_to_f32, f32_to_bf16
+from ._device_arrays import DeviceArray
 from ._ffi import ffi, lib, string
 from ._resource import _Resource
 from .comm import Device
@@ -103,12 +104,13 @@ class Module:
 
 
 class _Lease:
-    """One numpy view's hold on its engine (see the module doc)."""
-    __slots__ = ("engine", "kind", "param", "scope")
+    """One view's hold on its engine (see the module doc). view: what the
+    view is, for messages ("numpy view", "device view")."""
+    __slots__ = ("engine", "kind", "param", "scope", "view")
 
-    def __init__(self, engine, kind, param, scope):
+    def __init__(self, engine, kind, param, scope, view="numpy view"):
         engine._add_dep()
-        self.engine, self.kind, self.param, self.scope = engine, kind, param, scope
+        self.engine, self.kind, self.param, self.scope, self.view = engine, kind, param, scope, view
         engine._leases[id(self)] = self
 
     def dead(self, _cdata):
@@ -196,9 +198,14 @@ class Engine(_Resource):
         self._init_fills = []  # (holder, cffi handle) of callback inits, alive until finalize succeeds
         self._gather_depth = {}
         self._finalized = False
+        self._compute_stream = 0      # the cudaStream_t (int) set by set_compute_stream; 0: the default
+        self._stream_wrappers = []    # zero_stream * wrappers made by set_compute_stream, freed after the engine
 
     def _destroy(self, h):
         lib.zero_engine_destroy(h)
+        for s in self._stream_wrappers:  # the engine used them until now: freed after it
+            lib.zero_stream_destroy(s)
+        self._stream_wrappers = []
 
     def _check(self, status):
         check(status, lambda: lib.zero_engine_last_error(self._h) if self._h is not None else ffi.NULL)
@@ -360,8 +367,78 @@ class Engine(_Resource):
             le = left[0]
             p = self._params[le.param]
             raise ZeroInvalidStateError(
-                f"{what}: a numpy view of the {le.kind} of '{p.name}' is still referenced and this call would free "
+                f"{what}: a {le.view} of the {le.kind} of '{p.name}' is still referenced and this call would free "
                 f"the memory under it ({len(left)} such view(s)); drop it (del) or keep a copy (.copy()) instead")
+
+    # ---------------------------------------------------------------- CUDA device views
+    def set_compute_stream(self, cuda_stream):
+        """Make the cudaStream_t `cuda_stream` (an int, e.g. torch's
+        torch.cuda.current_stream().cuda_stream; 0 or None: the device's
+        default stream) the engine's COMPUTE stream (engine.h "streams"):
+        gathered parameters and fresh gradient buffers are ready on it, and
+        grads_ready / step read gradients after the work queued on it. The
+        caller keeps owning the stream and must keep it alive while the
+        engine uses it. CUDA engines only."""
+        what = "engine set_compute_stream"
+        if self.device.kind != "cuda":
+            raise ZeroUnsupportedError(f"{what}: the engine's device is {self.device.kind}; a CUDA stream needs a "
+                                       "CUDA engine (zero.Device('cuda'))")
+        handle = int(cuda_stream or 0)
+        wrapper = ffi.NULL
+        if handle:
+            if not lib.zero_py_cuda_handles():
+                raise ZeroUnsupportedError(f"{what}: the loaded libzero has no zero_stream_wrap_cuda (built without "
+                                           "CUDA)")
+            out = ffi.new("zero_stream **")
+            check(lib.zero_py_stream_wrap_cuda(self.device._live_handle(), ffi.cast("void *", handle), out),
+                  lambda: lib.zero_device_last_error(self.device._live_handle()))
+            wrapper = out[0]
+            self._stream_wrappers.append(wrapper)
+        try:
+            self._check(lib.zero_engine_set_compute_stream(self._live_handle(), wrapper))
+        except ZeroError:
+            if wrapper != ffi.NULL:
+                self._stream_wrappers.pop()
+                lib.zero_stream_destroy(wrapper)
+            raise
+        self._compute_stream = handle
+
+    @property
+    def compute_stream(self):
+        """The compute stream's cudaStream_t as an int (0: the device's default stream)."""
+        return self._compute_stream
+
+    def _device_view(self, p, ptr, kind, scope, writable):
+        if self.device.kind != "cuda":
+            raise ZeroUnsupportedError(f"{kind} device view of '{p.name}': the engine's memory is on the "
+                                       f"{self.device.kind} device; use the numpy views (param_data / param_grad)")
+        lease = _Lease(self, kind, p.id, scope, view="device view (a DeviceArray, or a tensor over one)")
+        owner = ffi.gc(ffi.cast("char *", ptr), lease.dead)  # ends the lease when the DeviceArray is gone
+        return DeviceArray(int(ffi.cast("uintptr_t", ptr)), p.shape, self.config._c.compute_dtype,
+                           stream=self._compute_stream, writable=writable, owner=owner)
+
+    def param_data_device(self, param, writable=False):
+        """param_data for a CUDA engine: a zero.DeviceArray over the full
+        parameter in device memory (compute dtype; bf16 as uint16 bit
+        patterns), with __cuda_array_interface__ (torch.as_tensor takes it
+        zero-copy). The same validity and release rules as param_data.
+        writable: the interface's read-only flag (torch refuses read-only
+        arrays; the engine changes parameters only in step())."""
+        p = self.param(param)
+        out = ffi.new("void **")
+        self._check(lib.zero_engine_param_data(self._live_handle(), p.id, out))
+        scope = ("gather", p.module) if self.stage == 3 and not self._persistent.get(p.id) else None
+        return self._device_view(p, out[0], "parameter", scope, writable)
+
+    def param_grad_device(self, param):
+        """param_grad for a CUDA engine: a writable zero.DeviceArray over the
+        gradient buffer (ACCUMULATE into it, on the compute stream). The same
+        validity rules as param_grad."""
+        p = self.param(param)
+        out = ffi.new("void **")
+        self._check(lib.zero_engine_param_grad(self._live_handle(), p.id, out))
+        scope = ("grad", p.module) if self.stage >= 2 else None
+        return self._device_view(p, out[0], "gradient", scope, writable=True)
 
     def param_data(self, param):
         """Read-only numpy view of the full parameter in the compute dtype

@@ -19,7 +19,11 @@ tutorial; the mechanics, in short:
     engine module (the stage-3 gather unit and the grads-ready unit); the
     root takes the parameters no unit claimed.
   * Parameters are zero-copy torch tensors over the engine's buffers
-    (torch.from_numpy over the bindings' numpy views): at stages 0-2 for the
+    (torch.from_numpy over the bindings' numpy views; on a CUDA engine,
+    wrap(device="cuda"), torch.as_tensor over zero.DeviceArray's
+    __cuda_array_interface__, with torch's current stream made the engine's
+    compute stream, so the engine's stream contract orders gathers, gradient
+    buffers and grads_ready with torch's kernels by events): at stages 0-2 for the
     engine's lifetime; at stage 3 a forward pre-hook gathers the unit and
     points each parameter's .data at the gathered buffer, a forward post-hook
     points them back at an empty tensor and releases the unit.
@@ -44,7 +48,8 @@ import warnings
 
 import torch
 
-from .comm import Comm
+from ._ffi import lib
+from .comm import Comm, Device
 from .config import as_config
 from .engine import Engine
 from .errors import ZeroInvalidArgumentError, ZeroInvalidStateError, ZeroUnsupportedError
@@ -157,7 +162,7 @@ class ZeroModule(torch.nn.Module):
     """A torch.nn.Module trained by a libzero engine. Made by wrap()."""
 
     def __init__(self, module, config=None, comm=None, wrap_policy=None, lr_schedule=None, param_groups=None,
-                 **fields):
+                 device=None, **fields):
         super().__init__()
         if not isinstance(module, torch.nn.Module):
             raise ZeroInvalidArgumentError(f"zero.torch.wrap: expected a torch.nn.Module, got {type(module).__name__}")
@@ -165,9 +170,20 @@ class ZeroModule(torch.nn.Module):
         cfg = as_config(config)
         for k, v in fields.items():
             setattr(cfg, k, v)
+        self.device = _torch_device(device)
+        self._cuda = self.device.type == "cuda"
         self._own_comm = comm is None
-        self.comm = Comm.world() if comm is None else comm
-        self.engine = Engine(self.comm, cfg)
+        if comm is None:  # a CUDA engine needs a device comm (engine.h); one GPU per rank: NCCL
+            comm = Comm.world(backend="nccl", device=self.device.index) if self._cuda else Comm.world()
+        self.comm = comm
+        if self._cuda:
+            zdev = Device("cuda", self.device.index)
+            try:
+                self.engine = Engine(self.comm, cfg, device=zdev)
+            finally:
+                zdev.close()  # destroyed after the engine (a dependent)
+        else:
+            self.engine = Engine(self.comm, cfg)
         self.stage = cfg.stage
         self.gradient_accumulation_steps = cfg.gradient_accumulation_steps
         self.lr_schedule = lr_schedule
@@ -179,8 +195,10 @@ class ZeroModule(torch.nn.Module):
         for u in self._units:
             for _, p in u.params:
                 self._unit_of[p] = u
+        self._stream = None  # CUDA: the torch stream that is the engine's compute stream
         self._register(param_groups)
-        self._empty = torch.empty(0, dtype=self._dtype)
+        self._follow_stream()
+        self._empty = torch.empty(0, dtype=self._dtype, device=self.device)
         self._data = {}        # Parameter -> torch tensor over param_data (stage 0-2, persistent)
         self._grad_views = {}  # Parameter -> torch tensor over param_grad (installed)
         self._gathered = {}    # storage ptr -> Parameter, stage 3 gathered views
@@ -270,11 +288,15 @@ class ZeroModule(torch.nn.Module):
                 kw = {"group": group_of[p]} if p in group_of else {}
                 u.eng_params.append(eng.add_param(u.eng_module, n, init=init, **kw))
         # AccumulateGrad nodes are made now, while every parameter has its
-        # full shape (their input metadata is that shape), and kept alive.
+        # full shape (their input metadata is that shape, and the device:
+        # CUDA parameters get a zero-stride stand-in on the GPU first, which
+        # _attach replaces), and kept alive.
         self._acc_nodes = []
         with torch.enable_grad():
             for u in self._units:
                 for _, p in u.params:
+                    if self._cuda:
+                        p.data = torch.zeros((), dtype=p.dtype, device=self.device).expand(p.shape)
                     node = p.expand_as(p).grad_fn.next_functions[0][0]
                     node.register_hook(self._make_grad_hook(p))
                     self._acc_nodes.append(node)
@@ -285,7 +307,7 @@ class ZeroModule(torch.nn.Module):
         for u in self._units:
             for (_, p), ep in zip(u.params, u.eng_params):
                 if self.stage < 3 or eng._persistent[ep.id]:
-                    t = self._tensor(eng.param_data(ep), p)
+                    t = self._param_tensor(ep, p)
                     self._data[p] = t
                     p.data = t
                 else:
@@ -294,14 +316,43 @@ class ZeroModule(torch.nn.Module):
                 u.module.register_forward_pre_hook(self._make_pre_forward(u))
             u.module.register_forward_hook(self._make_post_forward(u))
 
+    def _param_tensor(self, ep, p):
+        """A tensor over the engine's parameter buffer (zero-copy)."""
+        if self._cuda:  # writable: torch refuses read-only arrays; the engine's values change only in step()
+            return self._tensor(self.engine.param_data_device(ep, writable=True), p)
+        arr = self.engine.param_data(ep)
+        arr.flags.writeable = True  # as above
+        return self._tensor(arr, p)
+
+    def _grad_tensor(self, ep, p):
+        """A tensor over the engine's gradient buffer (zero-copy)."""
+        if self._cuda:
+            return self._tensor(self.engine.param_grad_device(ep), p)
+        return self._tensor(self.engine.param_grad(ep), p)
+
     def _tensor(self, arr, p):
-        arr.flags.writeable = True  # torch tensors are writable; the engine's values change only in step()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            t = torch.from_numpy(arr)
+        if self._cuda:  # __cuda_array_interface__; the DeviceArray (and its lease) lives as long as the storage
+            t = torch.as_tensor(arr, device=self.device)
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                t = torch.from_numpy(arr)
         if self._dtype == torch.bfloat16:
             t = t.view(torch.bfloat16)
         return t.view(p.shape) if p.dim() == 0 else t
+
+    def _follow_stream(self):
+        """CUDA: make torch's current stream the engine's compute stream
+        (engine.h "streams"), so gathers, fresh gradient buffers and
+        grads_ready order themselves with torch's kernels by events, without
+        host synchronisation. Called at wrap and at each forward: a caller
+        that switches streams (torch.cuda.stream(s)) moves the engine along."""
+        if not self._cuda:
+            return
+        s = torch.cuda.current_stream(self.device)
+        if self._stream is None or s.cuda_stream != self._stream.cuda_stream:
+            self.engine.set_compute_stream(s.cuda_stream)
+            self._stream = s  # kept: the engine enqueues on it
 
     # ------------------------------------------------------------ stage 3 gather/release
     def _gather(self, u):
@@ -309,7 +360,7 @@ class ZeroModule(torch.nn.Module):
         eng.gather(u.eng_module)
         for (_, p), ep in zip(u.params, u.eng_params):
             if p not in self._data:
-                t = self._tensor(eng.param_data(ep), p)
+                t = self._param_tensor(ep, p)
                 self._gathered[_storage_ptr(t)] = p
                 p.data = t
 
@@ -377,7 +428,7 @@ class ZeroModule(torch.nn.Module):
         for (_, p), ep in zip(u.params, u.eng_params):
             t = self._grad_views.get(p)
             if t is None or self.stage >= 2:
-                t = self._tensor(eng.param_grad(ep), p)
+                t = self._grad_tensor(ep, p)
                 self._grad_views[p] = t
             p.grad = t
         u.grads_installed = True
@@ -424,6 +475,7 @@ class ZeroModule(torch.nn.Module):
 
     # ------------------------------------------------------------ the training API
     def forward(self, *args, **kwargs):
+        self._follow_stream()
         if self.stage == 3:
             with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
                 return self.module(*args, **kwargs)
@@ -527,7 +579,35 @@ def no_decay_groups(module, weight_decay=None):
     return [g, {"params": no_decay, "name": "no_decay", "weight_decay": 0.0}]
 
 
-def wrap(module, config=None, comm=None, *, wrap_policy=None, lr_schedule=None, param_groups=None, **fields):
+def _torch_device(device):
+    """The torch.device the parameters live on: None/"cpu" (host buffers,
+    numpy views), "cuda", "cuda:N", a torch.device or an int N (a CUDA engine
+    on GPU N; "cuda": torch's current device). Refused by name where this
+    torch or this libzero has no CUDA."""
+    if device is None:
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (TypeError, RuntimeError) as e:
+        raise ZeroInvalidArgumentError(f"zero.torch.wrap: device {device!r} is not a torch device: {e}") from None
+    if dev.type == "cpu":
+        return dev
+    if dev.type != "cuda":
+        raise ZeroUnsupportedError(f"zero.torch.wrap: device {device!r}: libzero's engine runs on the CPU or a "
+                                   f"CUDA GPU, not on {dev.type}")
+    if not torch.cuda.is_available():
+        why = ("this torch was built without CUDA" if torch.version.cuda is None else
+               f"this torch (CUDA {torch.version.cuda}) sees no GPU")
+        raise ZeroUnsupportedError(f"zero.torch.wrap: device {device!r}: torch.cuda.is_available() is False "
+                                   f"({why}); use device='cpu'")
+    if not lib.zero_py_cuda_handles():
+        raise ZeroUnsupportedError(f"zero.torch.wrap: device {device!r}: the loaded libzero was built without CUDA "
+                                   f"(no zero_stream_wrap_cuda); build it with -Dcuda=enabled")
+    return torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
+
+
+def wrap(module, config=None, comm=None, *, wrap_policy=None, lr_schedule=None, param_groups=None, device=None,
+         **fields):
     """Move `module`'s trainable parameters into a libzero engine; returns a
     ZeroModule (call it like the module; then backward(loss), step()).
 
@@ -542,6 +622,11 @@ def wrap(module, config=None, comm=None, *, wrap_policy=None, lr_schedule=None, 
       at least that many parameters not claimed below it), or
       callable(module, unwrapped_numel) -> bool. The root unit takes the rest.
     lr_schedule: callable(step index) -> lr, applied before each optimizer step.
+    device: where the parameters live: None / "cpu" (the default), or
+      "cuda" / "cuda:N" / torch.device: a CUDA engine on that GPU whose
+      parameters and gradients are CUDA tensors over its device buffers
+      (zero-copy, __cuda_array_interface__), computing on torch's current
+      stream; its comm must be NCCL or STAGED (the default comm: NCCL).
     param_groups: torch-style [{"params": [...], "weight_decay": 0.0, "lr": ...,
       "betas": ..., "eps": ..., "name": ...}, ...] (no_decay_groups(module) is
       the usual recipe); a group's "lr" is relative to the config's lr (the
@@ -550,7 +635,7 @@ def wrap(module, config=None, comm=None, *, wrap_policy=None, lr_schedule=None, 
 
     COLLECTIVE (finalize): every rank wraps the same module the same way."""
     return ZeroModule(module, config, comm, wrap_policy=wrap_policy, lr_schedule=lr_schedule,
-                      param_groups=param_groups, **fields)
+                      param_groups=param_groups, device=device, **fields)
 
 
 __all__ = ["wrap", "ZeroModule", "class_policy", "size_policy", "no_decay_groups"]
