@@ -286,7 +286,7 @@ typedef struct grp {
 typedef struct sim {
     grp **g;
     int *ng, *gnext, *pc;
-    double *t, *busy;
+    double *t, *busy, *start; /* start: when the stage's first compute op began (-1 before) */
     unsigned char **posted, **done;
     double **tp, **td;
 } sim;
@@ -300,7 +300,7 @@ static void sim_free(sim *m, int P)
         if (m->tp) free(m->tp[s]);
         if (m->td) free(m->td[s]);
     }
-    free(m->g), free(m->ng), free(m->gnext), free(m->pc), free(m->t), free(m->busy);
+    free(m->g), free(m->ng), free(m->gnext), free(m->pc), free(m->t), free(m->busy), free(m->start);
     free(m->posted), free(m->done), free(m->tp), free(m->td);
 }
 
@@ -366,12 +366,14 @@ static zero_status simulate(chk *k)
     m.g = calloc((size_t)P, sizeof *m.g);
     m.ng = calloc((size_t)P, sizeof(int)), m.gnext = calloc((size_t)P, sizeof(int)), m.pc = calloc((size_t)P, sizeof(int));
     m.t = calloc((size_t)P, sizeof(double)), m.busy = calloc((size_t)P, sizeof(double));
+    m.start = malloc(sizeof(double) * (size_t)P);
     m.posted = calloc((size_t)P, sizeof *m.posted), m.done = calloc((size_t)P, sizeof *m.done);
     m.tp = calloc((size_t)P, sizeof *m.tp), m.td = calloc((size_t)P, sizeof *m.td);
     zero_status st = ZERO_OK;
-    int bad = !m.g || !m.ng || !m.gnext || !m.pc || !m.t || !m.busy || !m.posted || !m.done || !m.tp || !m.td;
+    int bad = !m.g || !m.ng || !m.gnext || !m.pc || !m.t || !m.busy || !m.start || !m.posted || !m.done || !m.tp || !m.td;
     for (int s = 0; s < P && !bad; s++) {
         int n = p->count[s];
+        m.start[s] = -1;
         m.g[s] = calloc((size_t)n + 1, sizeof(grp));
         m.posted[s] = calloc((size_t)n + 1, 1), m.done[s] = calloc((size_t)n + 1, 1);
         m.tp[s] = calloc((size_t)n + 1, sizeof(double)), m.td[s] = calloc((size_t)n + 1, sizeof(double));
@@ -410,6 +412,7 @@ static zero_status simulate(chk *k)
                 if (w >= 0) start = dmax(start, m.td[s][w]);
                 if (second >= 0) start = dmax(start, m.td[s][second]);
                 const double d = k->cost ? k->cost[op->kind] : unit;
+                if (m.start[s] < 0) m.start[s] = start;
                 m.t[s] = start + d;
                 m.busy[s] += d;
                 m.pc[s]++;
@@ -484,6 +487,13 @@ static zero_status simulate(chk *k)
     double idle = 0;
     for (int s = 0; s < P; s++) idle += makespan > 0 ? 1.0 - m.busy[s] / makespan : 0;
     p->bubble = idle / P;
+    /* steps overlapping: a stage idles only inside its span (first op's start
+     * to last op's end), the period being the longest span */
+    double period = 0;
+    for (int s = 0; s < P; s++) period = dmax(period, m.start[s] >= 0 ? m.t[s] - m.start[s] : 0);
+    idle = 0;
+    for (int s = 0; s < P; s++) idle += period > 0 ? 1.0 - m.busy[s] / period : 0;
+    p->overlap_bubble = idle / P;
 out:
     sim_free(&m, P);
     return st;
@@ -502,11 +512,13 @@ zero_status pp_plan_bubble_for(pp_plan *p, double f, double b, double w, double 
         return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_plan_bubble_for: no checked plan or bubble is NULL");
     if (!(f >= 0) || !(b >= 0) || !(w >= 0) || f + b + w <= 0)
         return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_plan_bubble_for: op times F %g, B %g, W %g", f, b, w);
-    const double cost[3] = {f, b, w}, unit_bubble = p->bubble, unit_makespan = p->makespan;
+    const double cost[3] = {f, b, w}, unit_bubble = p->bubble, unit_makespan = p->makespan,
+                 unit_overlap = p->overlap_bubble;
     zero_status st = check_costed(p, NULL, cost);
     *bubble = p->bubble;
     if (makespan) *makespan = p->makespan;
     p->bubble = unit_bubble, p->makespan = unit_makespan; /* the plan keeps its unit-time figures */
+    p->overlap_bubble = unit_overlap;
     return st;
 }
 

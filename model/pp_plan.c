@@ -307,56 +307,119 @@ static void gen_zb_h1(const pp_plan *p, int s, compute_list *l, int *bad)
     while (nw < M) *bad |= cl_push(l, PP_OP_W, nw++, 0);
 }
 
-/* The zero-bubble schedules, found the way Qi et al.'s heuristic does: a
- * list schedule in unit time steps (F = B = W = 1, communication free) where
- * a free stage runs a ready B first, else a ready F within its memory
- * bounds, else a pending W, else waits. Bounds per stage s: micro-batches
- * between F and B, p - s (1F1B's) for ZB-H1, 2(p - s) - 1 for ZB-H2; between
- * F and W (what a slot holds here), p for ZB-H1 - the peak of 1F1B's first
- * stage, so the later stages use their spare memory to defer W's and no
- * stage holds more than 1F1B's peak - and 2p - 1 for ZB-H2. The deferred
- * W's fill what would be bubbles. */
-static zero_status gen_zero_bubble(const pp_plan *p, int limit_h2, compute_list *lists)
+/* ZB-H2 as Qi et al. hand it (ICLR 2024, figure 4): ZB-H1 with p - s - 1
+ * more warm-up forwards on stage s (they fill the wait for the first B that
+ * 1F1B and ZB-H1 have there: 2(p - s - 1) + 1 in all) and W's that lag 2s
+ * behind the B's instead of s. Per stage: the warm-up forwards; then B, the
+ * W of the oldest B whose W is pending when more than 2s are (so the first
+ * 2s W's wait), F, while forwards remain; then B and that W; then the 2s
+ * deferred W's. With F = B = W every stage then runs without a gap from its
+ * first op to its last (3M units), stage s from s on: the "parallelogram"
+ * the paper gets by reordering the tail's W's, whose p - 1 idle units per
+ * stage at the start and the end vanish when steps overlap (this runtime
+ * flushes, so one step still has ZB-H1's p - 1). Every stage holds at most
+ * min(2p - 1, M) micro-batches between F and W (the paper's (2p - 1) M_B; the
+ * first stage reaches it at the end of its warm-up, stage s after 2s
+ * deferred W's). */
+static void gen_zb_h2(const pp_plan *p, int s, compute_list *l, int *bad)
+{
+    const int M = p->micro_batches, few = M - (p->stages - s); /* with few micro-batches the cool-down is */
+    const int defer = few < 2 * s ? (few > 0 ? few : 0) : 2 * s; /* shorter: fewer gaps for deferred W's */
+    int nf = 0, nb = 0, nw = 0, warm = 2 * (p->stages - s - 1) + 1;
+    for (; nf < warm && nf < M; nf++) *bad |= cl_push(l, PP_OP_F, nf, 0);
+    while (nb < M) {
+        *bad |= cl_push(l, PP_OP_B, nb++, 0);
+        if (nb - nw > defer) *bad |= cl_push(l, PP_OP_W, nw++, 0);
+        if (nf < M) *bad |= cl_push(l, PP_OP_F, nf++, 0);
+    }
+    while (nw < M) *bad |= cl_push(l, PP_OP_W, nw++, 0);
+}
+
+/* ZB-H2's communication. add_comms issues a receive right before the send
+ * that precedes its op, which suits 1F1B's lockstep; ZB-H2's extra
+ * warm-up forwards reach the next stage several steps before it asks for
+ * them, and a send blocks its stage's in-order comm stream until the peer
+ * posts the receive, which delays that stage's own receives (28 units at
+ * p = 4, M = 8 instead of 27). So each transfer is placed where the
+ * schedule in unit time (F = B = W = 1, communication free) puts it: the
+ * send right after the op that makes it, the receive in the group its
+ * stage issues at that same moment, all transfers a stage issues at one
+ * moment in one group. Both ends then post together and no stream waits. */
+typedef struct timed_op {
+    int t, compute, seq; /* a transfer at moment t comes before an op that starts at t */
+    pp_op op;
+} timed_op;
+
+static int timed_cmp(const void *a, const void *b)
+{
+    const timed_op *x = a, *y = b;
+    if (x->t != y->t) return x->t < y->t ? -1 : 1;
+    if (x->compute != y->compute) return x->compute - y->compute;
+    return x->seq - y->seq;
+}
+
+static zero_status add_timed_comms(pp_plan *p, const compute_list *lists)
 {
     const int P = p->stages, M = p->micro_batches;
-    size_t n = (size_t)P * (size_t)M;
-    int *f_end = malloc(sizeof(int) * n), *b_end = malloc(sizeof(int) * n);
-    int *nf = calloc((size_t)P, sizeof(int)), *nb = calloc((size_t)P, sizeof(int)), *nw = calloc((size_t)P, sizeof(int));
+    int *f_end = malloc(sizeof(int) * (size_t)P * (size_t)M), *b_end = malloc(sizeof(int) * (size_t)P * (size_t)M);
+    int *start = NULL, *first = calloc((size_t)P + 1, sizeof(int)), *now = calloc(2 * (size_t)P, sizeof(int));
+    int *at = now + P; /* per stage: the unit-time clock, the next op of its list */
+    timed_op *ev = NULL;
     zero_status st = ZERO_OK;
-    if (!f_end || !b_end || !nf || !nb || !nw) {
-        st = gpt_fail(ZERO_OUT_OF_MEMORY, "pp_plan_generate: out of memory");
+    if (!f_end || !b_end || !first || !now) goto oom;
+    for (int s = 0; s < P; s++) first[s + 1] = first[s] + lists[s].n;
+    start = malloc(sizeof(int) * (size_t)(first[P] ? first[P] : 1));
+    ev = malloc(sizeof(timed_op) * (size_t)(3 * (first[P] ? first[P] : 1)));
+    if (!start || !ev) goto oom;
+    for (int i = 0; i < P * M; i++) f_end[i] = b_end[i] = -1;
+    /* the unit-time schedule: each stage runs its list in order, an op as
+     * soon as its input is made (here or on the neighbour) */
+    int done = 0;
+    for (int progress = 1; progress && done < first[P];) {
+        progress = 0;
+        for (int s = 0; s < P; s++)
+            for (; at[s] < lists[s].n; at[s]++, done++, progress = 1) {
+                const pp_op *o = &lists[s].ops[at[s]];
+                int t = now[s], dep = 0;
+                if (o->kind == PP_OP_F && s > 0) dep = f_end[(s - 1) * M + o->micro];
+                if (o->kind == PP_OP_B && s < P - 1) dep = b_end[(s + 1) * M + o->micro];
+                if (dep < 0) break;
+                t = t > dep ? t : dep;
+                start[first[s] + at[s]] = t;
+                now[s] = t + 1;
+                if (o->kind == PP_OP_F) f_end[s * M + o->micro] = t + 1;
+                if (o->kind == PP_OP_B) b_end[s * M + o->micro] = t + 1;
+            }
+    }
+    if (done < first[P]) {
+        st = gpt_fail(ZERO_INTERNAL, "pp_plan_generate: %s's compute order waits on itself", p->name);
         goto out;
     }
-    for (size_t i = 0; i < n; i++) f_end[i] = b_end[i] = -1;
-    int done = 0, bad = 0;
-    for (int t = 0; !done && t < 16 * (3 * M + P) + 64; t++) {
-        done = 1;
-        for (int s = 0; s < P; s++) {
-            int inflight_cap = limit_h2 ? 2 * (P - s) - 1 : P - s, live_cap = limit_h2 ? 2 * P - 1 : P;
-            int inflight = nf[s] - nb[s], live = nf[s] - nw[s];
-            /* B of the oldest micro-batch not yet backward: ready when its F
-             * ran here and the next stage's B of it finished */
-            int m = nb[s];
-            if (m < nf[s] && f_end[s * M + m] <= t && (s == P - 1 || (b_end[(s + 1) * M + m] >= 0 && b_end[(s + 1) * M + m] <= t))) {
-                bad |= cl_push(&lists[s], PP_OP_B, m, 0);
-                b_end[s * M + m] = t + 1;
-                nb[s]++;
-            } else if (nf[s] < M && inflight < inflight_cap && live < live_cap &&
-                       (s == 0 || (f_end[(s - 1) * M + nf[s]] >= 0 && f_end[(s - 1) * M + nf[s]] <= t))) {
-                bad |= cl_push(&lists[s], PP_OP_F, nf[s], 0);
-                f_end[s * M + nf[s]] = t + 1;
-                nf[s]++;
-            } else if (nw[s] < nb[s]) {
-                bad |= cl_push(&lists[s], PP_OP_W, nw[s], 0);
-                nw[s]++;
-            }
-            if (nw[s] < M) done = 0;
+    for (int s = 0; s < P && st == ZERO_OK; s++) {
+        int n = 0;
+        for (int i = 0; i < lists[s].n; i++) {
+            const pp_op *o = &lists[s].ops[i];
+            const int m = o->micro, t = start[first[s] + i];
+            ev[n] = (timed_op){t, 1, n, *o};
+            n++;
+            if (o->kind == PP_OP_F && s > 0) /* its input arrives when the previous stage sends it */
+                ev[n] = (timed_op){f_end[(s - 1) * M + m], 0, n, {PP_OP_RECV_ACT, 0, 0, m}}, n++;
+            if (o->kind == PP_OP_F && s < P - 1) ev[n] = (timed_op){t + 1, 0, n, {PP_OP_SEND_ACT, 0, 0, m}}, n++;
+            if (o->kind == PP_OP_B && s < P - 1)
+                ev[n] = (timed_op){b_end[(s + 1) * M + m], 0, n, {PP_OP_RECV_GRAD, 0, 0, m}}, n++;
+            if (o->kind == PP_OP_B && s > 0) ev[n] = (timed_op){t + 1, 0, n, {PP_OP_SEND_GRAD, 0, 0, m}}, n++;
+        }
+        qsort(ev, (size_t)n, sizeof *ev, timed_cmp);
+        for (int i = 0; i < n && st == ZERO_OK; i++) {
+            int group = !ev[i].compute && i > 0 && !ev[i - 1].compute && ev[i - 1].t == ev[i].t;
+            st = pp_plan_add(p, s, (pp_op_kind)ev[i].op.kind, ev[i].op.micro, 0, group);
         }
     }
-    if (bad) st = gpt_fail(ZERO_OUT_OF_MEMORY, "pp_plan_generate: out of memory");
-    else if (!done) st = gpt_fail(ZERO_INTERNAL, "pp_plan_generate: the zero-bubble list schedule did not finish");
+    goto out;
+oom:
+    st = gpt_fail(ZERO_OUT_OF_MEMORY, "pp_plan_generate: out of memory");
 out:
-    free(f_end), free(b_end), free(nf), free(nb), free(nw);
+    free(f_end), free(b_end), free(start), free(first), free(now), free(ev);
     return st;
 }
 
@@ -451,17 +514,15 @@ zero_status pp_plan_build(pp_plan *plan, pp_schedule_kind kind, int stages, int 
     }
     zero_status st = ZERO_OK;
     int bad = 0;
-    if (kind == PP_SCHED_ZB_H2) {
-        st = gen_zero_bubble(plan, 1, lists);
-    } else {
-        for (int s = 0; s < stages; s++) {
-            if (kind == PP_SCHED_GPIPE) gen_gpipe(plan, s, &lists[s], &bad);
-            else if (kind == PP_SCHED_1F1B) gen_1f1b(plan, s, &lists[s], &bad);
-            else if (kind == PP_SCHED_ZB_H1) gen_zb_h1(plan, s, &lists[s], &bad);
-        }
-        if (bad) st = gpt_fail(ZERO_OUT_OF_MEMORY, "pp_plan_generate: out of memory");
+    for (int s = 0; s < stages; s++) {
+        if (kind == PP_SCHED_GPIPE) gen_gpipe(plan, s, &lists[s], &bad);
+        else if (kind == PP_SCHED_1F1B) gen_1f1b(plan, s, &lists[s], &bad);
+        else if (kind == PP_SCHED_ZB_H1) gen_zb_h1(plan, s, &lists[s], &bad);
+        else if (kind == PP_SCHED_ZB_H2) gen_zb_h2(plan, s, &lists[s], &bad);
     }
-    for (int s = 0; s < stages && st == ZERO_OK; s++)
+    if (bad) st = gpt_fail(ZERO_OUT_OF_MEMORY, "pp_plan_generate: out of memory");
+    if (kind == PP_SCHED_ZB_H2 && st == ZERO_OK) st = add_timed_comms(plan, lists);
+    for (int s = 0; s < stages && st == ZERO_OK && kind != PP_SCHED_ZB_H2; s++)
         st = kind == PP_SCHED_INTERLEAVED ? gen_interleaved(plan, s) : add_comms(plan, s, &lists[s]);
     for (int s = 0; s < stages; s++) free(lists[s].ops);
     free(lists);

@@ -50,10 +50,13 @@
  *
  * Generators: GPipe, 1F1B (Megatron's non-interleaved, PipeDream-flush),
  * interleaved 1F1B (Megatron's virtual stages; M a multiple of p), ZB-H1 and
- * ZB-H2 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024: B and W
- * apart; H1 at 1F1B's activation memory, H2 with up to 2p-1 live sets and no
- * bubble in steady state). Every generated plan passes the checker (tested
- * for p 1..4 and many M). */
+ * ZB-H2 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, their
+ * handcrafted schedules: B and W apart; H1 at 1F1B's activation memory, H2
+ * with min(2p-1, M) live sets on every stage and, with M >= 2p-1, no idle
+ * time inside any stage's span - the bubble left in one flushed step is
+ * the p-1 units of the first op's start and the last op's end, which
+ * overlapping steps would fill: overlap_bubble 0). Every generated plan
+ * passes the checker (tested for p 1..4 and many M). */
 #ifndef ZERO_MODEL_PP_PLAN_H
 #define ZERO_MODEL_PP_PLAN_H
 
@@ -112,6 +115,8 @@ typedef struct pp_plan {
     int split;           /* some W does not follow its B at once (a W stash is needed) */
     double bubble;       /* theoretical idle fraction, F = B = W = 1 unit (unsplit B+W = 2): mean over stages */
     double makespan;     /* in those units */
+    double overlap_bubble; /* the same when steps overlap (no flush): each stage's idle inside the
+                              longest first-op-start-to-last-op-end span, mean over stages */
 } pp_plan;
 
 /* An empty plan of `stages` x (no ops yet); ops are appended with pp_plan_add. */

@@ -2,11 +2,15 @@
  *   - every generator passes its own checker for p = 1..4 stages and many M
  *     (interleaved: p >= 2, v = 2, 3, M a multiple of p);
  *   - peak live activations: GPipe M, 1F1B min(p - s, M), ZB-H1 at most
- *     1F1B's, ZB-H2 at most 2(p - s) - 1; slots = what the checker assigns;
+ *     1F1B's, ZB-H2 min(2p - 1, M) on every stage; slots = what the checker assigns;
  *   - theoretical bubbles (F = B = W): 1F1B and GPipe (p-1)/(M+p-1) of the
  *     step exactly; interleaved, ZB-H1 and ZB-H2 strictly below 1F1B at
  *     p = 4, M = 8; ZB-H1 (the paper's) 3M + p - 1 units for M >= p, i.e.
- *     (p-1)(F+B-W) idle, also at F:B:W = 1:2:1 (pp_plan_bubble_for);
+ *     (p-1)(F+B-W) idle, also at F:B:W = 1:2:1 (pp_plan_bubble_for), and
+ *     ZB-H2 there the paper's (p-1)(F+B-2W);
+ *   - ZB-H2 (the paper's handcrafted one) for p = 1..4, M = 1..16: bubble
+ *     at most ZB-H1's, and with M >= 2p - 1 none inside any stage's span
+ *     (overlap_bubble 0: the parallelogram) where ZB-H1 has some;
  *   - the checker refuses by name: a missing receive, a W before its B,
  *     a repeated op, receives in another order than the sends, a grouped
  *     compute op, and (ZERO_CONFIG, "deadlock") 1F1B with its send/receive
@@ -45,6 +49,49 @@ static int find(const pp_plan *p, int s, int kind, int m, int c)
     return -1;
 }
 
+/* Qi et al.'s handcrafted ZB-H2 against ZB-H1 (F = B = W): accepted by the
+ * checker, never a larger bubble (a flushed step has the same p - 1 idle
+ * units), the peak (2p - 1) micro-batches on every stage (M when fewer),
+ * and with M >= 2p - 1 the parallelogram: no stage idles between its first
+ * and its last op, so overlapping steps would run without a bubble
+ * (overlap_bubble 0), where ZB-H1 keeps its p - 1 units inside. */
+static void zb_h2(void)
+{
+    for (int P = 1; P <= 4; P++)
+        for (int M = 1; M <= 16; M++) {
+            pp_plan h2, h1;
+            zero_status st = pp_plan_generate(&h2, PP_SCHED_ZB_H2, P, M, 1);
+            CHECK_MSG(st == ZERO_OK, "zb-h2 p %d M %d: %s", P, M, gpt_last_error());
+            CHECK_OK(pp_plan_generate(&h1, PP_SCHED_ZB_H1, P, M, 1));
+            if (st != ZERO_OK) continue;
+            CHECK_MSG(h2.makespan <= h1.makespan && h2.bubble <= h1.bubble + 1e-12,
+                      "zb-h2 p %d M %d: makespan %.1f bubble %.4f, zb-h1 %.1f %.4f", P, M, h2.makespan, h2.bubble,
+                      h1.makespan, h1.bubble);
+            for (int s = 0; s < P; s++) CHECK(h2.peak_live[s] == (2 * P - 1 < M ? 2 * P - 1 : M));
+            if (M >= 2 * P - 1) {
+                CHECK_MSG(h2.overlap_bubble == 0 && h2.makespan == 3 * M + P - 1, "zb-h2 p %d M %d: overlap %.4f makespan %.1f",
+                          P, M, h2.overlap_bubble, h2.makespan);
+                if (P > 1) CHECK_MSG(h1.overlap_bubble > 0, "zb-h1 p %d M %d overlap %.4f", P, M, h1.overlap_bubble);
+            }
+            pp_plan_free(&h2), pp_plan_free(&h1);
+        }
+    /* the cases issue 13 names, with the figures docs/pipeline.md quotes */
+    const int ps[2] = {2, 4}, ms[3] = {4, 8, 16};
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++) {
+            pp_plan h2, h1;
+            CHECK_OK(pp_plan_generate(&h2, PP_SCHED_ZB_H2, ps[i], ms[j], 1));
+            CHECK_OK(pp_plan_generate(&h1, PP_SCHED_ZB_H1, ps[i], ms[j], 1));
+            const double unit = (double)(ps[i] - 1) / (3 * ms[j] + ps[i] - 1); /* p - 1 idle units per stage */
+            const int peak = 2 * ps[i] - 1 < ms[j] ? 2 * ps[i] - 1 : ms[j];
+            CHECK_MSG(fabs(h2.bubble - unit) < 1e-12 && fabs(h1.bubble - unit) < 1e-12 && h2.peak_live[0] == peak &&
+                          h2.peak_live[ps[i] - 1] == peak && h2.split,
+                      "zb-h2 p %d M %d bubble %.4f (zb-h1 %.4f) peak %d", ps[i], ms[j], h2.bubble, h1.bubble,
+                      h2.peak_live[0]);
+            pp_plan_free(&h2), pp_plan_free(&h1);
+        }
+}
+
 static void generators(void)
 {
     for (int P = 1; P <= 4; P++)
@@ -67,7 +114,10 @@ static void generators(void)
                         if (k == PP_SCHED_1F1B) CHECK_MSG(p.peak_live[s] == f1, "1f1b p %d M %d stage %d peak %d", P, M, s, p.peak_live[s]);
                         /* ZB-H1: no stage above 1F1B's peak (its first stage's) */
                         if (k == PP_SCHED_ZB_H1) CHECK_MSG(p.peak_live[s] <= (P < M ? P : M), "zb-h1 p %d M %d stage %d peak %d", P, M, s, p.peak_live[s]);
-                        if (k == PP_SCHED_ZB_H2) CHECK(p.peak_live[s] <= 2 * P - 1);
+                        /* ZB-H2: Qi et al.'s (2p - 1) M_B on every stage, M when fewer */
+                        if (k == PP_SCHED_ZB_H2)
+                            CHECK_MSG(p.peak_live[s] == (2 * P - 1 < M ? 2 * P - 1 : M), "zb-h2 p %d M %d stage %d peak %d",
+                                      P, M, s, p.peak_live[s]);
                         int sum = 0;
                         for (int c = 0; c < p.chunks; c++) sum += p.slots[s * p.chunks + c];
                         CHECK(sum >= p.peak_live[s]);
@@ -83,6 +133,7 @@ static void generators(void)
                     pp_plan_free(&p);
                 }
             }
+    zb_h2();
     /* p = 4, M = 8: the bubbles the schedules exist for */
     pp_plan a, b, c, d;
     CHECK_OK(pp_plan_generate(&a, PP_SCHED_1F1B, 4, 8, 1));
@@ -109,11 +160,12 @@ static void generators(void)
     CHECK_OK(pp_plan_bubble_for(&c, 1, 2, 0, &bub, NULL));
     CHECK_MSG(bub > c.bubble + 0.05, "zb-h2 with W free %.4f, unit %.4f", bub, c.bubble);
     /* ZB-H1 at B = 2F = 2W: the paper's (p-1)(F+B-W) = 6 idle units, 38 in all; ZB-H2, with
-     * more memory, below it there */
-    double bub2;
+     * more memory, the paper's (p-1)(F+B-2W) = 3: 35 */
+    double bub2, span2;
     CHECK_OK(pp_plan_bubble_for(&b, 1, 2, 1, &bub, &span));
-    CHECK_OK(pp_plan_bubble_for(&c, 1, 2, 1, &bub2, NULL));
-    CHECK_MSG(span == 38 && bub2 < bub, "zb-h1 at 1:2:1 makespan %.1f bubble %.4f, zb-h2 %.4f", span, bub, bub2);
+    CHECK_OK(pp_plan_bubble_for(&c, 1, 2, 1, &bub2, &span2));
+    CHECK_MSG(span == 38 && span2 == 35 && bub2 < bub, "zb-h1 at 1:2:1 makespan %.1f bubble %.4f, zb-h2 %.1f %.4f", span,
+              bub, span2, bub2);
     CHECK(c.makespan == 27 && pp_plan_bubble_for(&c, -1, 1, 1, &bub, NULL) == ZERO_INVALID_ARGUMENT &&
           strstr(gpt_last_error(), "op times F -1"));
     pp_plan_free(&a), pp_plan_free(&b), pp_plan_free(&c), pp_plan_free(&d);

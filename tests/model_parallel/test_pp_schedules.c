@@ -31,7 +31,7 @@
 /* 8 blocks: 4 stages x 2 chunks. A stage message is 3*8*64 floats = 6 KiB,
  * above Open MPI's shared-memory eager limit (4 KiB): sends really wait. */
 static const gpt_config g_cfg = {.n_layer = 8, .n_head = 4, .d_model = 64, .seq_len = 12, .vocab = 64};
-enum { BATCH = 3, SEQ = 8, MICRO = 4 };
+enum { BATCH = 3, SEQ = 8, MICRO = 8 }; /* M >= 2p - 1 at p = 4: ZB-H2 runs its whole structure */
 static int g_rank;
 
 #define TRY(call)                                                                                              \

@@ -40,6 +40,25 @@ def test_schedules_train_bitwise_like_1f1b_and_trace(tmp_path):
         assert sum(1 for e in ev if e.get("cat") == "forward") == 3 * 4 * 4
 
 
+def test_zb_h2_at_pp4_trains_bitwise_like_1f1b(tmp_path):
+    """ZB-H2 with its whole structure (M = 8 >= 2p - 1 at pp 4: 2(p-s-1)+1 warm-up forwards, W's
+    deferred 2s, the transfers placed by the unit-time schedule) through zero-train at pp 4 x dp 1:
+    loss text and gradient norm every step equal to 1F1B's (bitwise: each tensor accumulates its
+    micro-batches in the same order; well inside the tp/pp tests' 1e-5)."""
+    grid = TINY + ["--set", "model.n_layer=4", "--set", "model.pp=4", "--steps", "2", "--log-every", "1",
+                   "--grad-accum", "8", "--stage", "1", "--data", corpus(tmp_path)]
+    got = {}
+    for sched in ("1f1b", "zb-h2"):
+        m = tmp_path / f"pp4_{sched}.jsonl"
+        p = run_train(grid + ["--set", f"model.pp_schedule={sched}", "--metrics", str(m)], ranks=4)
+        assert f"pp 4 x dp 1 (Megatron-core order: tp fastest, then cp, dp, pp), {sched} (1 chunks per stage) " \
+            "over 8 micro-batches" in p.stdout, p.stdout
+        got[sched] = metrics(m)
+    assert [r["step"] for r in got["zb-h2"]] == [1, 2]
+    assert [(r["loss_text"], r["grad_norm"]) for r in got["zb-h2"]] == \
+        [(r["loss_text"], r["grad_norm"]) for r in got["1f1b"]]
+
+
 def test_interleaved_trains_like_one_rank(tmp_path):
     """model.pp_schedule interleaved, model.pp_virtual 2 at pp 2 x dp 2 (4 blocks: stage 0 holds
     blocks 0 and 2, stage 1 blocks 1 and 3, each chunk its own workspace, the engine the stage's
