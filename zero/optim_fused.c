@@ -41,21 +41,35 @@ int optim_fused_usable(const zero_engine *e)
  * of its own, so its rows address it from the bucket's start. */
 static int per_bucket_grad(const zero_engine *e) { return e->cfg.stage == 0 && e->world > 1; }
 
-/* The offsets of element 0 of bucket b's region (layout_master & co.). */
-static zero_optim_chunk region_base(const zero_engine *e, const zero_bucket *b)
+/* The arrays the kernel addresses; a row's offsets count from them. */
+typedef struct fused_bases {
+    float *p;  /* fp32 params: the master, else the params themselves */
+    void *out; /* compute-dtype params written in the same pass (a master only) */
+} fused_bases;
+
+static fused_bases bases_of(zero_engine *e)
 {
+    void *params = e->cfg.stage < 3 ? e->params_full : e->params_shard;
+    return (fused_bases){e->master ? e->master : (float *)params, e->master ? params : NULL};
+}
+
+/* The offsets of element 0 of bucket b's region, from the layout functions
+ * the per-bucket step uses (one place says where a region lives): the
+ * master's (layout_master), the moments' (layout_moment), the params the
+ * cast writes (this rank's region of the full params at stages 0-2,
+ * layout_param_chunk at 3) and the gradient's (step.c: the accumulated
+ * gradient at the bucket's shard offset, or a staged bucket from 0). */
+static zero_optim_chunk region_base(zero_engine *e, const zero_bucket *b)
+{
+    const fused_bases base = bases_of(e);
+    float *mom = e->m1 ? e->m1 : e->m2; /* one offset serves both moments */
     zero_optim_chunk c = {0};
-    const uint64_t own = b->flat_off + b->chunk * (uint64_t)e->rank;
-    if (e->cfg.stage == 0) {
-        c.p_off = c.m_off = c.out_off = b->flat_off;
-        c.g_off = per_bucket_grad(e) ? 0 : b->shard_off;
-    } else if (e->cfg.stage < 3) {
-        c.p_off = e->master ? b->shard_off : own;
-        c.m_off = c.g_off = b->shard_off;
-        c.out_off = own;
-    } else {
-        c.p_off = c.m_off = c.g_off = c.out_off = b->shard_off;
-    }
+    c.p_off = (uint64_t)(layout_master(e, b) - base.p);
+    c.m_off = mom ? (uint64_t)(layout_moment(e, mom, b) - mom) : 0;
+    c.g_off = per_bucket_grad(e) ? 0 : b->shard_off;
+    c.out_off = e->cfg.stage < 3
+                    ? layout_region_flat(e, b)
+                    : (uint64_t)((char *)layout_param_chunk(e, b) - (char *)e->params_shard) / e->dsize;
     return c;
 }
 
@@ -153,11 +167,12 @@ static zero_status launch(zero_engine *e, size_t first, size_t last, const float
     zero_optim_fused f;
     f.adamw = e->cfg.optimizer == ZERO_OPTIM_ADAMW;
     f.num_chunks = last - first;
-    f.p = e->master ? e->master : (float *)(e->cfg.stage < 3 ? e->params_full : e->params_shard);
+    const fused_bases base = bases_of(e);
+    f.p = base.p;
     f.g = g;
     f.m1 = e->m1;
     f.m2 = e->m2;
-    f.out = e->master ? (e->cfg.stage < 3 ? e->params_full : e->params_shard) : NULL;
+    f.out = base.out;
     f.out_dtype = e->cfg.compute_dtype;
     if (f.num_chunks == 0) return ZERO_OK;
     if (e->is_cuda) {
