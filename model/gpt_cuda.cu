@@ -27,6 +27,7 @@
 
 #include "gpt_acts.h"
 #include "gpt_cuda.h"
+#include "gpt_cuda_common.cuh"
 #include "gpt_cuda_flash.cuh"
 #include "gpt_cuda_lt.cuh"
 #include "gpt_flash.h"
@@ -43,18 +44,10 @@ typedef __nv_bfloat16 bf16;
                             __FILE__, __LINE__);                                                   \
     } while (0)
 
-#define CUBLAS_TRY(call)                                                                            \
-    do {                                                                                            \
-        cublasStatus_t s_ = (call);                                                                 \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                            \
-            return gpt_fail(ZERO_BACKEND, "gpt cuda: %s failed: cuBLAS status %d (%s:%d)", #call, (int)s_, \
-                            __FILE__, __LINE__);                                                   \
-    } while (0)
-
 /* After a kernel launch: a bad configuration shows up here, not at the launch. */
 #define LAUNCH_CHECK(name) CUDA_TRY(cudaGetLastError())
 
-static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
+static inline unsigned blocks_for(size_t n, unsigned threads) { return gpt_cuda_blocks(n, threads); }
 
 /* ------------------------------------------------------------ workspace */
 struct gpt_cuda_workspace {
@@ -182,12 +175,7 @@ __device__ inline float warp_max(float v)
     return v;
 }
 
-/* fp32 <-> the activation type (float, or bf16 rounded to nearest even) */
-__device__ __forceinline__ float ld_f32(float x) { return x; }
-__device__ __forceinline__ float ld_f32(bf16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T st_as(float x);
-template <> __device__ __forceinline__ float st_as<float>(float x) { return x; }
-template <> __device__ __forceinline__ bf16 st_as<bf16>(float x) { return __float2bfloat16_rn(x); }
+/* ld_f32 / st_as (fp32 <-> the activation type): gpt_cuda_common.cuh */
 
 /* ------------------------------------------------------------ kernels */
 __global__ void encoder_forward_kernel(float *out, const int32_t *tok, const float *wte, const float *wpe, int N,
@@ -278,35 +266,7 @@ __global__ void column_sums_kernel(float *dst, const DT *dout, const float *inp,
     }
 }
 
-/* out[r,c] = init[r,c] (or 0) + bias[c] (or 0) */
-__global__ void init_rows_kernel(float *out, const float *init, const float *bias, int N, int OC)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)N * OC) return;
-    out[i] = (init ? init[i] : 0.0f) + (bias ? bias[i % OC] : 0.0f);
-}
-
-#define GELU_K 0.7978845608028654f
-template <typename AT>
-__global__ void gelu_forward_kernel(AT *out, const AT *inp, size_t n)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float x = ld_f32(inp[i]);
-    out[i] = st_as<AT>(0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x))));
-}
-
-/* dinp may alias dout */
-template <typename AT>
-__global__ void gelu_backward_kernel(AT *dinp, const AT *inp, const AT *dout, size_t n)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float x = ld_f32(inp[i]);
-    float th = tanhf(GELU_K * (x + 0.044715f * x * x * x));
-    float dth = (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] = st_as<AT>(ld_f32(dout[i]) * (0.5f * (1.0f + th) + 0.5f * x * dth));
-}
+/* bias rows, GELU and the row-major gemm are shared with the MoE layer: gpt_cuda_common.cu */
 
 /* qkv (B, T, 3, NH, hs) <-> q, k, v (B, NH, T, hs); to_heads = 1 splits, 0 merges (for the gradient). */
 __global__ void qkv_permute_kernel(float *q, float *k, float *v, float *qkv, int B, int T, int NH, int hs,
@@ -439,32 +399,20 @@ __global__ void bf16_accumulate_kernel(__nv_bfloat16 *dst, const float *src, siz
 }
 
 /* ------------------------------------------------------------ matmul (row-major on cuBLAS) */
-/* Row-major C[M,N] = alpha op(A) op(B) + beta C, as gpt_sgemm: cuBLAS is
- * column-major, so compute C^T = op(B)^T op(A)^T by swapping the operands;
- * the transpose flags carry over unchanged. `batch` > 1 with strides. */
+/* Row-major, as gpt_sgemm (gpt_cuda_common.cuh); the workspace's math. */
 static zero_status gemm(gpt_cuda_workspace *ws, int ta, int tb, int M, int N, int K, const float *A, int lda,
                         long long sa, const float *B, int ldb, long long sb, float beta, float *C, int ldc,
                         long long sc, int batch)
 {
-    const float alpha = 1.0f;
-    cublasComputeType_t ct = ws->math == GPT_CUDA_MATH_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
-    cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    if (batch == 1)
-        CUBLAS_TRY(cublasGemmEx(ws->blas, ob, oa, N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C,
-                                CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT));
-    else
-        CUBLAS_TRY(cublasGemmStridedBatchedEx(ws->blas, ob, oa, N, M, K, &alpha, B, CUDA_R_32F, ldb, sb, A,
-                                              CUDA_R_32F, lda, sa, &beta, C, CUDA_R_32F, ldc, sc, batch, ct,
-                                              CUBLAS_GEMM_DEFAULT));
-    return ZERO_OK;
+    return gpt_cuda_gemm(ws->blas, ws->math == GPT_CUDA_MATH_BF16, "gpt cuda", ta, tb, M, N, K, A, lda, sa, B, ldb, sb,
+                         beta, C, ldc, sc, batch);
 }
 
 static zero_status matmul_forward(gpt_cuda_workspace *ws, float *out, const float *init, const float *inp,
                                   const float *w, const float *bias, int N, int C, int OC)
 {
     if (init || bias) {
-        init_rows_kernel<<<blocks_for((size_t)N * OC, 256), 256, 0, ws->stream>>>(out, init, bias, N, OC);
-        LAUNCH_CHECK("init_rows");
+        CUDA_TRY(gpt_cuda_init_rows(out, init, bias, N, OC, ws->stream));
     }
     return gemm(ws, 0, 1, N, OC, C, inp, C, 0, w, C, 0, (init || bias) ? 1.0f : 0.0f, out, OC, 0, 1);
 }
@@ -541,9 +489,7 @@ static zero_status linear_forward(gpt_cuda_workspace *ws, void *out, int out_act
         const float *bias = bk >= 0 ? pv->f[bk] : NULL;
         GPT_TRY(matmul_forward(ws, dst, init, (const float *)inp, pv->f[wk], bias, N, C, OC));
         if (gelu_aux) {
-            gelu_forward_kernel<float><<<blocks_for((size_t)N * OC, 256), 256, 0, ws->stream>>>(
-                (float *)out, (const float *)gelu_aux, (size_t)N * OC);
-            LAUNCH_CHECK("gelu_forward");
+            CUDA_TRY(gpt_cuda_gelu_forward((float *)out, (const float *)gelu_aux, (size_t)N * OC, ws->stream));
         }
         return ZERO_OK;
     }
@@ -563,9 +509,7 @@ static zero_status linear_forward(gpt_cuda_workspace *ws, void *out, int out_act
     }
     GPT_TRY(gpt_lt_run(ws->lt, &m, ws->lt_ws, LT_WS_BYTES, ws->stream));
     if (gelu_aux) {
-        gelu_forward_kernel<bf16><<<blocks_for((size_t)N * OC, 256), 256, 0, ws->stream>>>(
-            (bf16 *)out, (const bf16 *)gelu_aux, (size_t)N * OC);
-        LAUNCH_CHECK("gelu_forward");
+        CUDA_TRY(gpt_cuda_gelu_forward((bf16 *)out, (const bf16 *)gelu_aux, (size_t)N * OC, ws->stream));
     }
     return ZERO_OK;
 }
@@ -589,9 +533,8 @@ static zero_status linear_backward(gpt_cuda_workspace *ws, float *stash, void *d
     }
     if (!ws->act_bf16) {
         if (gelu_aux) {
-            gelu_backward_kernel<float><<<blocks_for((size_t)N * C, 256), 256, 0, ws->stream>>>(
-                (float *)dinp, (const float *)gelu_aux, (const float *)dinp, (size_t)N * C);
-            LAUNCH_CHECK("gelu_backward");
+            CUDA_TRY(gpt_cuda_gelu_backward((float *)dinp, (const float *)gelu_aux, (const float *)dinp, (size_t)N * C,
+                                            ws->stream));
         }
         return ZERO_OK;
     }
@@ -610,9 +553,8 @@ static zero_status linear_backward(gpt_cuda_workspace *ws, float *stash, void *d
     if (!dgelu_done) {
         GPT_TRY(gpt_lt_run(ws->lt, &m, ws->lt_ws, LT_WS_BYTES, ws->stream));
         if (gelu_aux) {
-            gelu_backward_kernel<bf16><<<blocks_for((size_t)N * C, 256), 256, 0, ws->stream>>>(
-                (bf16 *)dinp, (const bf16 *)gelu_aux, (const bf16 *)dinp, (size_t)N * C);
-            LAUNCH_CHECK("gelu_backward");
+            CUDA_TRY(gpt_cuda_gelu_backward((bf16 *)dinp, (const bf16 *)gelu_aux, (const bf16 *)dinp, (size_t)N * C,
+                                            ws->stream));
         }
     }
     memset(&m, 0, sizeof m); /* dW += dout^T inp, fp32 */

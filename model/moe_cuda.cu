@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpt_cuda_common.cuh"
 #include "gpt_internal.h"
 #include "moe_cuda.h"
 
@@ -47,7 +48,7 @@
 
 #define MOE_LAUNCH_CHECK() MOE_CUDA_TRY(cudaGetLastError())
 
-static inline unsigned blocks_for(size_t n, unsigned threads) { return (unsigned)((n + threads - 1) / threads); }
+static inline unsigned blocks_for(size_t n, unsigned threads) { return gpt_cuda_blocks(n, threads); }
 
 /* ------------------------------------------------------------ state */
 struct moe_cuda {
@@ -204,32 +205,7 @@ static __global__ void moe_router_backward_kernel(float *dprobs, const float *pr
     for (int e = 0; e < E; e++) dp[e] = pr[e] * (dp[e] - s);
 }
 
-/* out[r, c] = bias[c] */
-static __global__ void moe_bias_rows_kernel(float *out, const float *bias, int R, int OC)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (size_t)R * OC) out[i] = bias[i % OC];
-}
-
-/* GPT-2's tanh GELU, as the CPU's gpt_gelu_forward / _backward. */
-#define MOE_GELU_K 0.7978845608028654f
-static __global__ void moe_gelu_forward_kernel(float *out, const float *inp, size_t n)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + tanhf(MOE_GELU_K * (x + 0.044715f * x * x * x)));
-}
-
-static __global__ void moe_gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float x = inp[i];
-    float th = tanhf(MOE_GELU_K * (x + 0.044715f * x * x * x));
-    float dth = (1.0f - th * th) * MOE_GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * x * dth);
-}
+/* bias rows and GELU: the CUDA GPT's own kernels (gpt_cuda_common.cu) */
 
 static __global__ void moe_fill_kernel(float *p, float v, size_t n)
 {
@@ -239,25 +215,18 @@ static __global__ void moe_fill_kernel(float *p, float v, size_t n)
 
 /* ------------------------------------------------------------ matmuls (row-major on cuBLAS) */
 
-/* Row-major C[M,N] = op(A) op(B) + beta C (as gpt_sgemm): cuBLAS is
- * column-major, so compute C^T = op(B)^T op(A)^T by swapping the operands. */
+/* Row-major (gpt_cuda_common.cuh): the GPT's wrapper with the layer's precision. */
 static zero_status moe_gemm(moe_cuda *d, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
                             int ldb, float beta, float *C, int ldc)
 {
-    const float alpha = 1.0f;
-    cublasComputeType_t ct = d->bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
-    cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    MOE_CUBLAS_TRY(cublasGemmEx(d->blas, ob, oa, N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C,
-                                CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT));
-    return ZERO_OK;
+    return gpt_cuda_gemm(d->blas, d->bf16, "MoE cuda", ta, tb, M, N, K, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
 }
 
 /* out (R x OC) = inp (R x IC) w^T + bias; w is OC x IC (nn.Linear). */
 static zero_status moe_linear_forward(moe_cuda *d, float *out, const float *inp, const float *w, const float *bias,
                                       int R, int IC, int OC)
 {
-    moe_bias_rows_kernel<<<blocks_for((size_t)R * OC, 256), 256, 0, d->stream>>>(out, bias, R, OC);
-    MOE_LAUNCH_CHECK();
+    MOE_CUDA_TRY(gpt_cuda_init_rows(out, NULL, bias, R, OC, d->stream));
     return moe_gemm(d, 0, 1, R, OC, IC, inp, IC, w, IC, 1.0f, out, OC);
 }
 
@@ -465,9 +434,7 @@ zero_status moe_cuda_forward(moe_cuda *d, moe_plan *pl, int32_t *sel_e, int32_t 
         size_t f = pl->efirst[el];
         GPT_TRY(moe_linear_forward(d, d->fch + f * H, d->xin + f * C, p->fc_w + (size_t)el * H * C,
                                    p->fc_b + (size_t)el * H, r, C, H));
-        moe_gelu_forward_kernel<<<blocks_for((size_t)r * H, 256), 256, 0, d->stream>>>(d->fch_gelu + f * H,
-                                                                                        d->fch + f * H, (size_t)r * H);
-        MOE_LAUNCH_CHECK();
+        MOE_CUDA_TRY(gpt_cuda_gelu_forward(d->fch_gelu + f * H, d->fch + f * H, (size_t)r * H, d->stream));
         GPT_TRY(moe_linear_forward(d, d->eout + f * C, d->fch_gelu + f * H, p->proj_w + (size_t)el * C * H,
                                    p->proj_b + (size_t)el * C, r, H, C));
     }
@@ -499,9 +466,8 @@ zero_status moe_cuda_backward(moe_cuda *d, moe_plan *pl, float dloss, const floa
         size_t f = pl->efirst[el];
         GPT_TRY(moe_linear_backward(d, d->dfch + f * H, g->proj_w + (size_t)el * C * H, g->proj_b + (size_t)el * C,
                                     d->eout + f * C, d->fch_gelu + f * H, p->proj_w + (size_t)el * C * H, r, H, C));
-        moe_gelu_backward_kernel<<<blocks_for((size_t)r * H, 256), 256, 0, d->stream>>>(
-            d->dfch + f * H, d->fch + f * H, d->dfch + f * H, (size_t)r * H);
-        MOE_LAUNCH_CHECK();
+        MOE_CUDA_TRY(
+            gpt_cuda_gelu_backward(d->dfch + f * H, d->fch + f * H, d->dfch + f * H, (size_t)r * H, d->stream));
         /* d(expert input) overwrites d(expert output), read by now */
         GPT_TRY(moe_linear_backward(d, d->eout + f * C, g->fc_w + (size_t)el * H * C, g->fc_b + (size_t)el * H,
                                     d->dfch + f * H, d->xin + f * C, p->fc_w + (size_t)el * H * C, r, C, H));
