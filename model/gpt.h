@@ -73,7 +73,8 @@ typedef struct gpt_config {
      * softmax router, capacity moe_capacity_factor, the auxiliary
      * load-balancing loss weighted by moe_aux_loss_coef and added to the
      * loss; a rank holds moe_experts / moe_ep of them (expert parallelism
-     * over an ep comm given to the workspace; 0 or 1: all). CPU only. */
+     * over an ep comm given to the workspace; 0 or 1: all). CPU
+     * (gpt_workspace_create_moe) and CUDA (gpt_cuda_workspace_create_moe). */
     int moe_experts;
     int moe_top_k;
     float moe_capacity_factor;
@@ -221,6 +222,11 @@ zero_status gpt_workspace_create_moe(gpt_workspace **out, const gpt_config *cfg,
 /* The auxiliary losses of the last forward, summed over the blocks
  * (unweighted; the loss gpt_forward_end returns adds moe_aux_loss_coef x this). */
 float gpt_workspace_moe_aux(const gpt_workspace *ws);
+/* The MoE layer of block `layer` (moe.h; owned by ws), for tests and
+ * reports (gpt_moe_get_routing: the last forward's routing); NULL for a
+ * dense model or a layer out of range. */
+struct gpt_moe;
+struct gpt_moe *gpt_workspace_moe_layer(const gpt_workspace *ws, int layer);
 void gpt_workspace_destroy(gpt_workspace *ws); /* NULL accepted */
 /* Bytes of the workspace's activation allocation (activations + scratch). */
 size_t gpt_workspace_bytes(const gpt_workspace *ws);

@@ -176,6 +176,11 @@ zero_status gpt_workspace_create_moe(gpt_workspace **out, const gpt_config *cfg,
     return ZERO_OK;
 }
 
+struct gpt_moe *gpt_workspace_moe_layer(const gpt_workspace *ws, int layer)
+{
+    return ws && ws->moe && layer >= 0 && layer < ws->cfg.n_layer ? ws->moe[layer] : NULL;
+}
+
 float gpt_workspace_moe_aux(const gpt_workspace *ws)
 {
     float s = 0;

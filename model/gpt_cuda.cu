@@ -32,6 +32,7 @@
 #include "gpt_cuda_lt.cuh"
 #include "gpt_flash.h"
 #include "gpt_internal.h"
+#include "moe.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -93,6 +94,12 @@ struct gpt_cuda_workspace {
      * linear layers' upstream gradients B kept for W; its own cudaMalloc */
     float *wstash;
     unsigned char *w_due;  /* host, n_layer: B ran, W not yet */
+
+    /* MoE blocks (cfg.moe_experts > 0): each block's MLP is a CUDA MoE layer
+     * (moe.h, gpt_moe_create_cuda) on this stream, over the ep comm */
+    gpt_moe **moe;         /* n_layer layers, NULL: dense */
+    float *moe_aux;        /* host, n_layer: each block's aux loss of the last forward */
+    float moe_dloss;       /* the backward's dloss: the aux losses' gradient scale */
 };
 
 /* One block's W stash, in floats: d(fc_proj out) N x C, d(fc out) after GELU
@@ -674,9 +681,6 @@ static zero_status check_args(const gpt_config *cfg, int batch, int seq, zero_dt
                               const gpt_checkpointing *ck, const gpt_cuda_options *o, const char *op)
 {
     GPT_TRY(gpt_config_validate(cfg));
-    if (cfg->moe_experts > 0)
-        return gpt_fail(ZERO_UNSUPPORTED, "%s: moe experts = %d: the CUDA model has no MoE blocks yet (the CPU model has)",
-                        op, cfg->moe_experts);
     GPT_TRY(gpt_checkpointing_validate(ck, op));
     if (batch < 1 || seq < 1 || seq > cfg->seq_len)
         return gpt_fail(ZERO_INVALID_ARGUMENT, "%s: batch %d x seq %d is invalid (seq_len %d)", op, batch, seq,
@@ -744,6 +748,34 @@ extern "C" zero_status gpt_cuda_workspace_create_opts(gpt_cuda_workspace **out, 
                                                       int seq, zero_dtype param_dtype, const gpt_cuda_options *opts,
                                                       void *cuda_stream, const gpt_checkpointing *ck)
 {
+    return gpt_cuda_workspace_create_moe(out, cfg, batch, seq, param_dtype, opts, cuda_stream, ck, NULL);
+}
+
+/* One CUDA MoE layer per block, over `ep`, as the CPU workspace's create_moe. */
+static zero_status create_moe(gpt_cuda_workspace *ws, zero_comm *ep)
+{
+    const gpt_config *cfg = &ws->cfg;
+    int want = cfg->moe_ep > 1 ? cfg->moe_ep : 1, have = ep ? zero_comm_get_size(ep) : 1;
+    if (want != have)
+        return gpt_fail(ZERO_CONFIG, "gpt_cuda_workspace_create: moe ep = %d but the ep comm has %d rank%s",
+                        cfg->moe_ep, have, have == 1 ? "" : "s");
+    ws->moe = (gpt_moe **)calloc((size_t)cfg->n_layer, sizeof *ws->moe);
+    ws->moe_aux = (float *)calloc((size_t)cfg->n_layer, sizeof *ws->moe_aux);
+    if (!ws->moe || !ws->moe_aux)
+        return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_cuda_workspace_create: out of host memory (MoE)");
+    gpt_moe_config mc = {cfg->d_model, 4 * cfg->d_model, cfg->moe_experts, cfg->moe_top_k, cfg->moe_capacity_factor,
+                         cfg->moe_aux_loss_coef};
+    for (int l = 0; l < cfg->n_layer; l++) {
+        GPT_TRY(gpt_moe_create_cuda(&ws->moe[l], &mc, ws->B * ws->T, have > 1 ? ep : NULL, ws->stream));
+        gpt_moe_set_matmul_bf16(ws->moe[l], ws->math == GPT_CUDA_MATH_BF16);
+    }
+    return ZERO_OK;
+}
+
+extern "C" zero_status gpt_cuda_workspace_create_moe(gpt_cuda_workspace **out, const gpt_config *cfg, int batch,
+                                                     int seq, zero_dtype param_dtype, const gpt_cuda_options *opts,
+                                                     void *cuda_stream, const gpt_checkpointing *ck, zero_comm *ep)
+{
     if (!out) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_create: out is NULL");
     *out = NULL;
     gpt_cuda_options dflt;
@@ -805,6 +837,7 @@ extern "C" zero_status gpt_cuda_workspace_create_opts(gpt_cuda_workspace **out, 
             }
         }
     }
+    if (st == ZERO_OK && cfg->moe_experts > 0) st = create_moe(ws, ep);
     if (st != ZERO_OK) {
         gpt_cuda_workspace_destroy(ws);
         return st;
@@ -824,6 +857,10 @@ extern "C" void gpt_cuda_workspace_destroy(gpt_cuda_workspace *ws)
     if (ws->wstash) cudaFree(ws->wstash);
     free(ws->w_due);
     if (ws->host_mem) cudaFreeHost(ws->host_mem);
+    if (ws->moe)
+        for (int l = 0; l < ws->cfg.n_layer; l++) gpt_moe_destroy(ws->moe[l]);
+    free(ws->moe);
+    free(ws->moe_aux);
     gpt_acts_free(&ws->acts);
     free(ws->host_targets);
     free(ws->host_losses);
@@ -831,6 +868,19 @@ extern "C" void gpt_cuda_workspace_destroy(gpt_cuda_workspace *ws)
 }
 
 extern "C" size_t gpt_cuda_workspace_bytes(const gpt_cuda_workspace *ws) { return ws ? ws->bytes.total : 0; }
+
+extern "C" struct gpt_moe *gpt_cuda_workspace_moe_layer(const gpt_cuda_workspace *ws, int layer)
+{
+    return ws && ws->moe && layer >= 0 && layer < ws->cfg.n_layer ? ws->moe[layer] : NULL;
+}
+
+extern "C" float gpt_cuda_workspace_moe_aux(const gpt_cuda_workspace *ws)
+{
+    float s = 0.0f; /* in the CPU workspace's order: block by block, in float */
+    if (ws && ws->moe_aux)
+        for (int l = 0; l < ws->cfg.n_layer; l++) s += ws->moe_aux[l];
+    return s;
+}
 
 extern "C" void gpt_cuda_workspace_activation_bytes(const gpt_cuda_workspace *ws, gpt_activation_bytes *out)
 {
@@ -973,10 +1023,34 @@ static zero_status attention_backward(gpt_cuda_workspace *ws, gpt_block_acts *a,
     return ZERO_OK;
 }
 
+/* An MoE block's router and expert tensors as moe.h takes them (fp32). */
+static gpt_moe_params moe_tensors(float *const *t)
+{
+    gpt_moe_params m = {t[GPT_MOE_GATE_W], t[GPT_FC_W], t[GPT_FC_B], t[GPT_FCPROJ_W], t[GPT_FCPROJ_B]};
+    return m;
+}
+
+/* The MoE layer's input, ln_2's output in fp32: a->ln2 itself with fp32
+ * activations; with bf16 ones a widened copy kept in the block's (otherwise
+ * unused) fch buffer - N x 4C bf16 holds N x C floats - for the backward's
+ * router gradient. */
+static zero_status moe_input(gpt_cuda_workspace *ws, gpt_block_acts *a, const float **x)
+{
+    *x = a->ln2;
+    if (!ws->act_bf16) return ZERO_OK;
+    size_t n = (size_t)ws->B * ws->T * ws->cfg.d_model;
+    bf16_to_f32_kernel<<<blocks_for(n, 256), 256, 0, ws->stream>>>(a->fch, (const bf16 *)a->ln2, n);
+    LAUNCH_CHECK("bf16_to_f32");
+    *x = a->fch;
+    return ZERO_OK;
+}
+
 /* One block's forward from x into the activations `a`, output to `out`;
  * out == NULL recomputes (everything but the last matmul, whose output is
- * kept), as gpt_block.c does on the CPU. */
-static zero_status block_forward(gpt_cuda_workspace *ws, gpt_block_acts *a, const float *x, float *out,
+ * kept), as gpt_block.c does on the CPU. An MoE block's recomputation stops
+ * after ln_2 (and its fp32 copy): the layer kept its own state and must not
+ * route or exchange again. */
+static zero_status block_forward(gpt_cuda_workspace *ws, int layer, gpt_block_acts *a, const float *x, float *out,
                                  const module_view *pv)
 {
     const int C = ws->cfg.d_model, N = ws->B * ws->T;
@@ -986,6 +1060,13 @@ static zero_status block_forward(gpt_cuda_workspace *ws, gpt_block_acts *a, cons
     GPT_TRY(linear_forward(ws, a->res2, 0, x, a->atty, pv, GPT_ATTPROJ_W, GPT_ATTPROJ_B, N, C, C, NULL));
     GPT_TRY(layernorm_forward(ws, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, pv->f[GPT_LN2_W], pv->f[GPT_LN2_B], N,
                               C));
+    if (ws->moe) { /* out = res2 + MoE(ln_2(res2)) */
+        const float *mx;
+        GPT_TRY(moe_input(ws, a, &mx));
+        if (!out) return ZERO_OK;
+        gpt_moe_params mp = moe_tensors(pv->f);
+        return gpt_moe_forward(ws->moe[layer], mx, a->res2, out, &mp, &ws->moe_aux[layer]);
+    }
     GPT_TRY(linear_forward(ws, a->fch_gelu, 1, NULL, a->ln2, pv, GPT_FC_W, GPT_FC_B, N, C, 4 * C, a->fch));
     if (!out) return ZERO_OK;
     return linear_forward(ws, out, 0, a->res2, a->fch_gelu, pv, GPT_FCPROJ_W, GPT_FCPROJ_B, N, 4 * C, C, NULL);
@@ -1002,7 +1083,7 @@ extern "C" zero_status gpt_cuda_forward_block(gpt_cuda_workspace *ws, int layer,
     module_view pv;
     GPT_TRY(stage_params(ws, m, block, ws->module_p, ws->module_p16, &pv));
     /* a recomputed block's activations go to the shared set, overwritten by the next one */
-    GPT_TRY(block_forward(ws, ws->io->block[layer], ws->io->resid[layer], ws->io->resid[layer + 1], &pv));
+    GPT_TRY(block_forward(ws, layer, ws->io->block[layer], ws->io->resid[layer], ws->io->resid[layer + 1], &pv));
     GPT_TRY(offload_input(ws, layer + 1));
     ws->next_layer++;
     return ZERO_OK;
@@ -1035,7 +1116,9 @@ extern "C" zero_status gpt_cuda_forward_end(gpt_cuda_workspace *ws, const gpt_te
         CUDA_TRY(cudaStreamSynchronize(ws->stream));
         double total = 0.0;
         for (int i = 0; i < N; i++) total += ws->host_losses[i];
-        *loss = ws->valid ? (float)(total / ws->valid) : 0.0f;
+        /* with MoE blocks the loss adds their weighted aux losses, as the CPU model's */
+        *loss = (ws->valid ? (float)(total / ws->valid) : 0.0f) +
+                ws->cfg.moe_aux_loss_coef * gpt_cuda_workspace_moe_aux(ws);
     }
     ws->phase = 2;
     return ZERO_OK;
@@ -1077,6 +1160,7 @@ extern "C" zero_status gpt_cuda_backward_end(gpt_cuda_workspace *ws, float dloss
 
     const gpt_acts_slot *io = ws->io;
     float scale = ws->valid ? dloss / (float)ws->valid : 0.0f;
+    ws->moe_dloss = dloss; /* the aux losses' share */
     unsigned g = blocks_for((size_t)N * V, 256);
     if (ws->act_bf16)
         crossentropy_backward_kernel<bf16><<<g, 256, 0, ws->stream>>>((bf16 *)ws->acts.dlogits, io->logits, io->lse,
@@ -1119,7 +1203,7 @@ static zero_status block_backward(gpt_cuda_workspace *ws, const char *op, int la
     /* checkpointing: the kept input back from the host if offloaded, then the forward again */
     if (gpt_acts_recomputed(&ws->acts.shape, layer)) {
         GPT_TRY(reload_input(ws, layer));
-        GPT_TRY(block_forward(ws, a, x, NULL, &pv));
+        GPT_TRY(block_forward(ws, layer, a, x, NULL, &pv));
     }
     GPT_TRY(stage_grads(ws, m, block_grads, ws->module_g, g));
     float *dres = ws->acts.dres, *dln = ws->acts.dln, *dqkv = ws->acts.dqkv, *dfch = ws->acts.dfch;
@@ -1130,10 +1214,24 @@ static zero_status block_backward(gpt_cuda_workspace *ws, const char *op, int la
 
     /* MLP half (dres is fp32; the matmuls take it as an activation) */
     const void *dres_act = dres;
-    GPT_TRY(residual_grad_as_act(ws, &dres_act));
-    GPT_TRY(linear_backward(ws, st_fcproj, dfch, &pv, GPT_FCPROJ_W, g, GPT_FCPROJ_B, dres_act, a->fch_gelu, N, 4 * C,
-                            C, a->fch));
-    GPT_TRY(linear_backward(ws, st_fc, dln, &pv, GPT_FC_W, g, GPT_FC_B, dfch, a->ln2, N, C, 4 * C, NULL));
+    if (ws->moe) {
+        /* d ln_2 from d out through the MoE layer (router and expert gradients
+         * accumulate into g); with bf16 activations it comes back in fp32
+         * (into dfch, unused here) and is rounded into dln */
+        const float *mx = ws->act_bf16 ? a->fch : a->ln2;
+        float *mdx = ws->act_bf16 ? dfch : dln;
+        gpt_moe_params mp = moe_tensors(pv.f), mg = moe_tensors(g);
+        GPT_TRY(gpt_moe_backward(ws->moe[layer], ws->moe_dloss, mx, dres, mdx, &mp, &mg));
+        if (ws->act_bf16) {
+            f32_to_bf16_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>((bf16 *)dln, mdx, nh);
+            LAUNCH_CHECK("f32_to_bf16");
+        }
+    } else {
+        GPT_TRY(residual_grad_as_act(ws, &dres_act));
+        GPT_TRY(linear_backward(ws, st_fcproj, dfch, &pv, GPT_FCPROJ_W, g, GPT_FCPROJ_B, dres_act, a->fch_gelu, N,
+                                4 * C, C, a->fch));
+        GPT_TRY(linear_backward(ws, st_fc, dln, &pv, GPT_FC_W, g, GPT_FC_B, dfch, a->ln2, N, C, 4 * C, NULL));
+    }
     GPT_TRY(layernorm_backward(ws, dres, g[GPT_LN2_W], g[GPT_LN2_B], dln, a->res2, pv.f[GPT_LN2_W], a->ln2_mean,
                                a->ln2_rstd, N, C));
 
@@ -1161,6 +1259,10 @@ extern "C" zero_status gpt_cuda_workspace_split_backward(gpt_cuda_workspace *ws)
 {
     if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_split_backward: workspace is NULL");
     if (ws->wstash) return ZERO_OK;
+    if (ws->moe)
+        return gpt_fail(ZERO_UNSUPPORTED, "gpt_cuda_workspace_split_backward: the model has MoE blocks (moe experts = %d), "
+                                          "which compute their weight gradients with their input's: no deferred W",
+                        ws->cfg.moe_experts);
     if (ws->act_bf16)
         return gpt_fail(ZERO_UNSUPPORTED, "gpt_cuda_workspace_split_backward: the bf16 activation mode has no split "
                                           "backward yet (its W stash and weight half are fp32): use fp32 activations");

@@ -81,6 +81,27 @@ zero_status gpt_cuda_workspace_create_ckpt(gpt_cuda_workspace **out, const gpt_c
 zero_status gpt_cuda_workspace_create_opts(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
                                            zero_dtype param_dtype, const gpt_cuda_options *opts, void *cuda_stream,
                                            const gpt_checkpointing *ck);
+/* The same for a model with MoE blocks (cfg->moe_experts > 0: gpt.h, moe.h)
+ * with expert parallelism over `ep`, as gpt_workspace_create_moe on the CPU:
+ * a comm of cfg->moe_ep ranks (borrowed; NCCL or STAGED, whose all-to-all-v
+ * take device buffers), NULL when moe_ep <= 1. Every block's MLP is then a
+ * CUDA MoE layer (gpt_moe_create_cuda) on the workspace's stream, fp32
+ * inside (bf16 parameters are widened and their gradients rounded as for
+ * every module; with bf16 activations its input is widened and its input
+ * gradient rounded); its routing and expert activations live in the layer,
+ * outside the activation report; a recomputed block redoes ln_2 but not its
+ * MoE; an MoE block's forward and backward synchronize the stream (the slots
+ * are decided on the host). The loss of gpt_cuda_forward_end adds
+ * moe_aux_loss_coef x the blocks' aux losses. No split backward (B/W) with
+ * MoE blocks: gpt_cuda_workspace_split_backward is ZERO_UNSUPPORTED. */
+zero_status gpt_cuda_workspace_create_moe(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
+                                          zero_dtype param_dtype, const gpt_cuda_options *opts, void *cuda_stream,
+                                          const gpt_checkpointing *ck, zero_comm *ep);
+/* The auxiliary losses of the last forward summed over the blocks
+ * (unweighted), as gpt_workspace_moe_aux; 0 without MoE. */
+float gpt_cuda_workspace_moe_aux(const gpt_cuda_workspace *ws);
+/* Block `layer`'s MoE layer (NULL: dense or out of range), as gpt_workspace_moe_layer. */
+struct gpt_moe *gpt_cuda_workspace_moe_layer(const gpt_cuda_workspace *ws, int layer);
 void gpt_cuda_workspace_destroy(gpt_cuda_workspace *ws); /* NULL accepted */
 /* Bytes of the device allocation (activations + scratch); by kind (host:
  * the pinned offload buffer); for a shape without a GPU or an allocation. */

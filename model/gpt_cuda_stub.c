@@ -34,6 +34,22 @@ zero_status gpt_cuda_workspace_create_opts(gpt_cuda_workspace **out, const gpt_c
     return NO_CUDA("gpt_cuda_workspace_create_opts");
 }
 
+zero_status gpt_cuda_workspace_create_moe(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
+                                          zero_dtype param_dtype, const gpt_cuda_options *opts, void *cuda_stream,
+                                          const gpt_checkpointing *ck, zero_comm *ep)
+{
+    (void)cfg, (void)batch, (void)seq, (void)param_dtype, (void)opts, (void)cuda_stream, (void)ck, (void)ep;
+    if (out) *out = NULL;
+    return NO_CUDA("gpt_cuda_workspace_create_moe");
+}
+
+float gpt_cuda_workspace_moe_aux(const gpt_cuda_workspace *ws) { (void)ws; return 0.0f; }
+struct gpt_moe *gpt_cuda_workspace_moe_layer(const gpt_cuda_workspace *ws, int layer)
+{
+    (void)ws, (void)layer;
+    return NULL;
+}
+
 void gpt_cuda_workspace_destroy(gpt_cuda_workspace *ws) { (void)ws; }
 size_t gpt_cuda_workspace_bytes(const gpt_cuda_workspace *ws) { (void)ws; return 0; }
 

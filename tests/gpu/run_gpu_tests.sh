@@ -347,6 +347,18 @@ check_moe_cuda() {
 }
 check_moe_cuda
 
+# ---------------------------------------------------------------- MoE (issue 14): the CUDA GPT with MoE blocks
+# gpt_cuda_workspace_create_moe against the CPU MoE GPT, fp32 math and
+# activations: routing identical in every block (experts, slots, drops), loss
+# and aux within 1e-5 rel, logits and every gradient within 1e-4 x max +
+# 1e-3 x |ref|; bf16 activations loosely; split backward and a wrong ep comm
+# refused (tests/model/test_gpt_moe_cuda.c). ep 1 runs in the meson suite
+# 'gpu' above; here ep 2 on one GPU (STAGED).
+check_gpt_moe_cuda() {
+  gpu_check gpt_moe_cuda_ep2_staged tests/mpirun.sh 2 "$build/tests/model/test_gpt_moe_cuda" staged
+}
+check_gpt_moe_cuda
+
 # ---------------------------------------------------------------- pipeline (issue 13): the CUDA B/W split
 # The CUDA GPT's backward split into B (input gradients) and W (weight
 # gradients) for zero-bubble schedules, against its unsplit backward: weight

@@ -9,6 +9,15 @@
 #    run's within 1e-6 relative (weights and moments come back bitwise; cuBLAS
 #    may reorder sums between runs), and the checkpoint verifies and
 #    consolidates.
+# 3. MoE (model.moe: 4 experts, top-2, capacity factor 1.0; SGD, as
+#    tests/model/train_moe.sh): world 1 fp32: the first step's loss is the
+#    CPU run's within 5e-3 relative (bf16 tensor-core products may flip a
+#    near-tie routing choice; the loss averages it over the micro-batch);
+#    world 2 on one GPU (STAGED), stage 2, model.moe.ep 2 (each rank holds 2
+#    experts, all-to-all-v of device buffers, dense gradients summed over
+#    ep): every step's loss within 1e-3 relative of the same run at ep 1
+#    (every expert on both ranks: the plain data-parallel MoE
+#    model), and falling.
 # Exit 77 when no GPU is visible.
 set -euo pipefail
 # stdlib-only checks: any python3 (the GPU image has no /usr/bin/python3)
@@ -57,5 +66,27 @@ import sys
 a, b = float(sys.argv[1]), float(sys.argv[2])
 print(f"cuda staged 2 ranks: step 5 loss straight {a!r}, after resume {b!r}")
 assert abs(a - b) <= 1e-6 * abs(a), "the resumed run differs"
+PY
+mc=(--plain --data "$work/corpus.txt" --micro-batch 2 --log-every 100 --steps 5
+    --set model.n_layer=2 --set model.n_head=2 --set model.d_model=32 --set model.seq_len=16
+    --set 'optimizer={"type": "SGD", "params": {"lr": 0.5}}' --set gradient_clipping=0
+    --set scheduler.params.total_num_steps=5 --set scheduler.params.warmup_num_steps=2
+    --set 'model.moe={"experts": 4, "top_k": 2, "capacity_factor": 1.0, "aux_loss_coef": 0.01}')
+"$exe" "${mc[@]}" --device cpu --metrics "$work/moe_cpu.jsonl" >/dev/null
+"$exe" "${mc[@]}" --device cuda --metrics "$work/moe_cuda.jsonl" >/dev/null
+for e in 1 2; do
+  "$src/tests/mpirun.sh" 2 "$exe" "${mc[@]}" --device cuda --set train.comm_backend=staged --stage 2 \
+    --set model.moe.ep=$e --metrics "$work/moe_ep$e.jsonl" >/dev/null
+done
+"$py" - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+rd = lambda f: [json.loads(l)["loss"] for l in open(f"{w}/{f}.jsonl")]
+cpu, cuda, ep1, ep2 = rd("moe_cpu"), rd("moe_cuda"), rd("moe_ep1"), rd("moe_ep2")
+print(f"cuda moe: first loss {cuda[0]:.6f} (cpu {cpu[0]:.6f}); 2 ranks ep 2 {ep2} vs ep 1 {ep1}")
+assert abs(cuda[0] - cpu[0]) <= 5e-3 * abs(cpu[0]), "the CUDA MoE model's first loss differs from the CPU's"
+assert len(ep2) == len(ep1) == 5, "missing steps"
+assert all(abs(a - b) <= 1e-3 * abs(b) for a, b in zip(ep2, ep1)), "ep 2 differs from ep 1"
+assert ep2[-1] < ep2[0], "the loss did not fall"
 PY
 echo "ok: zero-train on CUDA"

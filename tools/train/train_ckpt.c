@@ -32,7 +32,7 @@ zero_comm *train_ckpt_position(const run *r, const char *dir, char *sub, size_t 
     }
     if (r->ep) {
         snprintf(sub, n, "%s/ep%d", dir, zero_comm_get_rank(r->ep));
-        return r->comm;
+        return r->edp_host ? r->edp_host : r->comm;
     }
     snprintf(sub, n, "%s", dir);
     return r->host_comm;

@@ -901,9 +901,6 @@ static int parse_clean(train_config *c, json_t *root, int world, char *err, size
     }
     if (c->tp * c->pp * c->cp > 1 && strcmp(c->device, "cpu") != 0)
         return cfail(err, n, "train.device: \"%s\": model.tp / model.pp > 1 run on the CPU only", c->device);
-    if (c->moe_experts && strcmp(c->device, "cpu") != 0)
-        return cfail(err, n, "train.device: \"%s\": the MoE model (model.moe.experts > 0) runs on the CPU only",
-                     c->device);
     if (parse_actckpt(c, root, err, n)) return -1;
     json_t *spp = json_object_get(root, "steps_per_print");
     if (spp) {

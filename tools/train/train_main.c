@@ -452,9 +452,18 @@ int main(int argc, char **argv)
     } else {
         if (r.cfg.moe_ep > 1) {
             /* DeepSpeed-MoE's groups: ep consecutive ranks share the experts
-             * out; the engine runs over the ranks holding the same experts */
-            int ep = r.cfg.moe_ep, ok = zero_comm_split(r.host_comm, r.rank / ep, r.rank, &r.ep) == ZERO_OK &&
-                                        zero_comm_split(r.host_comm, r.rank % ep, r.rank, &r.comm) == ZERO_OK;
+             * out; the engine runs over the ranks holding the same experts.
+             * On CUDA both are split from the device comm (the MoE layer's
+             * all-to-all-v and the engine take device buffers), and edp has a
+             * host twin for the checkpoint. */
+            int ep = r.cfg.moe_ep;
+            zero_comm *parent = cuda ? r.comm : r.host_comm;
+            if (cuda) r.dev_world = r.comm;
+            int ok = zero_comm_split(parent, r.rank / ep, r.rank, &r.ep) == ZERO_OK &&
+                     zero_comm_split(parent, r.rank % ep, r.rank, &r.comm) == ZERO_OK;
+            if (ok && cuda)
+                ok = zero_comm_split(r.host_comm, r.rank % ep, r.rank, &r.edp_host) == ZERO_OK &&
+                     zero_comm_set_name(r.edp_host, "edp-host") == ZERO_OK;
             if (ok) ok = zero_comm_set_name(r.ep, "ep") == ZERO_OK && zero_comm_set_name(r.comm, "edp") == ZERO_OK;
             if (!ok) rank_error(&r, "model.moe.ep groups: %s", zero_last_error());
             if (!all_ok(&r, ok)) goto done;
@@ -580,6 +589,8 @@ done:
     zero_comm_destroy(r.ep);
     train_data_close(r.data);
     if (r.comm && r.comm != r.host_comm) zero_comm_destroy(r.comm);
+    zero_comm_destroy(r.edp_host);
+    if (r.dev_world != r.comm) zero_comm_destroy(r.dev_world);
     zero_device_destroy(r.dev);
     train_config_free(&r.cfg);
     json_decref(root);

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <zero/experimental.h> /* zero_fill_value and zero_axpy on the device: expert parallelism on CUDA */
+
 #include "gpt_cuda.h"
 
 /* The CUDA model exists only in builds that compiled it (meson defines
@@ -40,6 +42,9 @@ struct train_model {
     zero_comm *ep;
     int ep_size, ep_rank;
     int grad_scratch;        /* gradients into mod_g / embed_g first (16-bit compute, or ep) */
+    /* CUDA with ep > 1: this micro-step's gradients (device memory, the
+     * compute dtype) before the dense ones are summed over ep */
+    void *dev_embed_g, *dev_mod_g;
     struct expert_init {     /* an expert stack's slice of the whole stack's init */
         zero_init_spec whole;
         uint64_t first;
@@ -92,7 +97,9 @@ static zero_status train_cuda_workspace(train_model *m, const gpt_config *cfg, i
 #if TRAIN_HAVE_GPT_CUDA
     gpt_cuda_options o = GPT_CUDA_OPTIONS_BF16;
     if (m->dtype != ZERO_BF16) o.act_dtype = ZERO_F32, o.attention = GPT_CUDA_ATTN_UNFUSED;
-    return gpt_cuda_workspace_create_opts(&m->cws, cfg, micro, cfg->seq_len, m->dtype, &o, NULL, ck);
+    /* MoE blocks exchange over ep (a device comm: NCCL or STAGED) */
+    return gpt_cuda_workspace_create_moe(&m->cws, cfg, micro, cfg->seq_len, m->dtype, &o, NULL, ck,
+                                         m->ep_size > 1 ? m->ep : NULL);
 #else
     (void)m, (void)cfg, (void)micro, (void)ck;
     return ZERO_UNSUPPORTED;
@@ -167,6 +174,17 @@ zero_status train_model_create(train_model **out, const gpt_config *cfg, int mic
             } else if ((s = train_cuda_workspace(m, cfg, micro, ck)) != ZERO_OK) {
                 mfail(err, en, s, "model: %s", gpt_last_error());
             }
+            m->grad_scratch = m->ep_size > 1;
+            if (s == ZERO_OK && m->grad_scratch) {
+                size_t es = zero_dtype_size(m->dtype), mod = 0;
+                for (int i = 1; i < m->n_modules; i++)
+                    if (module_numel(cfg, i) > mod) mod = module_numel(cfg, i);
+                if ((s = zero_device_alloc(dev, module_numel(cfg, GPT_MODULE_EMBED) * es, &m->dev_embed_g)) !=
+                        ZERO_OK ||
+                    (s = zero_device_alloc(dev, mod * es, &m->dev_mod_g)) != ZERO_OK)
+                    mfail(err, en, s, "model: the device gradient scratch of expert parallelism: %s",
+                          zero_last_error());
+            }
         } else {
             if ((s = zero_stream_create(dev, &m->compute)) != ZERO_OK ||
                 (s = zero_engine_set_compute_stream(engine, m->compute)) != ZERO_OK)
@@ -208,6 +226,8 @@ void train_model_destroy(train_model *m)
         zero_stream_destroy(m->compute);
     }
     gpt_workspace_destroy(m->ws);
+    if (m->dev_embed_g) zero_device_free(m->dev, m->dev_embed_g);
+    if (m->dev_mod_g) zero_device_free(m->dev, m->dev_mod_g);
 #if TRAIN_HAVE_GPT_CUDA
     gpt_cuda_workspace_destroy(m->cws);
 #endif
@@ -243,8 +263,10 @@ void train_model_activation_bytes(const train_model *m, gpt_activation_bytes *no
  * are widened into fp32 `scratch` (the device's vectorized cast); the model
  * accumulates into it and flush_grads rounds it back once. With ep > 1 the
  * gradient scratch starts at zero instead: this micro-step's gradients alone
- * are summed over ep before flush_grads adds them to the engine's. */
-static zero_status module_tensors(train_model *m, int mod, int grads, float *scratch, gpt_tensors *t,
+ * are summed over ep before flush_grads adds them to the engine's. On CUDA
+ * (ep > 1 only) the scratch is device memory of the compute dtype, zeroed on
+ * the default stream the model runs on. */
+static zero_status module_tensors(train_model *m, int mod, int grads, void *scratch, gpt_tensors *t,
                                   void **engine_ptrs, char *err, size_t en)
 {
     memset(t, 0, sizeof *t);
@@ -263,7 +285,15 @@ static zero_status module_tensors(train_model *m, int mod, int grads, float *scr
         }
         gpt_param_info pi;
         gpt_param_info_get(&m->cfg, (size_t)pid, &pi);
-        float *dst = scratch + off;
+        if (m->cuda) {
+            void *dz = (char *)scratch + off * zero_dtype_size(m->dtype);
+            zero_status fs = zero_fill_value(m->dev, dz, m->dtype, pi.numel, 0.0f, NULL);
+            if (fs != ZERO_OK) return mfail(err, en, fs, "zeroing the gradient scratch of %s: %s", pi.name, zero_last_error());
+            t->t[i] = dz;
+            off += pi.numel;
+            continue;
+        }
+        float *dst = (float *)scratch + off;
         if (grads && m->ep_size > 1) {
             memset(dst, 0, pi.numel * sizeof(float));
         } else {
@@ -279,6 +309,31 @@ static zero_status module_tensors(train_model *m, int mod, int grads, float *scr
     return ZERO_OK;
 }
 
+/* CUDA, ep > 1: the dense gradients of this micro-step summed over ep (a
+ * device comm) in place, then every one added to the engine's (zero_axpy:
+ * in fp32, rounded once to the compute dtype; with bf16 compute the
+ * micro-step's gradient was rounded to bf16 already, where the CPU path
+ * keeps it fp32 until this add). */
+static zero_status flush_grads_cuda(train_model *m, int mod, const gpt_tensors *g, void **engine_ptrs, char *err,
+                                    size_t en)
+{
+    /* the comm reads the buffers directly: the model's work on the default stream must be done */
+    zero_status ds = zero_device_sync(m->dev);
+    if (ds != ZERO_OK) return mfail(err, en, ds, "device sync before the ep gradient sum: %s", zero_last_error());
+    for (int i = 0; i < gpt_module_num_tensors(&m->cfg, mod); i++) {
+        gpt_param_info pi;
+        gpt_param_info_get(&m->cfg, gpt_param_position(&m->cfg, mod, i), &pi);
+        if (!pi.expert_stack) {
+            zero_status s = zero_allreduce(m->ep, g->t[i], g->t[i], pi.numel, m->dtype, ZERO_SUM);
+            if (s != ZERO_OK)
+                return mfail(err, en, s, "summing d %s over the ep group: %s", pi.name, zero_comm_last_error(m->ep));
+        }
+        zero_status s = zero_axpy(m->dev, 1.0f, g->t[i], engine_ptrs[i], m->dtype, pi.numel, NULL);
+        if (s != ZERO_OK) return mfail(err, en, s, "adding the gradient of %s: %s", pi.name, zero_last_error());
+    }
+    return ZERO_OK;
+}
+
 /* Back into the engine's buffers. 16-bit CPU: round the fp32 gradients (the
  * engine's, widened, plus this micro-step's) back. ep > 1: sum this
  * micro-step's dense gradients over ep first, then add them to the engine's
@@ -286,7 +341,8 @@ static zero_status module_tensors(train_model *m, int mod, int grads, float *scr
 static zero_status flush_grads(train_model *m, int mod, const gpt_tensors *g, void **engine_ptrs, char *err,
                                size_t en)
 {
-    if (m->cuda || !m->grad_scratch) return ZERO_OK;
+    if (!m->grad_scratch) return ZERO_OK;
+    if (m->cuda) return flush_grads_cuda(m, mod, g, engine_ptrs, err, en);
     for (int i = 0; i < gpt_module_num_tensors(&m->cfg, mod); i++) {
         gpt_param_info pi;
         gpt_param_info_get(&m->cfg, gpt_param_position(&m->cfg, mod, i), &pi);
@@ -363,8 +419,9 @@ static zero_status forward(train_model *m, const int32_t *tokens, const int32_t 
 zero_status train_model_micro_step(train_model *m, const int32_t *tokens, const int32_t *targets, float dloss,
                                    float *loss, char *err, size_t en)
 {
-    int sixteen = !m->cuda && m->dtype != ZERO_F32, gs = !m->cuda && m->grad_scratch;
+    int sixteen = !m->cuda && m->dtype != ZERO_F32, gs = m->grad_scratch;
     int fin = gpt_module_final(&m->cfg);
+    void *mod_g = m->cuda ? m->dev_mod_g : (void *)m->mod_g, *embed_g = m->cuda ? m->dev_embed_g : (void *)m->embed_g;
     gpt_tensors ep, eg, fp, fg;
     void *eptr[GPT_MAX_MODULE_TENSORS], *mptr[GPT_MAX_MODULE_TENSORS];
     TRY(forward(m, tokens, targets, &ep, &fp, loss, err, en));
@@ -372,8 +429,8 @@ zero_status train_model_micro_step(train_model *m, const int32_t *tokens, const 
     dloss /= (float)m->ep_size;
     /* backward: the head and final LayerNorm, then the blocks in reverse,
      * then the embeddings, whose gradient (head + embedding) is complete last */
-    TRY(module_tensors(m, fin, 1, gs ? m->mod_g : NULL, &fg, mptr, err, en));
-    TRY(module_tensors(m, GPT_MODULE_EMBED, 1, gs ? m->embed_g : NULL, &eg, eptr, err, en));
+    TRY(module_tensors(m, fin, 1, gs ? mod_g : NULL, &fg, mptr, err, en));
+    TRY(module_tensors(m, GPT_MODULE_EMBED, 1, gs ? embed_g : NULL, &eg, eptr, err, en));
     if (m->cuda) MODEL(CUDA_CALL(gpt_cuda_backward_end, m->cws, dloss, &fp, &fg, &ep, &eg), "backward final");
     else MODEL(gpt_backward_end(m->ws, dloss, &fp, &fg, &ep, &eg), "backward final");
     TRY(flush_grads(m, fin, &fg, mptr, err, en));
@@ -384,7 +441,7 @@ zero_status train_model_micro_step(train_model *m, const int32_t *tokens, const 
         gpt_tensors p, g;
         ENG(zero_engine_gather(m->engine, m->module_id[mod]), "engine gather block");
         TRY(module_tensors(m, mod, 0, sixteen ? m->mod_p : NULL, &p, NULL, err, en));
-        TRY(module_tensors(m, mod, 1, gs ? m->mod_g : NULL, &g, mptr, err, en));
+        TRY(module_tensors(m, mod, 1, gs ? mod_g : NULL, &g, mptr, err, en));
         if (m->cuda) MODEL(CUDA_CALL(gpt_cuda_backward_block, m->cws, l, &p, &g), "backward block");
         else MODEL(gpt_backward_block(m->ws, l, &p, &g), "backward block");
         TRY(flush_grads(m, mod, &g, mptr, err, en));

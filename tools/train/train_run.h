@@ -22,6 +22,9 @@ typedef struct run {
     zero_comm *host_comm; /* carries host scalars (== comm on the CPU) */
     zero_comm *ep;        /* model.moe.ep > 1: this rank's expert-parallel group (then comm is the
                              expert-data-parallel group: the ranks holding the same experts) */
+    zero_comm *dev_world; /* CUDA with model.moe.ep > 1: the device world comm ep and comm were split from */
+    zero_comm *edp_host;  /* CUDA with model.moe.ep > 1: the expert-data-parallel group over host_comm
+                             (the checkpoint's; comm is then a device comm) */
     zero_device *dev;
     zero_engine *engine;
     train_model *model;   /* tp = pp = 1 */
