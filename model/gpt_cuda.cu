@@ -51,6 +51,12 @@ typedef __nv_bfloat16 bf16;
 static inline unsigned blocks_for(size_t n, unsigned threads) { return gpt_cuda_blocks(n, threads); }
 
 /* ------------------------------------------------------------ workspace */
+/* A slot's place in the forward/backward sequence while another is selected. */
+struct gpt_cuda_slot_state {
+    int phase, next_layer, has_targets;
+    long valid;
+};
+
 struct gpt_cuda_workspace {
     gpt_config cfg;
     int B, T;
@@ -68,8 +74,17 @@ struct gpt_cuda_workspace {
     void *mem;       /* one device allocation, carved */
     void *host_mem;  /* pinned: the offloaded inputs of recomputed blocks (cpu_offload), else NULL */
 
-    gpt_acts acts;                  /* the layout (gpt_acts.h): one slot, every block; device pointers */
-    gpt_acts_slot *io;              /* = &acts.slots[0] */
+    gpt_acts acts;                  /* the layout (gpt_acts.h); device pointers */
+    gpt_acts_slot *io;              /* = &acts.slots[slot] */
+    /* A pipeline stage's workspace (gpt_cuda_workspace_create_stage) holds
+     * blocks [lb, le) and `slots` activation sets in ONE workspace: the
+     * slots share the scratch (attention buffers, bf16 staging, the cuBLAS
+     * handles, cuBLASLt's 32 MiB), and only the activations multiply. The
+     * selected slot's state is in the fields below (phase .. valid); the
+     * others' wait in `saved` (gpt_cuda_workspace_select_slot). Whole-model
+     * workspaces: [0, n_layer), one slot. */
+    int lb, le, slots, slot;
+    struct gpt_cuda_slot_state *saved;
     int32_t *host_targets;          /* host copy, for the valid count */
     float *host_losses;             /* host, N */
     int has_targets;
@@ -90,10 +105,11 @@ struct gpt_cuda_workspace {
     int phase;       /* as gpt_cpu.c: 0 idle, 1 forward, 2 forward done, 3 backward */
     int next_layer;
 
-    /* split backward (gpt_cuda_workspace_split_backward): per block, the four
-     * linear layers' upstream gradients B kept for W; its own cudaMalloc */
+    /* split backward (gpt_cuda_workspace_split_backward): per slot and block
+     * of the range, the four linear layers' upstream gradients B kept for W;
+     * its own cudaMalloc */
     float *wstash;
-    unsigned char *w_due;  /* host, n_layer: B ran, W not yet */
+    unsigned char *w_due;  /* host, slots x n_layer: B ran, W not yet */
 
     /* MoE blocks (cfg.moe_experts > 0): each block's MLP is a CUDA MoE layer
      * (moe.h, gpt_moe_create_cuda) on this stream, over the ep comm */
@@ -101,6 +117,15 @@ struct gpt_cuda_workspace {
     float *moe_aux;        /* host, n_layer: each block's aux loss of the last forward */
     float moe_dloss;       /* the backward's dloss: the aux losses' gradient scale */
 };
+
+/* Index of (selected slot, block `layer`) in w_due, and its stash. */
+static size_t w_index(const gpt_cuda_workspace *ws, int layer) { return (size_t)ws->slot * ws->cfg.n_layer + layer; }
+static size_t wstash_floats(const gpt_cuda_workspace *ws);
+static float *wstash_of(const gpt_cuda_workspace *ws, int layer)
+{
+    return ws->wstash + ((size_t)ws->slot * (ws->le - ws->lb) + (size_t)(layer - ws->lb)) * wstash_floats(ws);
+}
+static zero_status no_w_due(const gpt_cuda_workspace *ws, const char *op);
 
 /* One block's W stash, in floats: d(fc_proj out) N x C, d(fc out) after GELU
  * N x 4C, d(attn proj out) N x C, d(qkv) N x 3C. */
@@ -123,9 +148,9 @@ static size_t module_numel(const gpt_config *cfg, int module)
 #define LT_WS_BYTES ((size_t)32 << 20) /* cuBLASLt's recommended workspace on Hopper */
 
 static gpt_acts_shape cuda_shape(const gpt_config *cfg, int B, int T, const gpt_checkpointing *ck,
-                                 const gpt_cuda_options *o)
+                                 const gpt_cuda_options *o, int lb, int le, int slots)
 {
-    gpt_acts_shape s = {B, T, cfg->d_model, cfg->n_head, cfg->vocab, 1, 0, cfg->n_layer, 1, 1,
+    gpt_acts_shape s = {B, T, cfg->d_model, cfg->n_head, cfg->vocab, 1, lb, le, slots, le == cfg->n_layer,
                         gpt_checkpointing_below(cfg, ck), ck && ck->cpu_offload, 1, 256, 0, 1,
                         o->attention == GPT_CUDA_ATTN_FLASH, o->act_dtype == ZERO_BF16 ? 2 : 4};
     return s;
@@ -720,7 +745,7 @@ extern "C" zero_status gpt_cuda_activation_bytes_for_opts(const gpt_config *cfg,
     gpt_cuda_options dflt;
     if (!opts) opts = default_options(&dflt, GPT_CUDA_MATH_BF16);
     GPT_TRY(check_args(cfg, batch, seq, param_dtype, ck, opts, "gpt_cuda_activation_bytes_for"));
-    gpt_acts_shape s = cuda_shape(cfg, batch, seq, ck, opts);
+    gpt_acts_shape s = cuda_shape(cfg, batch, seq, ck, opts, 0, cfg->n_layer, 1);
     gpt_carver c;
     gpt_carver_init(&c, s.align, NULL, NULL);
     cuda_layout(NULL, cfg, &s, param_dtype, &c);
@@ -751,6 +776,11 @@ extern "C" zero_status gpt_cuda_workspace_create_opts(gpt_cuda_workspace **out, 
     return gpt_cuda_workspace_create_moe(out, cfg, batch, seq, param_dtype, opts, cuda_stream, ck, NULL);
 }
 
+static zero_status create_workspace(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
+                                    zero_dtype param_dtype, const gpt_cuda_options *opts, void *cuda_stream,
+                                    const gpt_checkpointing *ck, int layer_begin, int layer_end, int slots,
+                                    zero_comm *ep);
+
 /* One CUDA MoE layer per block, over `ep`, as the CPU workspace's create_moe. */
 static zero_status create_moe(gpt_cuda_workspace *ws, zero_comm *ep)
 {
@@ -778,9 +808,40 @@ extern "C" zero_status gpt_cuda_workspace_create_moe(gpt_cuda_workspace **out, c
 {
     if (!out) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_create: out is NULL");
     *out = NULL;
+    GPT_TRY(gpt_config_validate(cfg));
+    return create_workspace(out, cfg, batch, seq, param_dtype, opts, cuda_stream, ck, 0, cfg->n_layer, 1, ep);
+}
+
+extern "C" zero_status gpt_cuda_workspace_create_stage(gpt_cuda_workspace **out, const gpt_config *cfg, int batch,
+                                                       int seq, zero_dtype param_dtype, const gpt_cuda_options *opts,
+                                                       void *cuda_stream, const gpt_checkpointing *ck, int layer_begin,
+                                                       int layer_end, int slots)
+{
+    if (!out) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_create_stage: out is NULL");
+    *out = NULL;
+    GPT_TRY(gpt_config_validate(cfg));
+    if (cfg->moe_experts > 0) /* each gpt_moe layer keeps one micro-batch's activations for its backward */
+        return gpt_fail(ZERO_UNSUPPORTED, "gpt_cuda_workspace_create_stage: moe experts = %d: the CUDA MoE layer "
+                                          "keeps one activation set, so MoE blocks have no pipeline stages on CUDA "
+                                          "yet", cfg->moe_experts);
+    return create_workspace(out, cfg, batch, seq, param_dtype, opts, cuda_stream, ck, layer_begin, layer_end, slots,
+                            NULL);
+}
+
+/* The workspace of blocks [layer_begin, layer_end) with `slots` activation
+ * sets (whole-model workspaces: [0, n_layer), 1), MoE layers over `ep`. */
+static zero_status create_workspace(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
+                                    zero_dtype param_dtype, const gpt_cuda_options *opts, void *cuda_stream,
+                                    const gpt_checkpointing *ck, int layer_begin, int layer_end, int slots,
+                                    zero_comm *ep)
+{
     gpt_cuda_options dflt;
     if (!opts) opts = default_options(&dflt, GPT_CUDA_MATH_BF16);
     GPT_TRY(check_args(cfg, batch, seq, param_dtype, ck, opts, "gpt_cuda_workspace_create"));
+    if (layer_begin < 0 || layer_end > cfg->n_layer || layer_begin >= layer_end || slots < 1)
+        return gpt_fail(ZERO_INVALID_ARGUMENT,
+                        "gpt_cuda_workspace_create_stage: blocks [%d, %d) with %d slots (the model has %d blocks; "
+                        "a stage holds at least one block and one slot)", layer_begin, layer_end, slots, cfg->n_layer);
     const gpt_cuda_math math = opts->math;
     if (!gpt_cuda_available())
         return gpt_fail(ZERO_UNSUPPORTED, "gpt_cuda_workspace_create: no CUDA device is visible");
@@ -795,12 +856,14 @@ extern "C" zero_status gpt_cuda_workspace_create_moe(gpt_cuda_workspace **out, c
     ws->act_bf16 = opts->act_dtype == ZERO_BF16;
     ws->flash = opts->attention == GPT_CUDA_ATTN_FLASH;
     ws->stream = (cudaStream_t)cuda_stream;
+    ws->lb = layer_begin, ws->le = layer_end, ws->slots = slots, ws->slot = 0;
     size_t N = (size_t)batch * seq;
-    gpt_acts_shape shape = cuda_shape(cfg, batch, seq, ck, opts);
+    gpt_acts_shape shape = cuda_shape(cfg, batch, seq, ck, opts, layer_begin, layer_end, slots);
     ws->host_targets = (int32_t *)malloc(sizeof(int32_t) * N);
     ws->host_losses = (float *)malloc(sizeof(float) * N);
+    ws->saved = (struct gpt_cuda_slot_state *)calloc((size_t)slots, sizeof *ws->saved);
     zero_status st = ZERO_OK;
-    if (!ws->host_targets || !ws->host_losses) {
+    if (!ws->host_targets || !ws->host_losses || !ws->saved) {
         st = gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_cuda_workspace_create: no host memory");
     } else if ((st = gpt_acts_init(&ws->acts, &shape)) == ZERO_OK) {
         gpt_carver c;
@@ -864,6 +927,7 @@ extern "C" void gpt_cuda_workspace_destroy(gpt_cuda_workspace *ws)
     gpt_acts_free(&ws->acts);
     free(ws->host_targets);
     free(ws->host_losses);
+    free(ws->saved);
     free(ws);
 }
 
@@ -923,12 +987,12 @@ extern "C" zero_status gpt_cuda_forward_begin(gpt_cuda_workspace *ws, const int3
                                               const int32_t *targets, const gpt_tensors *embed)
 {
     if (!ws || !tokens) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_forward_begin: workspace or tokens is NULL");
+    if (ws->lb != 0)
+        return gpt_fail(ZERO_INVALID_STATE, "gpt_cuda_forward_begin: the workspace holds blocks [%d, %d), not the "
+                                            "embedding: its forward starts from an input (gpt_cuda_forward_begin_input)",
+                        ws->lb, ws->le);
     GPT_TRY(check_set(ws, "gpt_cuda_forward_begin", embed, GPT_MODULE_EMBED, "parameter"));
-    for (int l = 0; ws->w_due && l < ws->cfg.n_layer; l++)
-        if (ws->w_due[l])
-            return gpt_fail(ZERO_INVALID_STATE,
-                            "gpt_cuda_forward_begin: block %d's weight gradients (W) are still due: the forward "
-                            "would overwrite the activations they need", l);
+    GPT_TRY(no_w_due(ws, "gpt_cuda_forward_begin"));
     const int N = ws->B * ws->T, C = ws->cfg.d_model, V = ws->cfg.vocab;
     ws->valid = 0;
     for (int i = 0; i < N; i++) {
@@ -955,6 +1019,120 @@ extern "C" zero_status gpt_cuda_forward_begin(gpt_cuda_workspace *ws, const int3
     GPT_TRY(offload_input(ws, 0));
     ws->phase = 1;
     ws->next_layer = 0;
+    return ZERO_OK;
+}
+
+/* ------------------------------------------------------------ API: pipeline stages */
+extern "C" zero_status gpt_cuda_workspace_select_slot(gpt_cuda_workspace *ws, int slot)
+{
+    if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_select_slot: workspace is NULL");
+    if (slot < 0 || slot >= ws->slots)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_select_slot: slot %d of %d", slot, ws->slots);
+    if (slot == ws->slot) return ZERO_OK;
+    struct gpt_cuda_slot_state *cur = &ws->saved[ws->slot], *next = &ws->saved[slot];
+    cur->phase = ws->phase, cur->next_layer = ws->next_layer, cur->has_targets = ws->has_targets, cur->valid = ws->valid;
+    ws->phase = next->phase, ws->next_layer = next->next_layer, ws->has_targets = next->has_targets;
+    ws->valid = next->valid;
+    ws->slot = slot;
+    ws->io = &ws->acts.slots[slot];
+    return ZERO_OK;
+}
+
+extern "C" int gpt_cuda_workspace_slots(const gpt_cuda_workspace *ws) { return ws ? ws->slots : 0; }
+
+extern "C" void gpt_cuda_workspace_range(const gpt_cuda_workspace *ws, int *layer_begin, int *layer_end)
+{
+    if (layer_begin) *layer_begin = ws ? ws->lb : 0;
+    if (layer_end) *layer_end = ws ? ws->le : 0;
+}
+
+extern "C" const float *gpt_cuda_workspace_output(const gpt_cuda_workspace *ws, int slot)
+{
+    if (!ws || slot < 0 || slot >= ws->slots) return NULL;
+    return ws->acts.slots[slot].resid[ws->le - ws->lb];
+}
+
+/* the W's of the selected slot still due (a forward would overwrite what they read) */
+static zero_status no_w_due(const gpt_cuda_workspace *ws, const char *op)
+{
+    for (int l = ws->lb; ws->w_due && l < ws->le; l++)
+        if (ws->w_due[w_index(ws, l)])
+            return gpt_fail(ZERO_INVALID_STATE,
+                            "%s: block %d's weight gradients (W) are still due (slot %d): the forward would "
+                            "overwrite the activations they need", op, l, ws->slot);
+    return ZERO_OK;
+}
+
+extern "C" zero_status gpt_cuda_forward_begin_input(gpt_cuda_workspace *ws, const float *in, const int32_t *targets)
+{
+    const char *op = "gpt_cuda_forward_begin_input";
+    if (!ws || !in) return gpt_fail(ZERO_INVALID_ARGUMENT, "%s: workspace or input is NULL", op);
+    if (ws->lb == 0)
+        return gpt_fail(ZERO_INVALID_STATE, "%s: the workspace starts at block 0: its forward starts from the tokens "
+                                            "(gpt_cuda_forward_begin)", op);
+    if (targets && ws->le != ws->cfg.n_layer)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "%s: targets given to blocks [%d, %d), which do not end with the head",
+                        op, ws->lb, ws->le);
+    GPT_TRY(no_w_due(ws, op));
+    const int N = ws->B * ws->T, V = ws->cfg.vocab;
+    ws->valid = 0;
+    for (int i = 0; targets && i < N; i++) {
+        if (targets[i] >= V)
+            return gpt_fail(ZERO_INVALID_ARGUMENT, "%s: target %d at batch %d position %d is >= vocab %d", op,
+                            targets[i], i / ws->T, i % ws->T, V);
+        if (targets[i] >= 0) ws->valid++;
+    }
+    ws->has_targets = targets != NULL;
+    if (targets) {
+        memcpy(ws->host_targets, targets, sizeof(int32_t) * N);
+        CUDA_TRY(cudaMemcpyAsync(ws->io->targets, ws->host_targets, sizeof(int32_t) * N, cudaMemcpyHostToDevice,
+                                 ws->stream));
+    }
+    CUDA_TRY(cudaMemcpyAsync(ws->io->resid[0], in, sizeof(float) * N * ws->cfg.d_model, cudaMemcpyDeviceToDevice,
+                             ws->stream));
+    GPT_TRY(offload_input(ws, 0));
+    ws->phase = 1;
+    ws->next_layer = ws->lb;
+    return ZERO_OK;
+}
+
+extern "C" zero_status gpt_cuda_backward_end_output(gpt_cuda_workspace *ws, const float *dout)
+{
+    const char *op = "gpt_cuda_backward_end_output";
+    if (!ws || !dout) return gpt_fail(ZERO_INVALID_ARGUMENT, "%s: workspace or output gradient is NULL", op);
+    if (ws->le == ws->cfg.n_layer)
+        return gpt_fail(ZERO_INVALID_STATE, "%s: the workspace ends with the head: its backward starts from the loss "
+                                            "(gpt_cuda_backward_end)", op);
+    if (ws->phase != 1 || ws->next_layer != ws->le)
+        return gpt_fail(ZERO_INVALID_STATE, "%s: slot %d has not run blocks [%d, %d) forward", op, ws->slot, ws->lb,
+                        ws->le);
+    CUDA_TRY(cudaMemcpyAsync(ws->acts.dres, dout, sizeof(float) * (size_t)ws->B * ws->T * ws->cfg.d_model,
+                             cudaMemcpyDeviceToDevice, ws->stream));
+    ws->phase = 3;
+    ws->next_layer = ws->le - 1;
+    return ZERO_OK;
+}
+
+extern "C" zero_status gpt_cuda_backward_begin_input(gpt_cuda_workspace *ws, float *din)
+{
+    const char *op = "gpt_cuda_backward_begin_input";
+    if (!ws || !din) return gpt_fail(ZERO_INVALID_ARGUMENT, "%s: workspace or input gradient is NULL", op);
+    if (ws->lb == 0)
+        return gpt_fail(ZERO_INVALID_STATE, "%s: the workspace starts at block 0: its backward ends in the embedding "
+                                            "(gpt_cuda_backward_begin)", op);
+    if (ws->phase != 3 || ws->next_layer != ws->lb - 1)
+        return gpt_fail(ZERO_INVALID_STATE, "%s: called before blocks [%d, %d) of slot %d ran backward", op, ws->lb,
+                        ws->le, ws->slot);
+    CUDA_TRY(cudaMemcpyAsync(din, ws->acts.dres, sizeof(float) * (size_t)ws->B * ws->T * ws->cfg.d_model,
+                             cudaMemcpyDeviceToDevice, ws->stream));
+    ws->phase = 0;
+    return ZERO_OK;
+}
+
+extern "C" zero_status gpt_cuda_workspace_sync(gpt_cuda_workspace *ws)
+{
+    if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_sync: workspace is NULL");
+    CUDA_TRY(cudaStreamSynchronize(ws->stream));
     return ZERO_OK;
 }
 
@@ -1083,8 +1261,9 @@ extern "C" zero_status gpt_cuda_forward_block(gpt_cuda_workspace *ws, int layer,
     module_view pv;
     GPT_TRY(stage_params(ws, m, block, ws->module_p, ws->module_p16, &pv));
     /* a recomputed block's activations go to the shared set, overwritten by the next one */
-    GPT_TRY(block_forward(ws, layer, ws->io->block[layer], ws->io->resid[layer], ws->io->resid[layer + 1], &pv));
-    GPT_TRY(offload_input(ws, layer + 1));
+    const int i = layer - ws->lb; /* the range's block i */
+    GPT_TRY(block_forward(ws, layer, ws->io->block[i], ws->io->resid[i], ws->io->resid[i + 1], &pv));
+    GPT_TRY(offload_input(ws, i + 1));
     ws->next_layer++;
     return ZERO_OK;
 }
@@ -1093,6 +1272,9 @@ extern "C" zero_status gpt_cuda_forward_end(gpt_cuda_workspace *ws, const gpt_te
                                             const gpt_tensors *embed, float *loss)
 {
     if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_forward_end: workspace is NULL");
+    if (ws->le != ws->cfg.n_layer)
+        return gpt_fail(ZERO_INVALID_STATE, "gpt_cuda_forward_end: the workspace holds blocks [%d, %d), not the head",
+                        ws->lb, ws->le);
     if (ws->phase != 1 || ws->next_layer != ws->cfg.n_layer)
         return gpt_fail(ZERO_INVALID_STATE, "gpt_cuda_forward_end: called before all %d blocks ran forward",
                         ws->cfg.n_layer);
@@ -1105,7 +1287,7 @@ extern "C" zero_status gpt_cuda_forward_end(gpt_cuda_workspace *ws, const gpt_te
     GPT_TRY(stage_params(ws, GPT_MODULE_EMBED, embed, ws->embed_p, ws->embed_p16, &pe));
 
     gpt_acts_slot *io = ws->io;
-    GPT_TRY(layernorm_forward(ws, io->lnf, io->lnf_mean, io->lnf_rstd, io->resid[ws->cfg.n_layer], pf.f[GPT_LNF_W],
+    GPT_TRY(layernorm_forward(ws, io->lnf, io->lnf_mean, io->lnf_rstd, io->resid[ws->le - ws->lb], pf.f[GPT_LNF_W],
                               pf.f[GPT_LNF_B], N, C));
     GPT_TRY(linear_forward(ws, io->logits, 0, NULL, io->lnf, &pe, GPT_WTE, -1, N, C, V, NULL));
     crossentropy_forward_kernel<<<blocks_for((size_t)N * 32, 256), 256, 0, ws->stream>>>(
@@ -1172,7 +1354,7 @@ extern "C" zero_status gpt_cuda_backward_end(gpt_cuda_workspace *ws, float dloss
     GPT_TRY(linear_backward(ws, NULL, ws->acts.dln, &pe, GPT_WTE, ge, -1, ws->acts.dlogits, io->lnf, N, C, V, NULL));
     CUDA_TRY(cudaMemsetAsync(ws->acts.dres, 0, sizeof(float) * (size_t)N * C, ws->stream));
     GPT_TRY(layernorm_backward(ws, ws->acts.dres, gf[GPT_LNF_W], gf[GPT_LNF_B], ws->acts.dln,
-                               io->resid[ws->cfg.n_layer], pf.f[GPT_LNF_W], io->lnf_mean, io->lnf_rstd, N, C));
+                               io->resid[ws->le - ws->lb], pf.f[GPT_LNF_W], io->lnf_mean, io->lnf_rstd, N, C));
     GPT_TRY(unstage_grads(ws, fm, final_grads, ws->module_g));
     GPT_TRY(unstage_grads(ws, GPT_MODULE_EMBED, embed_grads, ws->embed_g));
     ws->phase = 3;
@@ -1195,20 +1377,20 @@ static zero_status block_backward(gpt_cuda_workspace *ws, const char *op, int la
     GPT_TRY(check_set(ws, op, block_grads, m, "gradient"));
     const int C = ws->cfg.d_model, N = ws->B * ws->T;
     const size_t nh = (size_t)N * C;
-    gpt_block_acts *a = ws->io->block[layer];
-    const float *x = ws->io->resid[layer];
+    gpt_block_acts *a = ws->io->block[layer - ws->lb];
+    const float *x = ws->io->resid[layer - ws->lb];
     module_view pv;
     float *g[GPT_MAX_MODULE_TENSORS];
     GPT_TRY(stage_params(ws, m, block, ws->module_p, ws->module_p16, &pv));
     /* checkpointing: the kept input back from the host if offloaded, then the forward again */
     if (gpt_acts_recomputed(&ws->acts.shape, layer)) {
-        GPT_TRY(reload_input(ws, layer));
+        GPT_TRY(reload_input(ws, layer - ws->lb));
         GPT_TRY(block_forward(ws, layer, a, x, NULL, &pv));
     }
     GPT_TRY(stage_grads(ws, m, block_grads, ws->module_g, g));
     float *dres = ws->acts.dres, *dln = ws->acts.dln, *dqkv = ws->acts.dqkv, *dfch = ws->acts.dfch;
     /* the stash of this block (input_only): fc_proj, fc, attn proj, qkv upstream gradients */
-    float *st = input_only ? ws->wstash + (size_t)layer * wstash_floats(ws) : NULL;
+    float *st = input_only ? wstash_of(ws, layer) : NULL;
     float *st_fcproj = st, *st_fc = st ? st + nh : NULL, *st_proj = st ? st + 5 * nh : NULL,
           *st_qkv = st ? st + 6 * nh : NULL;
 
@@ -1243,7 +1425,7 @@ static zero_status block_backward(gpt_cuda_workspace *ws, const char *op, int la
     GPT_TRY(layernorm_backward(ws, dres, g[GPT_LN1_W], g[GPT_LN1_B], dln, x, pv.f[GPT_LN1_W], a->ln1_mean,
                                a->ln1_rstd, N, C));
     GPT_TRY(unstage_grads(ws, m, block_grads, ws->module_g));
-    if (input_only) ws->w_due[layer] = 1;
+    if (input_only) ws->w_due[w_index(ws, layer)] = 1;
     ws->next_layer--;
     return ZERO_OK;
 }
@@ -1266,13 +1448,13 @@ extern "C" zero_status gpt_cuda_workspace_split_backward(gpt_cuda_workspace *ws)
     if (ws->act_bf16)
         return gpt_fail(ZERO_UNSUPPORTED, "gpt_cuda_workspace_split_backward: the bf16 activation mode has no split "
                                           "backward yet (its W stash and weight half are fp32): use fp32 activations");
-    for (int l = 0; l < ws->cfg.n_layer; l++)
+    for (int l = ws->lb; l < ws->le; l++)
         if (gpt_acts_recomputed(&ws->acts.shape, l))
             return gpt_fail(ZERO_UNSUPPORTED,
                             "gpt_cuda_workspace_split_backward: block %d is recomputed (activation checkpointing): "
                             "W needs its activations kept until it runs", l);
-    size_t bytes = sizeof(float) * wstash_floats(ws) * (size_t)ws->cfg.n_layer;
-    ws->w_due = (unsigned char *)calloc((size_t)ws->cfg.n_layer, 1);
+    size_t bytes = sizeof(float) * wstash_floats(ws) * (size_t)(ws->le - ws->lb) * (size_t)ws->slots;
+    ws->w_due = (unsigned char *)calloc((size_t)ws->cfg.n_layer * (size_t)ws->slots, 1);
     if (!ws->w_due) return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_cuda_workspace_split_backward: no host memory");
     cudaError_t e = cudaMalloc(&ws->wstash, bytes);
     if (e != cudaSuccess) {
@@ -1287,7 +1469,7 @@ extern "C" zero_status gpt_cuda_workspace_split_backward(gpt_cuda_workspace *ws)
 
 extern "C" size_t gpt_cuda_workspace_wstash_bytes(const gpt_cuda_workspace *ws)
 {
-    return ws && ws->wstash ? sizeof(float) * wstash_floats(ws) * (size_t)ws->cfg.n_layer : 0;
+    return ws && ws->wstash ? sizeof(float) * wstash_floats(ws) * (size_t)(ws->le - ws->lb) * (size_t)ws->slots : 0;
 }
 
 extern "C" zero_status gpt_cuda_backward_block_input(gpt_cuda_workspace *ws, int layer, const gpt_tensors *block,
@@ -1300,15 +1482,15 @@ extern "C" zero_status gpt_cuda_backward_block_weight(gpt_cuda_workspace *ws, in
 {
     const char *op = "gpt_cuda_backward_block_weight";
     if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "%s: workspace is NULL", op);
-    if (layer < 0 || layer >= ws->cfg.n_layer || !ws->w_due || !ws->w_due[layer])
+    if (layer < ws->lb || layer >= ws->le || !ws->w_due || !ws->w_due[w_index(ws, layer)])
         return gpt_fail(ZERO_INVALID_STATE, "%s: block %d has no B waiting for its W (gpt_cuda_backward_block_input "
                                             "first)", op, layer);
     int m = gpt_module_block(layer);
     GPT_TRY(check_set(ws, op, block_grads, m, "gradient"));
     const int C = ws->cfg.d_model, N = ws->B * ws->T;
     const size_t nh = (size_t)N * C;
-    const gpt_block_acts *a = ws->io->block[layer];
-    float *st = ws->wstash + (size_t)layer * wstash_floats(ws), *g[GPT_MAX_MODULE_TENSORS];
+    const gpt_block_acts *a = ws->io->block[layer - ws->lb];
+    float *st = wstash_of(ws, layer), *g[GPT_MAX_MODULE_TENSORS];
     GPT_TRY(stage_grads(ws, m, block_grads, ws->module_g, g));
     /* matmul_backward's weight half, in the unsplit backward's order */
     GPT_TRY(gemm(ws, 1, 0, C, 4 * C, N, st, C, 0, a->fch_gelu, 4 * C, 0, 1.0f, g[GPT_FCPROJ_W], 4 * C, 0, 1));
@@ -1320,13 +1502,16 @@ extern "C" zero_status gpt_cuda_backward_block_weight(gpt_cuda_workspace *ws, in
     GPT_TRY(gemm(ws, 1, 0, 3 * C, C, N, st + 6 * nh, 3 * C, 0, a->ln1, C, 0, 1.0f, g[GPT_QKV_W], C, 0, 1));
     GPT_TRY(column_sums(ws, g[GPT_QKV_B], st + 6 * nh, 0, NULL, NULL, NULL, N, 3 * C));
     GPT_TRY(unstage_grads(ws, m, block_grads, ws->module_g));
-    ws->w_due[layer] = 0;
+    ws->w_due[w_index(ws, layer)] = 0;
     return ZERO_OK;
 }
 
 extern "C" zero_status gpt_cuda_backward_begin(gpt_cuda_workspace *ws, gpt_tensors *embed_grads)
 {
     if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_backward_begin: workspace is NULL");
+    if (ws->lb != 0)
+        return gpt_fail(ZERO_INVALID_STATE, "gpt_cuda_backward_begin: the workspace holds blocks [%d, %d), not the "
+                                            "embedding (gpt_cuda_backward_begin_input)", ws->lb, ws->le);
     if (ws->phase != 3 || ws->next_layer != -1)
         return gpt_fail(ZERO_INVALID_STATE, "gpt_cuda_backward_begin: called before every block ran backward");
     GPT_TRY(check_set(ws, "gpt_cuda_backward_begin", embed_grads, GPT_MODULE_EMBED, "gradient"));

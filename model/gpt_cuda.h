@@ -150,6 +150,44 @@ zero_status gpt_cuda_backward_block_input(gpt_cuda_workspace *ws, int layer, con
                                           gpt_tensors *block_grads);
 zero_status gpt_cuda_backward_block_weight(gpt_cuda_workspace *ws, int layer, gpt_tensors *block_grads);
 
+/* ------------------------------------------------------------ pipeline stages
+ * A workspace for blocks [layer_begin, layer_end) with `slots` activation
+ * sets (micro-batches in flight): the CUDA stage of the pipeline runtime
+ * (pp_stage_cuda.h). ONE workspace holds every slot rather than one
+ * workspace per slot: the scratch (attention buffers, the bf16 staging of
+ * parameters, cuBLAS / cuBLASLt handles and cuBLASLt's 32 MiB workspace)
+ * is shared, since one forward or backward runs at a time, and only the
+ * activations (and a split backward's W stash) are per slot. The embedding
+ * runs only when layer_begin is 0, the head only when layer_end is n_layer;
+ * the whole-model workspaces above are [0, n_layer) with one slot.
+ * gpt_cuda_workspace_select_slot chooses the slot every call below works
+ * on (each slot keeps its own place in the forward/backward sequence, so a
+ * pipeline interleaves slots freely; the W stash of a split backward is per
+ * slot, so a slot's W may wait while other slots run forward). */
+zero_status gpt_cuda_workspace_create_stage(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
+                                            zero_dtype param_dtype, const gpt_cuda_options *opts, void *cuda_stream,
+                                            const gpt_checkpointing *ck, int layer_begin, int layer_end, int slots);
+zero_status gpt_cuda_workspace_select_slot(gpt_cuda_workspace *ws, int slot);
+int gpt_cuda_workspace_slots(const gpt_cuda_workspace *ws);
+void gpt_cuda_workspace_range(const gpt_cuda_workspace *ws, int *layer_begin, int *layer_end);
+/* Device pointer: slot `slot`'s output of block layer_end-1 (batch x seq x
+ * d_model fp32: the residual stream is fp32 in every mode); NULL when out of range. */
+const float *gpt_cuda_workspace_output(const gpt_cuda_workspace *ws, int slot);
+/* The forward of a range that starts after block 0: `in` (device, batch x
+ * seq x d_model fp32) is copied into the selected slot's input; `targets`
+ * (host) as gpt_cuda_forward_begin, non-NULL only when the range ends with
+ * the head. Then gpt_cuda_forward_block for each block of the range. */
+zero_status gpt_cuda_forward_begin_input(gpt_cuda_workspace *ws, const float *in, const int32_t *targets);
+/* The backward of a range that does not end with the head: `dout` (device)
+ * is the gradient of its output; then gpt_cuda_backward_block(_input) from
+ * layer_end-1 down. */
+zero_status gpt_cuda_backward_end_output(gpt_cuda_workspace *ws, const float *dout);
+/* After the blocks' backward of a range that starts after block 0: the
+ * gradient of its input into `din` (device). */
+zero_status gpt_cuda_backward_begin_input(gpt_cuda_workspace *ws, float *din);
+/* Wait (host) until everything enqueued on the workspace's stream ran. */
+zero_status gpt_cuda_workspace_sync(gpt_cuda_workspace *ws);
+
 zero_status gpt_cuda_forward(gpt_cuda_workspace *ws, const int32_t *tokens, const int32_t *targets,
                              const gpt_tensors *params, float *loss);
 zero_status gpt_cuda_backward(gpt_cuda_workspace *ws, float dloss, const gpt_tensors *params,

@@ -155,3 +155,58 @@ zero_status gpt_cuda_backward_block_weight(gpt_cuda_workspace *ws, int layer, gp
     (void)ws, (void)layer, (void)block_grads;
     return NO_CUDA("gpt_cuda_backward_block_weight");
 }
+
+zero_status gpt_cuda_workspace_create_stage(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
+                                            zero_dtype param_dtype, const gpt_cuda_options *opts, void *cuda_stream,
+                                            const gpt_checkpointing *ck, int layer_begin, int layer_end, int slots)
+{
+    (void)cfg, (void)batch, (void)seq, (void)param_dtype, (void)opts, (void)cuda_stream, (void)ck;
+    (void)layer_begin, (void)layer_end, (void)slots;
+    if (out) *out = NULL;
+    return NO_CUDA("gpt_cuda_workspace_create_stage");
+}
+
+zero_status gpt_cuda_workspace_select_slot(gpt_cuda_workspace *ws, int slot)
+{
+    (void)ws, (void)slot;
+    return NO_CUDA("gpt_cuda_workspace_select_slot");
+}
+
+int gpt_cuda_workspace_slots(const gpt_cuda_workspace *ws) { (void)ws; return 0; }
+
+void gpt_cuda_workspace_range(const gpt_cuda_workspace *ws, int *layer_begin, int *layer_end)
+{
+    (void)ws;
+    if (layer_begin) *layer_begin = 0;
+    if (layer_end) *layer_end = 0;
+}
+
+const float *gpt_cuda_workspace_output(const gpt_cuda_workspace *ws, int slot)
+{
+    (void)ws, (void)slot;
+    return NULL;
+}
+
+zero_status gpt_cuda_forward_begin_input(gpt_cuda_workspace *ws, const float *in, const int32_t *targets)
+{
+    (void)ws, (void)in, (void)targets;
+    return NO_CUDA("gpt_cuda_forward_begin_input");
+}
+
+zero_status gpt_cuda_backward_end_output(gpt_cuda_workspace *ws, const float *dout)
+{
+    (void)ws, (void)dout;
+    return NO_CUDA("gpt_cuda_backward_end_output");
+}
+
+zero_status gpt_cuda_backward_begin_input(gpt_cuda_workspace *ws, float *din)
+{
+    (void)ws, (void)din;
+    return NO_CUDA("gpt_cuda_backward_begin_input");
+}
+
+zero_status gpt_cuda_workspace_sync(gpt_cuda_workspace *ws)
+{
+    (void)ws;
+    return NO_CUDA("gpt_cuda_workspace_sync");
+}

@@ -1,5 +1,8 @@
-/* Pipeline parallelism for the CPU GPT: stages, the tied embedding across
- * the first and last stage, and micro-batch schedules (GPipe and 1F1B).
+/* Pipeline parallelism for the GPT: stages, the tied embedding across
+ * the first and last stage, and micro-batch schedules (GPipe and 1F1B; any
+ * checked plan through pp_run_plan / pp_run_stage). The runtime drives a
+ * stage through pp_stage.h: the CPU stage (tp_workspace, below) or the CUDA
+ * stage (pp_stage_cuda.h).
  *
  * Stages. The n_layer blocks split into pp contiguous ranges, balanced (the
  * first n_layer % pp stages take one block more). Stage 0 also holds the
@@ -54,6 +57,10 @@ zero_status pp_embed_group_create(zero_comm *pp, zero_comm **out);
  * stages' wte gradients in place (vocab x d_model floats at embed_grads->t[GPT_WTE]).
  * Call after the schedule, before grads_ready of the embed module. */
 zero_status pp_tied_grad_allreduce(zero_comm *embed_group, const gpt_config *cfg, gpt_tensors *embed_grads);
+/* The same for a gradient of `dtype` (the CUDA stage's: the engine's bf16
+ * buffers under bf16 compute); pp_tied_grad_allreduce is ZERO_F32. */
+zero_status pp_tied_grad_allreduce_dtype(zero_comm *embed_group, const gpt_config *cfg, gpt_tensors *embed_grads,
+                                         zero_dtype dtype);
 
 typedef enum pp_schedule {
     PP_GPIPE = 0,

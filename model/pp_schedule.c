@@ -56,14 +56,21 @@ zero_status pp_embed_group_create(zero_comm *pp, zero_comm **out)
 
 zero_status pp_tied_grad_allreduce(zero_comm *group, const gpt_config *cfg, gpt_tensors *embed_grads)
 {
+    return pp_tied_grad_allreduce_dtype(group, cfg, embed_grads, ZERO_F32);
+}
+
+zero_status pp_tied_grad_allreduce_dtype(zero_comm *group, const gpt_config *cfg, gpt_tensors *embed_grads,
+                                         zero_dtype dtype)
+{
     if (!group) return ZERO_OK;
     if (!cfg || !embed_grads || !embed_grads->t[GPT_WTE])
         return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_tied_grad_allreduce: cfg or the wte gradient is NULL");
     size_t n = (size_t)cfg->vocab * cfg->d_model;
-    zero_status st = zero_allreduce(group, embed_grads->t[GPT_WTE], embed_grads->t[GPT_WTE], n, ZERO_F32, ZERO_SUM);
+    zero_status st = zero_allreduce(group, embed_grads->t[GPT_WTE], embed_grads->t[GPT_WTE], n, dtype, ZERO_SUM);
     if (st != ZERO_OK)
-        return gpt_fail(st, "pp_tied_grad_allreduce: wte.weight gradient (%zu floats) over %s, rank %d: %s", n,
-                        zero_comm_get_name(group), zero_comm_get_rank(group), zero_comm_last_error(group));
+        return gpt_fail(st, "pp_tied_grad_allreduce: wte.weight gradient (%zu x %s) over %s, rank %d: %s", n,
+                        zero_dtype_name(dtype), zero_comm_get_name(group), zero_comm_get_rank(group),
+                        zero_comm_last_error(group));
     return ZERO_OK;
 }
 

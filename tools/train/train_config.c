@@ -899,8 +899,14 @@ static int parse_clean(train_config *c, json_t *root, int world, char *err, size
             return cfail(err, n, "train.steps: %lld steps * train_batch_size %lld * model.seq_len %d tokens overflow "
                          "64 bits", (long long)c->steps, (long long)c->train_batch_size, c->seq_len);
     }
-    if (c->tp * c->pp * c->cp > 1 && strcmp(c->device, "cpu") != 0)
-        return cfail(err, n, "train.device: \"%s\": model.tp / model.pp > 1 run on the CPU only", c->device);
+    /* --device cuda runs pipelines (the CUDA stage, docs/pipeline.md); the tensor- and context-parallel
+     * splits are the CPU stage's only (tp_gpt.h: the CUDA GPT has no sharded blocks) */
+    if (strcmp(c->device, "cpu") != 0 && c->tp > 1)
+        return cfail(err, n, "train.device: \"%s\": model.tp > 1 runs on the CPU only (the CUDA GPT has no "
+                     "tensor-parallel blocks; model.pp > 1 runs on CUDA)", c->device);
+    if (strcmp(c->device, "cpu") != 0 && c->cp > 1)
+        return cfail(err, n, "train.device: \"%s\": model.cp > 1 runs on the CPU only (the CUDA GPT has no "
+                     "context-parallel attention; model.pp > 1 runs on CUDA)", c->device);
     if (parse_actckpt(c, root, err, n)) return -1;
     json_t *spp = json_object_get(root, "steps_per_print");
     if (spp) {

@@ -438,12 +438,14 @@ int main(int argc, char **argv)
         /* the grid, the engine over its dp group, this rank's stage and tp shards (of
          * model.pp_virtual chunks for "interleaved"; set_schedule names a mismatch) */
         int chunks = strcmp(r.cfg.pp_schedule, "interleaved") == 0 ? r.cfg.pp_virtual : 1;
-        int ok = train_parallel_create(&r.par, r.host_comm, &g, r.cfg.tp, r.cfg.pp, chunks, r.cfg.cp,
+        /* on CUDA the grid is split from the device world (NCCL / STAGED): activations move as device buffers */
+        int ok = train_parallel_create(&r.par, cuda ? r.comm : r.host_comm, &g, r.cfg.tp, r.cfg.pp, chunks, r.cfg.cp,
                                        r.cfg.sequence_parallel, r.cfg.micro_batch,
                                        r.cfg.grad_accum, r.cfg.seed, &r.zcfg, r.dev, &r.engine, &ckpt, err,
                                        sizeof err) == 0;
         if (ok && train_parallel_set_schedule(r.par, r.cfg.pp_schedule, r.cfg.pp_virtual, err, sizeof err) != 0)
             ok = 0;
+        if (ok && train_parallel_note(r.par)[0]) r0printf(&r, stdout, "%s", train_parallel_note(r.par));
         if (ok && trace_path) train_parallel_enable_trace(r.par);
         if (!ok) rank_error(&r, "%s", err);
         if (!all_ok(&r, ok)) goto done;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "pp_gpt.h"
+#include "pp_stage_cuda.h"
 #include "pp_trace.h"
 #include "tp_engine.h"
 #include "tp_gpt.h"
@@ -14,6 +15,7 @@
 struct train_parallel {
     gpt_config cfg;
     int micro_batches;
+    size_t micro_tokens; /* batch x seq of a micro-batch */
     zero_grid grid;
     zero_comm *embed;   /* the tied-embedding group {first, last stage}; NULL elsewhere */
     zero_comm *mp;      /* tp x pp ranks of this dp rank: the engine's norm group */
@@ -33,6 +35,13 @@ struct train_parallel {
     pp_plan plan;        /* model.pp_schedule (has_plan), else pp_train_step's 1F1B */
     int has_plan, tracing;
     pp_trace trace;
+    /* --device cuda: the stage is pp_stage_cuda.h's (made by set_schedule, which knows the plan's slots),
+     * ws[] stays empty, params / grads are the engine's device buffers in the compute dtype (the CUDA GPT
+     * widens bf16 per module call and adds each micro-batch's fp32 gradient into the bf16 buffer, as the
+     * single-rank CUDA run does), and every comm is the device world's (NCCL, or STAGED) */
+    int cuda;
+    pp_cuda_stage *cstage;
+    char note[256];      /* what set_schedule chose that the user should know, or "" */
 };
 
 static int pfail(char *err, size_t n, const char *fmt, ...)
@@ -124,6 +133,7 @@ int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_conf
     if (!p) return pfail(err, en, "model parallel: out of memory");
     p->cfg = *cfg;
     p->micro_batches = micro_batches;
+    p->micro_tokens = (size_t)micro * (size_t)cfg->seq_len;
     p->cp_size = cp;
     p->sp = sequence_parallel;
     if (ck) p->ck = *ck;
@@ -133,9 +143,16 @@ int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_conf
     p->params = calloc((size_t)nm, sizeof *p->params);
     p->grads = calloc((size_t)nm, sizeof *p->grads);
     p->chunks = chunks < 1 ? 1 : chunks;
+    p->cuda = zero_device_get_kind(dev) == ZERO_DEVICE_CUDA;
     p->ws = calloc((size_t)p->chunks, sizeof *p->ws);
     if (!p->param_ids || !p->module_ids || !p->params || !p->grads || !p->ws) {
         pfail(err, en, "model parallel: out of memory");
+        goto fail;
+    }
+    if (p->cuda && (tp > 1 || cp > 1 || sequence_parallel || (ck && ck->blocks > 0))) {
+        pfail(err, en, "--device cuda with model.pp > 1: %s is not offered on the CUDA stage (model.pp alone is)",
+              tp > 1 ? "model.tp > 1" : cp > 1 ? "model.cp > 1" : sequence_parallel ? "model.sequence_parallel"
+                                                                                      : "activation_checkpointing");
         goto fail;
     }
     /* the grid's "dp" group spans dp x cp (the engine's group: gradients summed over cp there) */
@@ -144,7 +161,7 @@ int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_conf
     PTRY(pp_embed_group_create(p->grid.pp, &p->embed), "pipeline embedding group");
     PTRY(tp_engine_mp_create(world, &p->grid, &p->mp), "model-parallel group");
     /* one slot per chunk for now: train_parallel_set_schedule sizes them for the plan */
-    for (int c = 0; c < p->chunks; c++) {
+    for (int c = 0; c < p->chunks && !p->cuda; c++) {
         int b, e;
         PTRY(pp_chunk_layers(cfg, pp, p->chunks, p->grid.pp_rank, c, &b, &e), "pipeline stages");
         const tp_options o = {ck, sequence_parallel, p->cp};
@@ -172,7 +189,7 @@ int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_conf
         pfail(err, en, "engine set_model_parallel: %s", zero_engine_last_error(p->engine));
         goto fail;
     }
-    if (p->dtype == ZERO_BF16 && f32_copies_create(p, err, en) != 0) goto fail;
+    if (p->dtype == ZERO_BF16 && !p->cuda && f32_copies_create(p, err, en) != 0) goto fail;
     *engine = p->engine;
     *out = p;
     return 0;
@@ -185,6 +202,7 @@ void train_parallel_destroy(train_parallel *p)
 {
     if (!p) return;
     zero_engine_destroy(p->engine);
+    pp_cuda_stage_destroy(p->cstage);
     for (int c = 0; p->ws && c < p->chunks; c++) tp_workspace_destroy(p->ws[c]);
     free(p->ws);
     zero_comm_destroy(p->cp);
@@ -242,6 +260,11 @@ void train_parallel_activation_bytes(const train_parallel *p, gpt_activation_byt
 {
     memset(now, 0, sizeof *now);
     memset(without, 0, sizeof *without);
+    if (p->cuda) { /* no checkpointing on the CUDA stage: what it holds is what it would hold without */
+        pp_cuda_stage_activation_bytes(p->cstage, now);
+        *without = *now;
+        return;
+    }
     const tp_options o = {NULL, p->sp, NULL};
     for (int c = 0; c < p->chunks; c++) {
         int b, e;
@@ -280,7 +303,7 @@ int train_parallel_micro_steps(train_parallel *p, const int32_t *tokens, const i
                                char *err, size_t en)
 {
     if (gather_all(p, 1, err, en)) return -1;
-    const int bf16 = p->dtype == ZERO_BF16;
+    const int bf16 = p->dtype == ZERO_BF16 && !p->cuda; /* the fp32 copies (CPU only) */
     if (tp_engine_sets(p->engine, &p->cfg, p->param_ids, bf16 ? p->eparams : p->params, bf16 ? p->egrads : p->grads) !=
         ZERO_OK)
         return pfail(err, en, "%s", gpt_last_error());
@@ -290,13 +313,23 @@ int train_parallel_micro_steps(train_parallel *p, const int32_t *tokens, const i
     pp_step_args a = {p->micro_batches, tokens, targets, (float)p->cp_size / (float)p->micro_batches, p->params,
                       p->grads};
     pp_run_opts o = {p->tracing ? &p->trace : NULL, 0.0};
-    zero_status st = p->has_plan ? pp_run_plan(p->ws, p->grid.pp, &p->plan, &a, &o, loss)
-                                 : pp_train_step(p->ws[0], p->grid.pp, PP_1F1B, &a, loss);
+    zero_status st;
+    if (p->cuda) {
+        if (!p->cstage) return pfail(err, en, "pipeline step: the CUDA stage has no schedule (set_schedule first)");
+        pp_stage view;
+        pp_cuda_stage_view(p->cstage, &view);
+        st = pp_run_stage(&view, p->grid.pp, &p->plan, &a, &o, loss);
+    } else {
+        st = p->has_plan ? pp_run_plan(p->ws, p->grid.pp, &p->plan, &a, &o, loss)
+                         : pp_train_step(p->ws[0], p->grid.pp, PP_1F1B, &a, loss);
+    }
     if (st != ZERO_OK) return pfail(err, en, "pipeline step: %s", gpt_last_error());
-    for (int c = 0; c < p->chunks; c++) /* each chunk's blocks (interleaved: >= 2 stages, so wte once per rank) */
+    for (int c = 0; c < p->chunks && !p->cuda; c++) /* each chunk's blocks (interleaved: >= 2 stages, so wte once per rank) */
         if (tp_seq_grad_allreduce(p->ws[c], p->grads) != ZERO_OK)
             return pfail(err, en, "sequence-parallel gradients: %s", gpt_last_error());
-    if (pp_tied_grad_allreduce(p->embed, &p->cfg, &p->grads[GPT_MODULE_EMBED]) != ZERO_OK)
+    /* the CUDA stage's gradients are the engine's buffers in the compute dtype; the CPU's are fp32 */
+    if (pp_tied_grad_allreduce_dtype(p->embed, &p->cfg, &p->grads[GPT_MODULE_EMBED],
+                                     p->cuda ? p->dtype : ZERO_F32) != ZERO_OK)
         return pfail(err, en, "tied embedding gradient: %s", gpt_last_error());
     if (bf16 && f32_copies_sync(p, 0, err, en) != 0) return -1;
     if (tp_engine_grads_ready(p->engine, &p->cfg, p->module_ids) != ZERO_OK)
@@ -305,6 +338,47 @@ int train_parallel_micro_steps(train_parallel *p, const int32_t *tokens, const i
 }
 
 /* ------------------------------------------------------------ schedules (docs/pipeline.md) */
+/* The CUDA stage for `plan` (taken over on success): the chunks' workspaces
+ * with the plan's slots, in the single-rank CUDA run's mode (train_model.c:
+ * bf16 compute = bf16 activations + flash attention; fp32 = fp32
+ * activations, unfused attention; bf16 tensor-core products in both) -
+ * except that a plan splitting B and W in bf16 keeps fp32 activations, the
+ * bf16 activation mode having no split backward (gpt_cuda.h). */
+static int cuda_stage_for(train_parallel *p, pp_plan *plan, const char *schedule, char *err, size_t en)
+{
+    gpt_cuda_options o = GPT_CUDA_OPTIONS_BF16;
+    if (p->dtype != ZERO_BF16) o.act_dtype = ZERO_F32, o.attention = GPT_CUDA_ATTN_UNFUSED;
+    p->note[0] = 0;
+    if (p->dtype == ZERO_BF16 && plan->split) {
+        o.act_dtype = ZERO_F32;
+        snprintf(p->note, sizeof p->note,
+                 "pipeline: schedule \"%s\" splits B and W: the CUDA stage keeps fp32 activations (bf16 parameters "
+                 "and products; the bf16 activation mode has no split backward)\n", schedule);
+    }
+    int *slots = malloc(sizeof(int) * (size_t)p->chunks);
+    if (!slots) {
+        pp_plan_free(plan);
+        return pfail(err, en, "model.pp_schedule \"%s\": out of memory", schedule);
+    }
+    for (int c = 0; c < p->chunks; c++) slots[c] = plan->slots[p->grid.pp_rank * p->chunks + c];
+    pp_cuda_stage *s = NULL;
+    zero_status st = pp_cuda_stage_create(&s, &p->cfg, p->dev, (int)(p->micro_tokens / (size_t)p->cfg.seq_len),
+                                          p->dtype, &o, p->grid.pp_size, p->grid.pp_rank, p->chunks, slots);
+    free(slots);
+    if (st != ZERO_OK) {
+        pp_plan_free(plan);
+        return pfail(err, en, "model.pp_schedule \"%s\": the CUDA stage: %s", schedule, gpt_last_error());
+    }
+    pp_cuda_stage_destroy(p->cstage);
+    p->cstage = s;
+    pp_plan_free(&p->plan);
+    p->plan = *plan;
+    p->has_plan = 1;
+    return 0;
+}
+
+const char *train_parallel_note(const train_parallel *p) { return p->note; }
+
 int train_parallel_set_schedule(train_parallel *p, const char *schedule, int chunks, char *err, size_t en)
 {
     pp_schedule_kind kind;
@@ -319,6 +393,7 @@ int train_parallel_set_schedule(train_parallel *p, const char *schedule, int chu
     pp_plan plan;
     if (pp_plan_generate(&plan, kind, p->grid.pp_size, p->micro_batches, chunks) != ZERO_OK)
         return pfail(err, en, "model.pp_schedule \"%s\": %s", schedule, gpt_last_error());
+    if (p->cuda) return cuda_stage_for(p, &plan, schedule, err, en);
     for (int c = 0; c < chunks; c++) {
         int need = plan.slots[p->grid.pp_rank * chunks + c];
         if (need <= tp_workspace_slots(p->ws[c])) continue;

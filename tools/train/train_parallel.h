@@ -18,8 +18,11 @@ typedef struct train_parallel train_parallel;
 
 /* COLLECTIVE over `world`. Creates the grid, the engine (config `zc`,
  * whose gradient_accumulation_steps is forced to 1: the pipeline
- * accumulates the micro-batches itself) on `dev` (CPU, fp32 compute),
- * registers and finalizes. `chunks` (model.pp_virtual, >= 1): chunks per
+ * accumulates the micro-batches itself) on `dev` (fp32 or bf16 compute),
+ * registers and finalizes. A CUDA `dev` runs the CUDA stage (pp_stage_cuda.h;
+ * model.pp only: tp, cp, sequence parallelism and activation checkpointing
+ * are refused by name) and `world` must then be the device world (NCCL or
+ * STAGED). `chunks` (model.pp_virtual, >= 1): chunks per
  * stage - the stage holds the blocks of all its chunks (interleaved schedules).
  * cp > 1: Ulysses context parallelism over cp ranks nested between tp and
  * dp (tp_cp_groups_create), the engine over the dp x cp ranks;
@@ -33,6 +36,9 @@ int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_conf
  * chunks per stage (model.pp_virtual; the create's `chunks`). Without this call zero-train runs 1F1B. Builds and checks the
  * plan and the chunks' workspaces; -1 with the checker's or generator's message in err. */
 int train_parallel_set_schedule(train_parallel *p, const char *schedule, int chunks, char *err, size_t err_size);
+/* A line set_schedule wants printed (a mode it chose, e.g. fp32 activations for a split schedule
+ * on CUDA in bf16), or "". */
+const char *train_parallel_note(const train_parallel *p);
 /* --trace: record every step's spans (pipeline ops, communication waits, the optimizer). */
 void train_parallel_enable_trace(train_parallel *p);
 /* The optimizer's span of this step (train_loop around zero_engine_step). */

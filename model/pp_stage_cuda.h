@@ -1,0 +1,55 @@
+/* The CUDA pipeline stage (pp_stage.h) over gpt_cuda.h's stage workspaces:
+ * chunk c of stage pp_rank is one gpt_cuda_workspace over its blocks
+ * (pp_chunk_layers) with the plan's slots for it, so the pipeline runtime
+ * (pp_run_stage) runs every schedule on a GPU as it does on the CPU.
+ *
+ * The transfer buffers and everything the runtime hands the pp comm are
+ * device memory (zero_device_alloc on `dev`): the comm must be a device
+ * comm (NCCL, or STAGED at several ranks on one GPU). Each forward and
+ * backward synchronizes the workspace's stream before it returns, so a send
+ * issued right after (on NCCL's own stream or through STAGED's host copy)
+ * reads finished bits; the GPU therefore idles during communication (no
+ * compute/communication overlap: correctness first).
+ *
+ * Parameters and gradients are the engine's device buffers (fp32 or bf16,
+ * as gpt_cuda.h takes them). The last stage's embedding set has only the
+ * tied wte (pp_gpt.h); the CUDA head checks the whole embedding set, so the
+ * stage lends it a wpe of its own (seq_len x d_model, never read; the
+ * gradient written into it is thrown away).
+ *
+ * A plan that splits B and W needs fp32 activations (the bf16 activation
+ * mode has no split backward): pp_cuda_stage_create then takes `opts` with
+ * act_dtype F32 from the caller (train_parallel.c says so in its note).
+ *
+ * Builds without CUDA: creation is ZERO_UNSUPPORTED (gpt_cuda_stub.c). */
+#ifndef ZERO_MODEL_PP_STAGE_CUDA_H
+#define ZERO_MODEL_PP_STAGE_CUDA_H
+
+#include <zero/device.h>
+
+#include "gpt_cuda.h"
+#include "pp_stage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pp_cuda_stage pp_cuda_stage;
+
+/* slots[c]: activation sets of chunk c (the plan's plan.slots[pp_rank * chunks + c]).
+ * `dev` is borrowed (a CUDA device; the current device is the one the
+ * workspaces are made on) and must outlive the stage. */
+zero_status pp_cuda_stage_create(pp_cuda_stage **out, const gpt_config *cfg, zero_device *dev, int batch,
+                                 zero_dtype param_dtype, const gpt_cuda_options *opts, int pp_size, int pp_rank,
+                                 int chunks, const int *slots);
+void pp_cuda_stage_destroy(pp_cuda_stage *s); /* NULL accepted */
+/* The runtime's view (valid while *s lives). */
+void pp_cuda_stage_view(pp_cuda_stage *s, pp_stage *out);
+/* Activation bytes summed over the chunks' workspaces (the W stash not included). */
+void pp_cuda_stage_activation_bytes(const pp_cuda_stage *s, gpt_activation_bytes *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
