@@ -381,7 +381,8 @@ gpu_check engine_offload_nccl_np1 tests/mpirun.sh 1 "$build/tests/engine/test_en
 gpu_check train_cuda tests/train/train_cuda_check.sh "$build"
 # The pipeline on CUDA (pp 2 on 2 ranks sharing the GPU over STAGED, 1f1b and zb-h1, fp32 and
 # bf16, losses against the single-rank CUDA run: tests/train/train_cuda_pp_check.sh) runs in the
-# meson suite 'gpu' above as train_cuda_pp2_staged_np2 (not repeated here).
+# meson suite 'gpu' above as train_cuda_pp2_staged_np2 (not repeated here), as does the stage
+# workspaces' check against the whole-model workspace, gpt_cuda_stage (tests/model/test_gpt_cuda_stage.c).
 
 # ---------------------------------------------------------------- model: bf16 activations, flash attention, MFU
 # (issue 9 item 3; written without a GPU: never run yet)
