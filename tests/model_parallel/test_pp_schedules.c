@@ -12,7 +12,13 @@
  *   - the trace: one forward, backward and (split) weight-gradient span per
  *     op, and a Chrome trace JSON naming every rank's track;
  *   - a plan the runtime was not given checked, or for another group size,
- *     is refused by name. */
+ *     is refused by name;
+ *   - the runtime reaches a stage only through pp_stage.h (what the CUDA
+ *     stage relies on): ZB-H1 through a stage that wraps the CPU one and
+ *     owns its transfer memory gives bitwise GPipe's loss and gradients,
+ *     every activation / gradient it is handed lies in memory it allocated,
+ *     every allocation is released, and the loss broadcast goes through its
+ *     copy (one copy in, one out, per step at np > 1). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -93,9 +99,83 @@ static void zero_grads(model *m)
     }
 }
 
-/* Run `plan` over `pp` with fresh workspaces; gradients summed over pp into m->g. */
-static int run(zero_comm *pp, const pp_plan *plan, model *m, const int32_t *tok, const int32_t *tgt, float *loss,
-               pp_trace *trace)
+/* ------------------------------------------------------------ a stage that owns its memory
+ * The CPU stage wrapped: its transfer memory is tracked, and what the
+ * runtime hands forward / backward must lie in it - as a device stage needs
+ * (the comm moves its buffers, the host never touches them). */
+typedef struct own_stage {
+    pp_stage in;
+    struct { char *p; size_t n; } blk[64];
+    int nblk, allocs, live, foreign, copies[3];
+} own_stage;
+
+static int owned(const own_stage *o, const void *p, size_t n)
+{
+    for (int i = 0; i < o->nblk; i++)
+        if ((const char *)p >= o->blk[i].p && (const char *)p + n <= o->blk[i].p + o->blk[i].n) return 1;
+    return 0;
+}
+static size_t msg_bytes(const own_stage *o) { return sizeof(float) * o->in.rows * o->in.width; }
+static void o_range(void *self, int c, int *b, int *e) { own_stage *o = self; o->in.range(o->in.self, c, b, e); }
+static int o_slots(void *self, int c) { own_stage *o = self; return o->in.slots(o->in.self, c); }
+static zero_status o_split(void *self, int c) { own_stage *o = self; return o->in.split_backward(o->in.self, c); }
+static const float *o_output(void *self, int c, int slot) { own_stage *o = self; return o->in.output(o->in.self, c, slot); }
+static zero_status o_forward(void *self, int c, int slot, const float *in, const int32_t *tok, const int32_t *tgt,
+                             const gpt_tensors *params, float *loss)
+{
+    own_stage *o = self;
+    if (in && !owned(o, in, msg_bytes(o))) o->foreign++;
+    return o->in.forward(o->in.self, c, slot, in, tok, tgt, params, loss);
+}
+static zero_status o_backward(void *self, int c, int slot, int whole, const float *dout, float *din, float dloss,
+                              const gpt_tensors *params, gpt_tensors *grads)
+{
+    own_stage *o = self;
+    if ((dout && !owned(o, dout, msg_bytes(o))) || (din && !owned(o, din, msg_bytes(o)))) o->foreign++;
+    return o->in.backward(o->in.self, c, slot, whole, dout, din, dloss, params, grads);
+}
+static zero_status o_weight(void *self, int c, int slot, gpt_tensors *grads)
+{
+    own_stage *o = self;
+    return o->in.weight(o->in.self, c, slot, grads);
+}
+static void *o_alloc(void *self, size_t bytes)
+{
+    own_stage *o = self;
+    void *p = o->nblk < 64 ? o->in.alloc(o->in.self, bytes) : NULL;
+    if (p) o->blk[o->nblk].p = p, o->blk[o->nblk++].n = bytes, o->allocs++, o->live++;
+    return p;
+}
+static void o_release(void *self, void *p)
+{
+    own_stage *o = self;
+    if (!p) return;
+    int i = 0;
+    while (i < o->nblk && o->blk[i].p != p) i++;
+    if (i == o->nblk) o->foreign++;
+    else o->blk[i] = o->blk[--o->nblk], o->live--;
+    o->in.release(o->in.self, p);
+}
+static zero_status o_copy(void *self, void *dst, const void *src, size_t bytes, pp_copy_kind kind)
+{
+    own_stage *o = self;
+    o->copies[kind]++;
+    return o->in.copy(o->in.self, dst, src, bytes, kind);
+}
+
+static void own_stage_wrap(own_stage *o, pp_stage *view)
+{
+    *view = o->in;
+    view->self = o;
+    view->range = o_range, view->slots = o_slots, view->split_backward = o_split, view->output = o_output;
+    view->forward = o_forward, view->backward = o_backward, view->weight = o_weight;
+    view->alloc = o_alloc, view->release = o_release, view->copy = o_copy;
+}
+
+/* Run `plan` over `pp` with fresh workspaces; gradients summed over pp into m->g.
+ * own (may be NULL): through that wrapper of the CPU stage (pp_run_stage). */
+static int run_via(zero_comm *pp, const pp_plan *plan, model *m, const int32_t *tok, const int32_t *tgt, float *loss,
+                   pp_trace *trace, own_stage *own)
 {
     int P = pp ? zero_comm_get_size(pp) : 1, s = pp ? zero_comm_get_rank(pp) : 0;
     tp_workspace *ws[8] = {0};
@@ -107,7 +187,14 @@ static int run(zero_comm *pp, const pp_plan *plan, model *m, const int32_t *tok,
     zero_grads(m);
     pp_step_args a = {MICRO, tok, tgt, 1.0f / MICRO, m->ps, m->gs};
     pp_run_opts o = {trace, 0.0};
-    TRY(pp_run_plan(ws, pp, plan, &a, &o, loss));
+    if (own) {
+        pp_stage view;
+        TRY(pp_stage_tp(&own->in, ws, plan->chunks));
+        own_stage_wrap(own, &view);
+        TRY(pp_run_stage(&view, pp, plan, &a, &o, loss));
+    } else {
+        TRY(pp_run_plan(ws, pp, plan, &a, &o, loss));
+    }
     for (int c = 0; c < plan->chunks; c++) tp_workspace_destroy(ws[c]);
     if (pp)
         for (size_t i = 0; i < m->np; i++) {
@@ -116,6 +203,12 @@ static int run(zero_comm *pp, const pp_plan *plan, model *m, const int32_t *tok,
             TRY(zero_allreduce(pp, m->g[i], m->g[i], info.numel, ZERO_F32, ZERO_SUM));
         }
     return 0;
+}
+
+static int run(zero_comm *pp, const pp_plan *plan, model *m, const int32_t *tok, const int32_t *tgt, float *loss,
+               pp_trace *trace)
+{
+    return run_via(pp, plan, m, tok, tgt, loss, trace, NULL);
 }
 
 static int same_grads(const model *a, const model *b)
@@ -263,6 +356,27 @@ int main(int argc, char **argv)
         pp_trace_free(&tr);
         pp_plan_free(&plan);
         if (g_rank == 0) printf("pp %d %s: bitwise GPipe\n", P, pp_schedule_name((pp_schedule_kind)k));
+    }
+    if (!rc && P > 1) { /* the runtime through a stage that owns its memory */
+        own_stage own;
+        memset(&own, 0, sizeof own);
+        float l;
+        if (pp_plan_generate(&plan, PP_SCHED_ZB_H1, P, MICRO, 1) != ZERO_OK ||
+            run_via(pp, &plan, &other, tok, tgt, &l, NULL, &own))
+            rc = 1;
+        pp_plan_free(&plan);
+        if (!rc) {
+            CHECK_MSG(l == l_gp && same_grads(&other, &gp), "zb-h1 through the wrapped stage: loss %.9g vs GPipe %.9g",
+                      l, l_gp);
+            CHECK_MSG(own.foreign == 0 && own.live == 0 && own.allocs > 0,
+                      "stage memory: %d buffers handed over or released that the stage did not allocate, %d of %d "
+                      "allocations not released", own.foreign, own.live, own.allocs);
+            CHECK_MSG(own.copies[PP_COPY_FROM_HOST] == 1 && own.copies[PP_COPY_TO_HOST] == 1 &&
+                          own.copies[PP_COPY_BUFFERS] == 0,
+                      "the loss broadcast: %d copies in, %d out, %d between buffers (want 1, 1, 0)",
+                      own.copies[PP_COPY_FROM_HOST], own.copies[PP_COPY_TO_HOST], own.copies[PP_COPY_BUFFERS]);
+            if (g_rank == 0) printf("pp %d zb-h1 through a stage owning its memory: bitwise GPipe\n", P);
+        }
     }
     if (!rc && g_rank == 0) rc = split_vs_unsplit(&other, tok, tgt);
     model_free(&single), model_free(&gp), model_free(&other);
