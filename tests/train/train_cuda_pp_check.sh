@@ -20,7 +20,8 @@
 #         pipeline adds the tied wte gradient of the two stages in bf16).
 #   1f1b and zb-h1 (fp32) against each other: within 1e-4 relative (the same
 #         gemms per micro-batch; only atomics' order differs); on CUDA also
-#         zb-h2 (3 slots per stage) against 1f1b, and zb-h1 in bf16 (the split
+#         zb-h2 (3 slots per stage) and interleaved (2 chunks of 1 block per
+#         stage) against 1f1b, and zb-h1 in bf16 (the split
 #         keeps fp32 activations, said in a printed note) within 2e-2 of the
 #         single-rank bf16 run.
 # The losses must also fall (the last step's below the first's).
@@ -65,6 +66,7 @@ run1 ref16 --set bf16.enabled=true
 runpp f1b16 1f1b --set bf16.enabled=true
 if [ "$dev" = cuda ]; then # the CPU stage runs these schedules in tests/model_parallel and test_train_pipeline.py
   runpp zbh232 zb-h2
+  runpp il32 interleaved --set model.pp_virtual=2 # 2 chunks of 1 block per stage
   runpp zbh116 zb-h1 --set bf16.enabled=true # the split in bf16: fp32 activations (the printed note)
 fi
 grep -h "pipeline:" "$work"/*.out || true
@@ -91,6 +93,8 @@ figs["pp2_zbh1_vs_1f1b_rel"] = close(losses("zbh132"), losses("f1b32"), 1e-4, de
 figs["pp2_1f1b_bf16_rel"] = close(losses("f1b16"), r16, 2e-2, dev + " pp 2 1f1b bf16 vs 1 rank")
 if dev == "cuda":
     figs["pp2_zbh2_vs_1f1b_rel"] = close(losses("zbh232"), losses("f1b32"), 1e-4, dev + " pp 2 zb-h2 vs 1f1b fp32")
+    figs["pp2_interleaved_vs_1f1b_rel"] = close(losses("il32"), losses("f1b32"), 1e-4,
+                                                dev + " pp 2 interleaved (2 chunks) vs 1f1b fp32")
     figs["pp2_zbh1_bf16_rel"] = close(losses("zbh116"), r16, 2e-2, dev + " pp 2 zb-h1 bf16 (fp32 activations) vs 1 rank")
     assert "keeps fp32 activations" in open(os.path.join(w, "zbh116.out")).read(), "no note for the bf16 split"
 print("FIGURES " + json.dumps(figs))
