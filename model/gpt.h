@@ -199,7 +199,9 @@ typedef struct gpt_activation_bytes {
     size_t head;      /* token ids, targets, ln_f, logits, log-sum-exp */
     size_t scratch;   /* backward scratch (and the CUDA path's attention buffers) */
     size_t host;      /* CUDA cpu_offload: the recomputed blocks' inputs in pinned host memory */
-    size_t total;     /* the workspace's one allocation: everything but `host` */
+    size_t total;     /* everything but `host`: the workspace's one allocation, plus `moe` */
+    size_t moe;       /* MoE models: the blocks' MoE layers' own buffers (n_layer x gpt_moe_bytes_for,
+                       * allocated by the layers; docs/moe.md), device memory on CUDA; else 0 */
 } gpt_activation_bytes;
 
 /* ------------------------------------------------------------ CPU workspace
@@ -214,8 +216,8 @@ zero_status gpt_workspace_create_ckpt(gpt_workspace **out, const gpt_config *cfg
                                       const gpt_checkpointing *ck);
 /* The same for an MoE model with expert parallelism over `ep` (a comm of
  * cfg->moe_ep ranks, borrowed; NULL when moe_ep <= 1). Each MoE block keeps
- * its routing and expert activations in its layer (moe.h), outside the
- * activation report; a recomputed block does not redo its MoE (or its
+ * its routing and expert activations in its layer (moe.h), counted in the
+ * activation report's `moe` (and total); a recomputed block does not redo its MoE (or its
  * exchanges): only the attention half and ln_2 are recomputed. */
 zero_status gpt_workspace_create_moe(gpt_workspace **out, const gpt_config *cfg, int batch, int seq,
                                      const gpt_checkpointing *ck, zero_comm *ep);

@@ -119,6 +119,11 @@ static void carve_block(gpt_carver *c, int cat, gpt_block_acts *b, const gpt_act
     b->ln2 = gpt_carve(c, cat, Nr * C, e);
     b->ln2_mean = gpt_carve(c, cat, Nr, f);
     b->ln2_rstd = gpt_carve(c, cat, Nr, f);
+    if (s->moe) { /* the layer keeps its own activations; bf16: its fp32 input */
+        b->fch = e == f ? NULL : gpt_carve(c, cat, Nr * C, f);
+        b->fch_gelu = NULL;
+        return;
+    }
     b->fch = gpt_carve(c, cat, Nc * Hl, e);
     b->fch_gelu = gpt_carve(c, cat, Nc * Hl, e);
 }
@@ -179,7 +184,8 @@ void gpt_acts_layout(gpt_acts *a, const gpt_acts_shape *s, gpt_carver *c)
     float *dres = gpt_carve(c, GPT_ACT_SCRATCH, N * C, f);
     float *dln = gpt_carve(c, GPT_ACT_SCRATCH, Nc * C, act_elem(s));
     float *dqkv = gpt_carve(c, GPT_ACT_SCRATCH, Nc * 3 * Cl, act_elem(s));
-    float *dfch = gpt_carve(c, GPT_ACT_SCRATCH, Nc * Hl, act_elem(s));
+    float *dfch = !s->moe ? gpt_carve(c, GPT_ACT_SCRATCH, Nc * Hl, act_elem(s))
+                  : act_elem(s) == f ? NULL : gpt_carve(c, GPT_ACT_SCRATCH, Nc * C, f); /* MoE: bf16's fp32 dx */
     float *dlogits = s->head ? gpt_carve(c, GPT_ACT_SCRATCH, N * V, act_elem(s)) : NULL;
     float *sp_full = s->seq_parallel ? gpt_carve(c, GPT_ACT_SCRATCH, Nc * C, f) : NULL;
     int cp = s->cp_size > 1;

@@ -58,7 +58,7 @@ typedef struct gpt_block_acts {
     float *atty;                      /* Nc x Cl attention output before the projection (sequence rows) */
     float *res2;                      /* Nr x C residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fch_gelu;            /* Nc x Hl before and after GELU */
+    float *fch, *fch_gelu;            /* Nc x Hl before and after GELU (MoE: see gpt_acts_shape.moe) */
 } gpt_block_acts;
 
 typedef struct gpt_acts_shape {
@@ -77,6 +77,10 @@ typedef struct gpt_acts_shape {
     int act_elem;        /* bytes per element of the matmul-facing buffers (ln1, qkv, atty, ln2, fch,
                           * fch_gelu, lnf and the scratch dln, dqkv, dfch, dlogits): 4 (fp32; 0 means 4)
                           * or 2 (CUDA bf16 activations: the float pointers then address bf16) */
+    int moe;             /* 1: every block's MLP is an MoE layer (moe.h), which holds its own buffers:
+                          * no fch_gelu, and fch and the scratch dfch only where the layer needs an fp32
+                          * copy of its input and of its input gradient (act_elem 2: Nr x C floats
+                          * each), else NULL */
 } gpt_acts_shape;
 
 /* Rows of a shape (see gpt_block_acts): through the matmuls, and of the

@@ -51,7 +51,7 @@ static int max_threads(void)
 static gpt_acts_shape shape_of(const gpt_config *cfg, int B, int T, const gpt_checkpointing *ck)
 {
     gpt_acts_shape s = {B, T, cfg->d_model, cfg->n_head, cfg->vocab, 1, 0, cfg->n_layer, 1, 1,
-                        gpt_checkpointing_below(cfg, ck), 0, 1, 64, 0, 1, 0, 4};
+                        gpt_checkpointing_below(cfg, ck), 0, 1, 64, 0, 1, 0, 4, cfg->moe_experts > 0};
     return s; /* cpu_offload: the activations are host memory already; partition: no tp group */
 }
 
@@ -83,6 +83,13 @@ zero_status gpt_activation_bytes_for(const gpt_config *cfg, int batch, int seq, 
     gpt_carver_init(&c, s.align, NULL, NULL);
     layout(NULL, &s, max_threads(), &c);
     gpt_carver_report(&c, out);
+    if (cfg->moe_experts > 0) { /* the layers' own buffers, the sizes gpt_moe_create allocates */
+        gpt_moe_config mc = gpt_moe_config_of(cfg);
+        size_t one;
+        GPT_TRY(gpt_moe_bytes_for(&mc, batch * seq, cfg->moe_ep > 1 ? cfg->moe_ep : 1, 0, &one));
+        out->moe = (size_t)cfg->n_layer * one;
+        out->total += out->moe;
+    }
     return ZERO_OK;
 }
 
@@ -114,9 +121,12 @@ static zero_status create_moe(gpt_workspace *ws, zero_comm *ep)
     ws->moe = calloc((size_t)cfg->n_layer, sizeof *ws->moe);
     ws->moe_aux = calloc((size_t)cfg->n_layer, sizeof *ws->moe_aux);
     if (!ws->moe || !ws->moe_aux) return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_workspace_create: out of memory (MoE)");
-    gpt_moe_config mc = {cfg->d_model, 4 * cfg->d_model, cfg->moe_experts, cfg->moe_top_k, cfg->moe_capacity_factor,
-                         cfg->moe_aux_loss_coef};
-    for (int l = 0; l < cfg->n_layer; l++) GPT_TRY(gpt_moe_create(&ws->moe[l], &mc, ws->B * ws->T, ep));
+    gpt_moe_config mc = gpt_moe_config_of(cfg);
+    for (int l = 0; l < cfg->n_layer; l++) {
+        GPT_TRY(gpt_moe_create(&ws->moe[l], &mc, ws->B * ws->T, ep));
+        ws->bytes.moe += gpt_moe_bytes(ws->moe[l]); /* what each layer allocated */
+    }
+    ws->bytes.total += ws->bytes.moe;
     ws->blk.moe = ws->moe;
     ws->blk.moe_aux = ws->moe_aux;
     return ZERO_OK;

@@ -152,7 +152,8 @@ static gpt_acts_shape cuda_shape(const gpt_config *cfg, int B, int T, const gpt_
 {
     gpt_acts_shape s = {B, T, cfg->d_model, cfg->n_head, cfg->vocab, 1, lb, le, slots, le == cfg->n_layer,
                         gpt_checkpointing_below(cfg, ck), ck && ck->cpu_offload, 1, 256, 0, 1,
-                        o->attention == GPT_CUDA_ATTN_FLASH, o->act_dtype == ZERO_BF16 ? 2 : 4};
+                        o->attention == GPT_CUDA_ATTN_FLASH, o->act_dtype == ZERO_BF16 ? 2 : 4,
+                        cfg->moe_experts > 0};
     return s;
 }
 
@@ -750,6 +751,13 @@ extern "C" zero_status gpt_cuda_activation_bytes_for_opts(const gpt_config *cfg,
     gpt_carver_init(&c, s.align, NULL, NULL);
     cuda_layout(NULL, cfg, &s, param_dtype, &c);
     gpt_carver_report(&c, out);
+    if (cfg->moe_experts > 0) { /* the layers' device buffers, the sizes gpt_moe_create_cuda allocates */
+        gpt_moe_config mc = gpt_moe_config_of(cfg);
+        size_t one;
+        GPT_TRY(gpt_moe_bytes_for(&mc, batch * seq, cfg->moe_ep > 1 ? cfg->moe_ep : 1, 1, &one));
+        out->moe = (size_t)cfg->n_layer * one;
+        out->total += out->moe;
+    }
     return ZERO_OK;
 }
 
@@ -793,12 +801,13 @@ static zero_status create_moe(gpt_cuda_workspace *ws, zero_comm *ep)
     ws->moe_aux = (float *)calloc((size_t)cfg->n_layer, sizeof *ws->moe_aux);
     if (!ws->moe || !ws->moe_aux)
         return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_cuda_workspace_create: out of host memory (MoE)");
-    gpt_moe_config mc = {cfg->d_model, 4 * cfg->d_model, cfg->moe_experts, cfg->moe_top_k, cfg->moe_capacity_factor,
-                         cfg->moe_aux_loss_coef};
+    gpt_moe_config mc = gpt_moe_config_of(cfg);
     for (int l = 0; l < cfg->n_layer; l++) {
         GPT_TRY(gpt_moe_create_cuda(&ws->moe[l], &mc, ws->B * ws->T, have > 1 ? ep : NULL, ws->stream));
         gpt_moe_set_matmul_bf16(ws->moe[l], ws->math == GPT_CUDA_MATH_BF16);
+        ws->bytes.moe += gpt_moe_bytes(ws->moe[l]); /* what each layer allocated on the device */
     }
+    ws->bytes.total += ws->bytes.moe;
     return ZERO_OK;
 }
 

@@ -81,6 +81,20 @@ zero_status gpt_moe_create_cuda(gpt_moe **out, const gpt_moe_config *cfg, int to
                                 void *cuda_stream);
 void gpt_moe_destroy(gpt_moe *m); /* NULL accepted */
 
+/* The bytes of one layer's buffers (routing, the exchanges' rows, the
+ * experts' activations and scratch) for `tokens` rows over ep_size ranks:
+ * cuda 0, what gpt_moe_create allocates (one host block, 64-byte aligned
+ * buffers; the per-thread partial sums for this thread's OpenMP maximum, as
+ * at creation); cuda 1, what gpt_moe_create_cuda allocates on the device
+ * (one cudaMalloc, 256-byte aligned buffers; ZERO_UNSUPPORTED in a build
+ * without CUDA). The layers allocate exactly these sizes (docs/moe.md has
+ * the formula). Not counted: the routing plan's index arrays (O(E + P El)
+ * host integers) and the CUDA layer's host copies of the routing
+ * (O(tokens top_k + E)), bookkeeping as the GPT's pointer tables are. */
+zero_status gpt_moe_bytes_for(const gpt_moe_config *cfg, int tokens, int ep_size, int cuda, size_t *bytes);
+/* The bytes this layer holds, as gpt_moe_bytes_for counts them; 0 for NULL. */
+size_t gpt_moe_bytes(const gpt_moe *m);
+
 /* The matmuls' precision (gpt_gemm.h): 0 fp32 (the default), 1 bf16 products
  * where the CPU's kernel has them (the GPT's bf16 compute path); on CUDA
  * cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF (bf16 tensor-core products). */

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpt_acts.h"
 #include "gpt_cpu_ops.h"
 #include "gpt_internal.h"
 #include "moe_cuda.h"
@@ -24,6 +25,8 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+
+#define MOE_CPU_ALIGN 64 /* cache lines, as the GPT's activation layout */
 
 struct gpt_moe {
     gpt_moe_config cfg;
@@ -47,6 +50,7 @@ struct gpt_moe {
     float *dprobs;                /* N x E */
     float *dw;                    /* N x K: d(weight) of each choice */
     float *partials;              /* nthreads x max(H, C) */
+    size_t bytes;                 /* of the buffers: the host block (CPU) or the device allocation (CUDA) */
     int have_forward;
     gpt_gemm_math math;           /* of the router's and experts' matmuls */
 };
@@ -84,42 +88,75 @@ static zero_status moe_alloc_common(gpt_moe **out, const gpt_moe_config *cfg, in
     return ZERO_OK;
 }
 
+/* THE buffer layout of a CPU layer, one walk for counting (m NULL) and
+ * carving (c's base set), so the bytes gpt_moe_bytes_for reports and the
+ * bytes gpt_moe_create allocates cannot disagree. Every buffer rounded up
+ * to 64 bytes (docs/moe.md writes the sum out). */
+static void cpu_layout(gpt_moe *m, const moe_plan *pl, size_t H, int nthreads, gpt_carver *c)
+{
+    const size_t N = (size_t)pl->N, E = (size_t)pl->E, K = (size_t)pl->K, C = pl->C, f = sizeof(float);
+    const size_t wide = H > C ? H : C, part = (size_t)nthreads * (wide > E ? wide : E);
+    const int cat = GPT_ACT_SCRATCH; /* one region: only the carver's offset is read */
+    float *fl[] = {
+        gpt_carve(c, cat, N * E, f), gpt_carve(c, cat, N * E, f),             /* probs, dprobs */
+        gpt_carve(c, cat, N * K, f), gpt_carve(c, cat, N * K, f),             /* sel_w, dw */
+        gpt_carve(c, cat, E, f),                                              /* first_frac */
+        gpt_carve(c, cat, pl->Smax * C, f), gpt_carve(c, cat, pl->Smax * C, f), /* sendbuf, ybuf */
+        gpt_carve(c, cat, pl->Rmax * C, f), gpt_carve(c, cat, pl->Rmax * C, f), /* recvbuf, xin */
+        gpt_carve(c, cat, pl->Rmax * C, f),                                   /* eout */
+        gpt_carve(c, cat, pl->Rmax * H, f), gpt_carve(c, cat, pl->Rmax * H, f), /* fch, fch_gelu */
+        gpt_carve(c, cat, pl->Rmax * H, f),                                   /* dfch */
+        gpt_carve(c, cat, part, f),                                           /* partials */
+    };
+    int32_t *sel_e = gpt_carve(c, cat, N * K, sizeof(int32_t)), *sel_slot = gpt_carve(c, cat, N * K, sizeof(int32_t));
+    if (!m) return;
+    m->probs = fl[0], m->dprobs = fl[1], m->sel_w = fl[2], m->dw = fl[3], m->first_frac = fl[4];
+    m->sendbuf = fl[5], m->ybuf = fl[6], m->recvbuf = fl[7], m->xin = fl[8], m->eout = fl[9];
+    m->fch = fl[10], m->fch_gelu = fl[11], m->dfch = fl[12], m->partials = fl[13];
+    m->sel_e = sel_e, m->sel_slot = sel_slot;
+}
+
+static size_t cpu_bytes(const moe_plan *pl, size_t H, int nthreads)
+{
+    gpt_carver c;
+    gpt_carver_init(&c, MOE_CPU_ALIGN, NULL, NULL);
+    cpu_layout(NULL, pl, H, nthreads, &c);
+    return c.off[0];
+}
+
+zero_status gpt_moe_bytes_for(const gpt_moe_config *cfg, int tokens, int ep_size, int cuda, size_t *bytes)
+{
+    if (!bytes) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_moe_bytes_for: bytes is NULL");
+    *bytes = 0;
+    if (!cfg) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_moe_bytes_for: cfg is NULL");
+    GPT_TRY(moe_check_config(cfg, tokens, ep_size, "gpt_moe_bytes_for"));
+    moe_plan pl;
+    moe_plan_size(&pl, cfg, tokens, ep_size, 0); /* every rank holds the same sizes */
+    if (cuda) return moe_cuda_bytes(&pl, cfg->d_ff, bytes);
+    *bytes = cpu_bytes(&pl, (size_t)cfg->d_ff, moe_threads());
+    return ZERO_OK;
+}
+
+size_t gpt_moe_bytes(const gpt_moe *m) { return m ? m->bytes : 0; }
+
 zero_status gpt_moe_create(gpt_moe **out, const gpt_moe_config *cfg, int tokens, zero_comm *ep)
 {
     GPT_TRY(moe_alloc_common(out, cfg, tokens, ep, "gpt_moe_create"));
     gpt_moe *m = *out;
     *out = NULL;
     m->nthreads = moe_threads();
-    size_t N = m->N, E = m->E, K = m->K, C = m->C, H = m->H, Smax = m->pl.Smax, Rmax = m->pl.Rmax;
-    size_t wide = H > C ? H : C;
-    /* one block for everything: floats first, then the index arrays */
-    size_t floats = N * E * 2 + N * K * 2 + E + Smax * C * 2 + Rmax * (3 * C + 3 * H) +
-                    (size_t)m->nthreads * (wide > E ? wide : E);
-    size_t idx32 = N * K * 2;
-    char *mem = calloc(1, floats * 4 + idx32 * 4 + 64);
+    size_t bytes = cpu_bytes(&m->pl, (size_t)m->H, m->nthreads); /* a multiple of the alignment */
+    char *mem = aligned_alloc(MOE_CPU_ALIGN, bytes);
     if (!mem) {
         gpt_moe_destroy(m);
-        return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_moe_create: no memory for %zu floats of buffers", floats);
+        return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_moe_create: no memory for %zu bytes of buffers", bytes);
     }
+    memset(mem, 0, bytes);
     m->block = mem;
-    float *f = (float *)mem;
-    m->probs = f, f += N * E;
-    m->dprobs = f, f += N * E;
-    m->sel_w = f, f += N * K;
-    m->dw = f, f += N * K;
-    m->first_frac = f, f += E;
-    m->sendbuf = f, f += Smax * C;
-    m->ybuf = f, f += Smax * C;
-    m->recvbuf = f, f += Rmax * C;
-    m->xin = f, f += Rmax * C;
-    m->eout = f, f += Rmax * C;
-    m->fch = f, f += Rmax * H;
-    m->fch_gelu = f, f += Rmax * H;
-    m->dfch = f, f += Rmax * H;
-    m->partials = f, f += (size_t)m->nthreads * (wide > E ? wide : E);
-    int32_t *i = (int32_t *)f;
-    m->sel_e = i, i += N * K;
-    m->sel_slot = i;
+    m->bytes = bytes;
+    gpt_carver c;
+    gpt_carver_init(&c, MOE_CPU_ALIGN, mem, NULL);
+    cpu_layout(m, &m->pl, (size_t)m->H, m->nthreads, &c);
     zero_status st = gpt_gemm_init(); /* also makes OpenBLAS single-threaded */
     if (st != ZERO_OK) {
         gpt_moe_destroy(m);
@@ -146,6 +183,7 @@ zero_status gpt_moe_create_cuda(gpt_moe **out, const gpt_moe_config *cfg, int to
         m->sel_slot = (int32_t *)mem + 2 * NK;
         st = moe_cuda_create(&m->dev, &m->cfg, &m->pl, ep, cuda_stream);
     }
+    if (st == ZERO_OK) st = moe_cuda_bytes(&m->pl, m->H, &m->bytes); /* the size moe_cuda_create allocated */
     if (st != ZERO_OK) {
         gpt_moe_destroy(m);
         return st;

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpt_acts.h"
 #include "gpt_cuda_common.cuh"
 #include "gpt_internal.h"
 #include "moe_cuda.h"
@@ -244,6 +245,50 @@ static zero_status moe_linear_backward(moe_cuda *d, float *dinp, float *dw, floa
 
 /* ------------------------------------------------------------ lifetime */
 
+#define MOE_CUDA_ALIGN 256 /* as the CUDA GPT's activation layout */
+
+/* THE device layout of a layer, one walk for counting (d NULL) and carving,
+ * so moe_cuda_bytes (the activation report) and moe_cuda_create's
+ * cudaMalloc cannot disagree. Every buffer rounded up to 256 bytes. */
+static void cuda_layout(moe_cuda *d, const moe_plan *pl, size_t H, gpt_carver *c)
+{
+    const size_t N = (size_t)pl->N, E = (size_t)pl->E, K = (size_t)pl->K, C = pl->C, f = sizeof(float);
+    const size_t Rones = pl->Rmax > 0 ? pl->Rmax : 1, i32 = sizeof(int32_t);
+    const int cat = GPT_ACT_SCRATCH; /* one region: only the carver's offset is read */
+    double *probsum = (double *)gpt_carve(c, cat, E, sizeof(double));
+    float *fl[] = {
+        (float *)gpt_carve(c, cat, N * E, f), (float *)gpt_carve(c, cat, N * E, f),       /* probs, dprobs */
+        (float *)gpt_carve(c, cat, N * K, f), (float *)gpt_carve(c, cat, N * K, f),       /* sel_w, dw */
+        (float *)gpt_carve(c, cat, E, f),                                                 /* first_frac */
+        (float *)gpt_carve(c, cat, pl->Smax * C, f), (float *)gpt_carve(c, cat, pl->Smax * C, f), /* send, y */
+        (float *)gpt_carve(c, cat, pl->Rmax * C, f), (float *)gpt_carve(c, cat, pl->Rmax * C, f), /* recv, xin */
+        (float *)gpt_carve(c, cat, pl->Rmax * C, f),                                      /* eout */
+        (float *)gpt_carve(c, cat, pl->Rmax * H, f), (float *)gpt_carve(c, cat, pl->Rmax * H, f), /* fch, gelu */
+        (float *)gpt_carve(c, cat, pl->Rmax * H, f),                                      /* dfch */
+        (float *)gpt_carve(c, cat, Rones, f),                                             /* ones */
+    };
+    int32_t *ip[] = {
+        (int32_t *)gpt_carve(c, cat, N * K, i32), (int32_t *)gpt_carve(c, cat, N * K, i32), /* sel_e, dest */
+        (int32_t *)gpt_carve(c, cat, E, i32),                                             /* count */
+        (int32_t *)gpt_carve(c, cat, (size_t)pl->P * pl->El, i32),                        /* rcount */
+    };
+    if (!d) return;
+    d->probsum = probsum;
+    d->probs = fl[0], d->dprobs = fl[1], d->sel_w = fl[2], d->dw = fl[3], d->first_frac = fl[4];
+    d->sendbuf = fl[5], d->ybuf = fl[6], d->recvbuf = fl[7], d->xin = fl[8], d->eout = fl[9];
+    d->fch = fl[10], d->fch_gelu = fl[11], d->dfch = fl[12], d->ones = fl[13];
+    d->sel_e = ip[0], d->dest = ip[1], d->count = ip[2], d->rcount = ip[3];
+}
+
+zero_status moe_cuda_bytes(const moe_plan *pl, int H, size_t *bytes)
+{
+    gpt_carver c;
+    gpt_carver_init(&c, MOE_CUDA_ALIGN, NULL, NULL);
+    cuda_layout(NULL, pl, (size_t)H, &c);
+    *bytes = c.off[0];
+    return ZERO_OK;
+}
+
 zero_status moe_cuda_create(moe_cuda **out, const gpt_moe_config *cfg, const moe_plan *pl, zero_comm *ep,
                             void *cuda_stream)
 {
@@ -262,12 +307,12 @@ zero_status moe_cuda_create(moe_cuda **out, const gpt_moe_config *cfg, const moe
     d->aux_loss_coef = cfg->aux_loss_coef;
     d->ep = ep;
     d->stream = (cudaStream_t)cuda_stream;
-    size_t N = d->N, E = d->E, K = d->K, C = d->C, H = d->H, El = d->El, P = d->P;
-    size_t Rones = pl->Rmax > 0 ? pl->Rmax : 1;
-    /* doubles first (alignment), then floats, then int32 */
-    size_t floats = N * E * 2 + N * K * 2 + E + pl->Smax * C * 2 + pl->Rmax * (3 * C + 3 * H) + Rones;
-    size_t ints = N * K * 2 + E + P * El;
-    size_t bytes = E * sizeof(double) + floats * sizeof(float) + ints * sizeof(int32_t);
+    size_t Rones = pl->Rmax > 0 ? pl->Rmax : 1, bytes;
+    gpt_carver c;
+    gpt_carver_init(&c, MOE_CUDA_ALIGN, NULL, NULL);
+    cuda_layout(NULL, pl, (size_t)d->H, &c);
+    bytes = c.off[0];
+    size_t N = d->N, E = d->E, K = d->K;
     d->h_dest = (int32_t *)calloc(N * K, sizeof(int32_t));
     d->h_probsum = (double *)calloc(E, sizeof(double));
     d->h_first_frac = (float *)calloc(E, sizeof(float));
@@ -282,27 +327,8 @@ zero_status moe_cuda_create(moe_cuda **out, const gpt_moe_config *cfg, const moe
         return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_moe_create_cuda: cudaMalloc of %zu bytes failed: %s", bytes,
                         cudaGetErrorString(ce));
     }
-    d->probsum = (double *)d->mem;
-    float *f = (float *)(d->probsum + E);
-    d->probs = f, f += N * E;
-    d->dprobs = f, f += N * E;
-    d->sel_w = f, f += N * K;
-    d->dw = f, f += N * K;
-    d->first_frac = f, f += E;
-    d->sendbuf = f, f += pl->Smax * C;
-    d->ybuf = f, f += pl->Smax * C;
-    d->recvbuf = f, f += pl->Rmax * C;
-    d->xin = f, f += pl->Rmax * C;
-    d->eout = f, f += pl->Rmax * C;
-    d->fch = f, f += pl->Rmax * H;
-    d->fch_gelu = f, f += pl->Rmax * H;
-    d->dfch = f, f += pl->Rmax * H;
-    d->ones = f, f += Rones;
-    int32_t *i = (int32_t *)f;
-    d->sel_e = i, i += N * K;
-    d->dest = i, i += N * K;
-    d->count = i, i += E;
-    d->rcount = i;
+    gpt_carver_init(&c, MOE_CUDA_ALIGN, d->mem, NULL);
+    cuda_layout(d, pl, (size_t)d->H, &c);
     if (cublasCreate(&d->blas) != CUBLAS_STATUS_SUCCESS) {
         d->blas = NULL;
         moe_cuda_destroy(d);

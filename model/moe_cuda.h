@@ -18,6 +18,9 @@ typedef struct moe_cuda moe_cuda;
 zero_status moe_cuda_create(moe_cuda **out, const gpt_moe_config *cfg, const moe_plan *pl, zero_comm *ep,
                             void *cuda_stream);
 void moe_cuda_destroy(moe_cuda *d); /* NULL accepted */
+/* The bytes moe_cuda_create allocates on the device for this plan's sizes
+ * (pl needs only moe_plan_size) and d_ff = H; ZERO_UNSUPPORTED without CUDA. */
+zero_status moe_cuda_bytes(const moe_plan *pl, int H, size_t *bytes);
 void moe_cuda_set_bf16(moe_cuda *d, int bf16);
 /* sel_e, sel_slot, sel_w: host, N x K, filled with the routing. */
 zero_status moe_cuda_forward(moe_cuda *d, moe_plan *pl, int32_t *sel_e, int32_t *sel_slot, float *sel_w,

@@ -10,6 +10,13 @@ zero_status moe_cuda_create(moe_cuda **out, const gpt_moe_config *cfg, const moe
     return gpt_fail(ZERO_UNSUPPORTED, "gpt_moe_create_cuda: this build of the model has no CUDA path");
 }
 
+zero_status moe_cuda_bytes(const moe_plan *pl, int H, size_t *bytes)
+{
+    (void)pl, (void)H;
+    if (bytes) *bytes = 0;
+    return gpt_fail(ZERO_UNSUPPORTED, "gpt_moe_bytes_for: this build of the model has no CUDA path");
+}
+
 void moe_cuda_destroy(moe_cuda *d) { (void)d; }
 void moe_cuda_set_bf16(moe_cuda *d, int bf16) { (void)d, (void)bf16; }
 

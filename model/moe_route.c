@@ -24,7 +24,7 @@ zero_status moe_check_config(const gpt_moe_config *cfg, int tokens, int P, const
     return ZERO_OK;
 }
 
-zero_status moe_plan_init(moe_plan *pl, const gpt_moe_config *cfg, int tokens, int P, int rank)
+void moe_plan_size(moe_plan *pl, const gpt_moe_config *cfg, int tokens, int P, int rank)
 {
     memset(pl, 0, sizeof *pl);
     pl->N = tokens, pl->E = cfg->experts, pl->K = cfg->top_k, pl->P = P, pl->rank = rank;
@@ -35,6 +35,11 @@ zero_status moe_plan_init(moe_plan *pl, const gpt_moe_config *cfg, int tokens, i
     pl->capr = pl->cap < pl->N ? pl->cap : pl->N; /* a token picks an expert at most once */
     pl->Smax = (size_t)pl->N * pl->K;
     pl->Rmax = (size_t)pl->El * P * pl->capr;
+}
+
+zero_status moe_plan_init(moe_plan *pl, const gpt_moe_config *cfg, int tokens, int P, int rank)
+{
+    moe_plan_size(pl, cfg, tokens, P, rank);
     size_t E = pl->E, El = pl->El, Pz = P;
     pl->count = calloc(E + Pz * El, sizeof(int32_t));
     size_t *z = calloc(E + El * 2 + Pz * El * 2 + Pz * 4, sizeof(size_t));

@@ -37,6 +37,9 @@ typedef struct moe_plan {
 
 /* Checks cfg for `tokens` rows on P ep ranks; `who` names the caller in the message. */
 zero_status moe_check_config(const gpt_moe_config *cfg, int tokens, int P, const char *who);
+/* Fills the sizes, the capacity and the buffer bounds (Smax, Rmax) only:
+ * no allocation, the index arrays stay NULL (what the byte counts need). */
+void moe_plan_size(moe_plan *pl, const gpt_moe_config *cfg, int tokens, int P, int rank);
 /* Fills the sizes and the capacity and allocates the index arrays (free
  * with moe_plan_free; a zeroed plan may be freed). cfg must have passed
  * moe_check_config. */

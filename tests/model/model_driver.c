@@ -15,33 +15,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "driver_io.h"
 #include "gpt.h"
-
-static int read_exact(FILE *f, void *p, size_t bytes, const char *what)
-{
-    if (fread(p, 1, bytes, f) != bytes) {
-        fprintf(stderr, "model_driver: short read of %s\n", what);
-        return -1;
-    }
-    return 0;
-}
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: model_driver IN OUT\n");
-        return 2;
-    }
-    FILE *in = fopen(argv[1], "rb");
-    if (!in) {
-        perror(argv[1]);
-        return 1;
-    }
+    const char *me = "model_driver", *out_path;
+    int rc;
+    FILE *in = driver_open_input(argc, argv, me, &out_path, &rc);
+    if (!in) return rc;
     char magic[4];
     uint32_t version;
     int32_t h[7];
-    if (read_exact(in, magic, 4, "magic") || memcmp(magic, "GPTM", 4) || read_exact(in, &version, 4, "version") ||
-        (version != 1 && version != 2) || read_exact(in, h, sizeof h, "header")) {
+    if (driver_read(in, magic, 4, me, "magic") || memcmp(magic, "GPTM", 4) ||
+        driver_read(in, &version, 4, me, "version") || (version != 1 && version != 2) ||
+        driver_read(in, h, sizeof h, me, "header")) {
         fprintf(stderr, "model_driver: %s is not a version-1 or -2 GPTM file\n", argv[1]);
         return 1;
     }
@@ -49,7 +37,8 @@ int main(int argc, char **argv)
     if (version == 2) { /* MoE: i32 experts top_k, f32 capacity_factor aux_loss_coef */
         int32_t moe[2];
         float mf[2];
-        if (read_exact(in, moe, sizeof moe, "moe header") || read_exact(in, mf, sizeof mf, "moe header")) return 1;
+        if (driver_read(in, moe, sizeof moe, me, "moe header") || driver_read(in, mf, sizeof mf, me, "moe header"))
+            return 1;
         cfg.moe_experts = moe[0], cfg.moe_top_k = moe[1], cfg.moe_capacity_factor = mf[0];
         cfg.moe_aux_loss_coef = mf[1];
     }
@@ -73,9 +62,9 @@ int main(int argc, char **argv)
         gset[info.module].t[info.index] = grads + off;
         off += info.numel;
     }
-    if (read_exact(in, params, sizeof(float) * total, "parameters") ||
-        read_exact(in, tokens, sizeof(int32_t) * B * T, "tokens") ||
-        read_exact(in, targets, sizeof(int32_t) * B * T, "targets"))
+    if (driver_read(in, params, sizeof(float) * total, me, "parameters") ||
+        driver_read(in, tokens, sizeof(int32_t) * B * T, me, "tokens") ||
+        driver_read(in, targets, sizeof(int32_t) * B * T, me, "targets"))
         return 1;
     fclose(in);
 
@@ -97,9 +86,9 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    FILE *out = fopen(argv[2], "wb");
+    FILE *out = fopen(out_path, "wb");
     if (!out) {
-        perror(argv[2]);
+        perror(out_path);
         return 1;
     }
     size_t nlogits = (size_t)B * T * cfg.vocab;
@@ -107,7 +96,7 @@ int main(int argc, char **argv)
              fwrite(gpt_workspace_logits(ws), sizeof(float), nlogits, out) == nlogits &&
              fwrite(grads, sizeof(float), total, out) == total;
     if (fclose(out) != 0 || !ok) {
-        fprintf(stderr, "model_driver: cannot write %s\n", argv[2]);
+        fprintf(stderr, "model_driver: cannot write %s\n", out_path);
         return 1;
     }
     gpt_workspace_destroy(ws);

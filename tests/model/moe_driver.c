@@ -15,48 +15,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "driver_io.h"
 #include "gpt.h"
 #include "moe.h"
 
-static float *read_floats(FILE *f, size_t n)
-{
-    float *p = malloc(n * sizeof *p + 4);
-    if (p && fread(p, sizeof *p, n, f) != n) {
-        free(p);
-        return NULL;
-    }
-    return p;
-}
-
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: moe_driver IN OUT\n");
-        return 2;
-    }
-    FILE *in = fopen(argv[1], "rb");
-    if (!in) {
-        perror(argv[1]);
-        return 1;
-    }
+    const char *me = "moe_driver", *out_path;
+    int rc;
+    FILE *in = driver_open_input(argc, argv, me, &out_path, &rc);
+    if (!in) return rc;
     char magic[4];
     int32_t h[5];
     float fl[3];
-    if (fread(magic, 1, 4, in) != 4 || memcmp(magic, "MOE1", 4) || fread(h, 4, 5, in) != 5 || fread(fl, 4, 3, in) != 3) {
+    if (driver_read(in, magic, 4, me, "magic") || memcmp(magic, "MOE1", 4) ||
+        driver_read(in, h, sizeof h, me, "header") || driver_read(in, fl, sizeof fl, me, "header")) {
         fprintf(stderr, "moe_driver: %s is not a MOE1 file\n", argv[1]);
         return 1;
     }
     gpt_moe_config c = {h[0], h[1], h[2], h[3], fl[0], fl[1]};
     size_t C = h[0], H = h[1], E = h[2], K = h[3], N = h[4];
     float dloss = fl[2];
-    float *gate = read_floats(in, E * C), *fc_w = read_floats(in, E * H * C), *fc_b = read_floats(in, E * H);
-    float *proj_w = read_floats(in, E * C * H), *proj_b = read_floats(in, E * C);
-    float *x = read_floats(in, N * C), *init = read_floats(in, N * C), *dout = read_floats(in, N * C);
+    float *gate = driver_read_floats(in, E * C, me, "gate_w"), *fc_w = driver_read_floats(in, E * H * C, me, "fc_w");
+    float *fc_b = driver_read_floats(in, E * H, me, "fc_b"), *proj_w = driver_read_floats(in, E * C * H, me, "proj_w");
+    float *proj_b = driver_read_floats(in, E * C, me, "proj_b"), *x = driver_read_floats(in, N * C, me, "x");
+    float *init = driver_read_floats(in, N * C, me, "init"), *dout = driver_read_floats(in, N * C, me, "dout");
     fclose(in);
-    if (!gate || !fc_w || !fc_b || !proj_w || !proj_b || !x || !init || !dout) {
-        fprintf(stderr, "moe_driver: short input\n");
-        return 1;
-    }
+    if (!gate || !fc_w || !fc_b || !proj_w || !proj_b || !x || !init || !dout) return 1;
     gpt_moe *m = NULL;
     if (gpt_moe_create(&m, &c, (int)N, NULL) != ZERO_OK) {
         fprintf(stderr, "moe_driver: %s\n", gpt_last_error());
@@ -73,9 +58,9 @@ int main(int argc, char **argv)
     }
     gpt_moe_routing r;
     gpt_moe_get_routing(m, &r);
-    FILE *o = fopen(argv[2], "wb");
+    FILE *o = fopen(out_path, "wb");
     if (!o) {
-        perror(argv[2]);
+        perror(out_path);
         return 1;
     }
     fwrite(&aux, 4, 1, o);

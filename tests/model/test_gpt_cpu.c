@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "gpt.h"
+#include "moe.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -381,6 +382,60 @@ static void test_activation_bytes(void)
            none_b.total / 1e9, all_b.total / 1e9);
 }
 
+/* An MoE GPT's report (docs/moe.md): the blocks' sets lose fch and
+ * fch_gelu and the scratch loses dfch (the layer holds its own), and `moe`
+ * is n_layer x one layer's buffers, each rounded up to 64 bytes:
+ *   2 r(4NE) + 4 r(4NK) + r(4E) + 2 r(4 S C) + 3 r(4 R C) + 3 r(4 R H) + r(4 nt max(H, C, E))
+ * with H = 4C, S = N K rows sent, R = E min(cap, N) rows received, cap =
+ * ceil(cf K N / E) (N when cf <= 0). The workspace's report must equal this
+ * formula, gpt_activation_bytes_for's count, and the sum of what each layer
+ * allocated (gpt_moe_bytes). */
+static void test_activation_bytes_moe(void)
+{
+#ifdef _OPENMP
+    const size_t nt = (size_t)omp_get_max_threads();
+#else
+    const size_t nt = 1;
+#endif
+    const struct { int E, K; float cf; } moe[] = {{4, 1, 1.25f}, {4, 2, 0.0f}, {6, 2, 0.5f}};
+    for (int k = 0; k < 3; k++) {
+        gpt_config c = {.n_layer = 3, .n_head = 2, .d_model = 32, .seq_len = 16, .vocab = 97,
+                        .moe_experts = moe[k].E, .moe_top_k = moe[k].K, .moe_capacity_factor = moe[k].cf,
+                        .moe_aux_loss_coef = 0.01f};
+        const size_t B = 2, T = 13, N = B * T, C = 32, H = 4 * C, L = 3, V = 97, NH = 2;
+        const size_t E = (size_t)moe[k].E, K = (size_t)moe[k].K;
+        size_t cap = moe[k].cf > 0 ? (size_t)ceil((double)moe[k].cf * K * N / E) : N;
+        size_t S = N * K, R = E * (cap < N ? cap : N), wide = H > E ? H : E;
+        size_t layer = 2 * r64(4 * N * E) + 4 * r64(4 * N * K) + r64(4 * E) + 2 * r64(4 * S * C) + 3 * r64(4 * R * C) +
+                       3 * r64(4 * R * H) + r64(4 * nt * wide);
+        size_t set = block_set_bytes(B, T, C, NH) - 2 * r64(16 * N * C);
+        for (int R_ = 0; R_ <= 2; R_++) {
+            size_t rec = (size_t)R_;
+            size_t inputs = (L + 1) * r64(4 * N * C), head = 2 * r64(4 * N) + r64(4 * N * C) + 3 * r64(4 * N) +
+                                                             r64(4 * N * V);
+            size_t scratch = 2 * r64(4 * N * C) + r64(12 * N * C) + r64(4 * N * V) + r64(4 * nt * 4 * C) +
+                             r64(4 * nt * T * T);
+            size_t total = inputs + (L - rec) * set + (rec ? set : 0) + head + scratch + L * layer;
+            gpt_checkpointing ck = {R_, 0, 0};
+            gpt_activation_bytes want, got;
+            CHECK_OK(gpt_activation_bytes_for(&c, (int)B, (int)T, &ck, &want));
+            gpt_workspace *ws = NULL;
+            CHECK_OK(gpt_workspace_create_moe(&ws, &c, (int)B, (int)T, &ck, NULL));
+            if (!ws) continue;
+            gpt_workspace_activation_bytes(ws, &got);
+            size_t held = 0;
+            for (int l = 0; l < (int)L; l++) held += gpt_moe_bytes(gpt_workspace_moe_layer(ws, l));
+            CHECK_MSG(got.total == total && want.total == total && got.moe == L * layer && held == L * layer,
+                      "MoE shape %d, %zu recomputed: reported %zu (moe %zu), counted %zu, layers hold %zu, formula "
+                      "%zu (moe %zu)", k, rec, got.total, got.moe, want.total, held, total, L * layer);
+            CHECK(got.inputs == inputs && got.blocks == (L - rec) * set && got.recompute == (rec ? set : 0) &&
+                  got.head == head && got.scratch == scratch && got.host == 0);
+            CHECK(memcmp(&got, &want, sizeof got) == 0 && gpt_workspace_bytes(ws) == total);
+            gpt_workspace_destroy(ws);
+        }
+    }
+}
+
 int main(void)
 {
     test_param_list();
@@ -390,5 +445,6 @@ int main(void)
     test_finite_differences();
     test_checkpointing_bitwise();
     test_activation_bytes();
+    test_activation_bytes_moe();
     return check_exit();
 }

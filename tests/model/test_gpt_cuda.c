@@ -44,6 +44,7 @@
 #include "check.h"
 #include "gpt.h"
 #include "gpt_cuda.h"
+#include "gpt_test_params.h"
 #include "zero_build_config.h"
 #include <zero/device.h>
 
@@ -56,18 +57,6 @@
 #define T_ 40
 #define B_ 3
 #define V_ 256
-
-
-static void layout(const gpt_config *cfg, char *base, size_t elem, gpt_tensors *sets)
-{
-    size_t off = 0;
-    for (size_t i = 0; i < gpt_num_params(cfg); i++) {
-        gpt_param_info info;
-        gpt_param_info_get(cfg, i, &info);
-        sets[info.module].t[info.index] = base + off * elem;
-        off += info.numel;
-    }
-}
 
 static uint64_t rng = 88172645463325252ull;
 static float uniform(void)
@@ -108,24 +97,14 @@ static int gpu_run(const gpt_config *cfg, const float *params, size_t total, zer
                    const gpt_checkpointing *ck, const int32_t *tok, const int32_t *tgt, float *loss, float *logits,
                    float *grads)
 {
-    size_t es = dt == ZERO_BF16 ? 2 : 4;
-    void *dp = NULL, *dg = NULL;
     gpt_tensors p[L_ + 2], g[L_ + 2];
-    memset(p, 0, sizeof p), memset(g, 0, sizeof g);
-    void *host = malloc(total * es);
-    if (cudaMalloc(&dp, total * es) != cudaSuccess || cudaMalloc(&dg, total * es) != cudaSuccess) return -1;
-    for (size_t i = 0; i < total; i++) {
-        if (dt == ZERO_BF16) ((uint16_t *)host)[i] = zero_f32_to_bf16(params[i]);
-        else ((float *)host)[i] = params[i];
-    }
-    cudaMemcpy(dp, host, total * es, cudaMemcpyHostToDevice);
-    cudaMemset(dg, 0, total * es);
-    layout(cfg, dp, es, p);
-    layout(cfg, dg, es, g);
+    gpt_test_dev dev;
+    if (gpt_test_dev_init(&dev, cfg, params, total, dt, p, g) != 0) return -1;
     gpt_cuda_workspace *ws = NULL;
     CHECK_OK(gpt_cuda_workspace_create_opts(&ws, cfg, B_, T_, dt, &o, NULL, ck));
     if (!ws) {
         fprintf(stderr, "%s\n", gpt_last_error());
+        gpt_test_dev_free(&dev);
         return -1;
     }
     gpt_activation_bytes got, want;
@@ -136,11 +115,9 @@ static int gpu_run(const gpt_config *cfg, const float *params, size_t total, zer
     if (st == ZERO_OK) st = gpt_cuda_backward(ws, 1.0f, p, g);
     if (st == ZERO_OK) st = gpt_cuda_workspace_logits(ws, logits);
     CHECK_MSG(st == ZERO_OK, "cuda pass: %s", gpt_last_error());
-    cudaMemcpy(host, dg, total * es, cudaMemcpyDeviceToHost);
-    for (size_t i = 0; i < total; i++)
-        grads[i] = dt == ZERO_BF16 ? zero_bf16_to_f32(((uint16_t *)host)[i]) : ((float *)host)[i];
+    gpt_test_dev_grads(&dev, grads);
     gpt_cuda_workspace_destroy(ws);
-    cudaFree(dp), cudaFree(dg), free(host);
+    gpt_test_dev_free(&dev);
     return st == ZERO_OK ? 0 : -1;
 }
 
@@ -150,8 +127,8 @@ static void cpu_run(const gpt_config *cfg, float *params, size_t total, const in
     gpt_tensors p[L_ + 2], g[L_ + 2];
     memset(p, 0, sizeof p), memset(g, 0, sizeof g);
     memset(grads, 0, total * sizeof(float));
-    layout(cfg, (char *)params, 4, p);
-    layout(cfg, (char *)grads, 4, g);
+    gpt_test_layout(cfg, params, 4, p);
+    gpt_test_layout(cfg, grads, 4, g);
     gpt_workspace *ws = NULL;
     CHECK_OK(gpt_workspace_create(&ws, cfg, B_, T_));
     CHECK_OK(gpt_forward(ws, tok, tgt, p, loss));
@@ -245,6 +222,64 @@ static void check_cuda_bytes_bf16_acts(void)
         }
 }
 
+/* An MoE model's CUDA report (docs/moe.md), for fp32 and bf16 activations
+ * and parameters, ep 1 and 2, with and without recomputation: the block
+ * sets lose fch_gelu and fch (kept only as the bf16 path's fp32 copy of the
+ * layer's input, N x C floats), the scratch's dfch goes (or becomes the
+ * bf16 path's fp32 input gradient, N x C floats), a block module grows to
+ * the router and El = E/ep experts, and `moe` is n_layer x one layer's
+ * device buffers, each rounded up to 256 bytes:
+ *   r(8E) + 2 r(4NE) + 4 r(4NK) + 3 r(4E) + 2 r(4 S C) + 3 r(4 R C) + 3 r(4 R H) + r(4R)
+ * (H = 4C, S = N K, R = E min(cap, N), cap = ceil(cf K N / E)). Counted
+ * without a GPU; the workspace's own report equals this count (test_gpt_cuda
+ * above and test_gpt_moe_cuda check report == count on a GPU). */
+static void check_cuda_bytes_moe(void)
+{
+    const size_t B = 2, T = 13, N = B * T, C = 48, V = 101, NH = 4, L = 3, H = 4 * C, E = 4, K = 2;
+    const size_t cap = (size_t)ceil(1.5 * K * N / E), S = N * K, R = E * (cap < N ? cap : N);
+    const size_t layer = r256(8 * E) + 2 * r256(4 * N * E) + 4 * r256(4 * N * K) + 3 * r256(4 * E) +
+                         2 * r256(4 * S * C) + 3 * r256(4 * R * C) + 3 * r256(4 * R * H) + r256(4 * R);
+    const gpt_cuda_options bf16_acts = GPT_CUDA_OPTIONS_BF16;
+    for (int ep = 1; ep <= 2; ep++)
+        for (int acts = 0; acts < 2; acts++)
+            for (int dt = 0; dt < 2; dt++)
+                for (size_t rec = 0; rec < 2; rec++) {
+                    gpt_config cfg = {.n_layer = 3, .n_head = 4, .d_model = 48, .seq_len = 24, .vocab = 101,
+                                      .moe_experts = (int)E, .moe_top_k = (int)K, .moe_capacity_factor = 1.5f,
+                                      .moe_aux_loss_coef = 0.01f, .moe_ep = ep};
+                    zero_dtype d = dt ? ZERO_BF16 : ZERO_F32;
+                    size_t El = E / (size_t)ep, e = V * C + 24 * C;
+                    size_t m = 4 * C * C + 8 * C + El * (8 * C * C + 5 * C) + E * C; /* an MoE block module */
+                    size_t inputs = (L + 1) * r256(4 * N * C), set, head, scratch;
+                    if (!acts) {
+                        set = 4 * r256(4 * N * C) + 4 * r256(4 * N) + r256(12 * N * C) + r256(4 * B * NH * T * T);
+                        head = 2 * r256(4 * N) + r256(4 * N * C) + 3 * r256(4 * N) + r256(4 * N * V);
+                        scratch = 2 * r256(4 * N * C) + r256(12 * N * C) + r256(4 * N * V) + r256(4 * N) +
+                                  8 * r256(4 * N * C) + r256(4 * B * NH * T * T);
+                        scratch += d == ZERO_BF16 ? 2 * r256(4 * e) + 2 * r256(4 * m) : 0;
+                    } else {
+                        set = r256(2 * N * C) + 4 * r256(4 * N) + r256(6 * N * C) + r256(4 * B * NH * T) +
+                              r256(2 * N * C) + r256(4 * N * C) + r256(2 * N * C) + r256(4 * N * C);
+                        head = 2 * r256(4 * N) + r256(2 * N * C) + 3 * r256(4 * N) + r256(4 * N * V);
+                        scratch = r256(4 * N * C) + r256(2 * N * C) + r256(6 * N * C) + r256(4 * N * C) +
+                                  r256(2 * N * V) + r256(4 * N) + r256(4 * B * NH * T) + r256(2 * N * C) +
+                                  r256(16 * C);
+                        scratch += d == ZERO_BF16 ? 2 * r256(4 * e) + 2 * r256(4 * m) : r256(2 * e) + r256(2 * m);
+                    }
+                    size_t total = inputs + (L - rec) * set + (rec ? set : 0) + head + scratch + L * layer;
+                    gpt_checkpointing ck = {(int)rec, 0, 0};
+                    gpt_activation_bytes b;
+                    CHECK_OK(gpt_cuda_activation_bytes_for_opts(&cfg, (int)B, (int)T, d, acts ? &bf16_acts : NULL,
+                                                                &ck, &b));
+                    CHECK_MSG(b.total == total && b.moe == L * layer && b.inputs == inputs &&
+                                  b.blocks == (L - rec) * set && b.recompute == (rec ? set : 0) && b.head == head &&
+                                  b.scratch == scratch && b.host == 0,
+                              "cuda MoE bytes (ep %d, %s acts, %s params, %zu recomputed): %zu (moe %zu), formula %zu "
+                              "(moe %zu)",
+                              ep, acts ? "bf16" : "fp32", zero_dtype_name(d), rec, b.total, b.moe, total, L * layer);
+                }
+}
+
 /* Activation checkpointing on the GPU (fp32 math), against the same GPU run
  * without it: the forward has no atomics, so the loss and logits are
  * bitwise equal; the backward's column sums and embedding scatter use fp32
@@ -282,6 +317,7 @@ int main(void)
 #if ZERO_HAVE_CUDA
     check_cuda_bytes();
     check_cuda_bytes_bf16_acts();
+    check_cuda_bytes_moe();
     if (!gpt_cuda_available() && check_exit() != 0) return 1; /* a wrong formula fails even without a GPU */
 #endif
     if (!gpt_cuda_available()) CHECK_SKIP("no CUDA GPU visible (or this build has no CUDA path)");

@@ -25,6 +25,7 @@
 #include "check.h"
 #include "gpt.h"
 #include "gpt_cuda.h"
+#include "gpt_test_params.h"
 #include "zero_build_config.h"
 #include <zero/device.h>
 
@@ -35,34 +36,13 @@
 #define B_ 3
 #define T_ 40
 
-static void layout(const gpt_config *cfg, char *base, size_t elem, gpt_tensors *sets)
-{
-    size_t off = 0;
-    for (size_t i = 0; i < gpt_num_params(cfg); i++) {
-        gpt_param_info info;
-        gpt_param_info_get(cfg, i, &info);
-        sets[info.module].t[info.index] = base + off * elem;
-        off += info.numel;
-    }
-}
-
 /* One pass (split or not); the gradients as fp32 on the host. */
 static int run(const gpt_config *cfg, const float *params, size_t total, zero_dtype dt, gpt_cuda_math math, int split,
                const int32_t *tok, const int32_t *tgt, float *grads)
 {
-    size_t es = dt == ZERO_BF16 ? 2 : 4;
-    void *dp = NULL, *dg = NULL, *host = malloc(total * es);
     gpt_tensors p[L_ + 2], g[L_ + 2];
-    memset(p, 0, sizeof p), memset(g, 0, sizeof g);
-    if (!host || cudaMalloc(&dp, total * es) != cudaSuccess || cudaMalloc(&dg, total * es) != cudaSuccess) return -1;
-    for (size_t i = 0; i < total; i++) {
-        if (dt == ZERO_BF16) ((uint16_t *)host)[i] = zero_f32_to_bf16(params[i]);
-        else ((float *)host)[i] = params[i];
-    }
-    cudaMemcpy(dp, host, total * es, cudaMemcpyHostToDevice);
-    cudaMemset(dg, 0, total * es);
-    layout(cfg, dp, es, p);
-    layout(cfg, dg, es, g);
+    gpt_test_dev dev;
+    if (gpt_test_dev_init(&dev, cfg, params, total, dt, p, g) != 0) return -1;
     gpt_cuda_workspace *ws = NULL;
     zero_status st = gpt_cuda_workspace_create(&ws, cfg, B_, T_, dt, math, NULL);
     const int fm = gpt_module_final(cfg);
@@ -89,12 +69,9 @@ static int run(const gpt_config *cfg, const float *params, size_t total, zero_dt
         }
     }
     CHECK_MSG(st == ZERO_OK, "%s pass: %s", split ? "split" : "unsplit", gpt_last_error());
-    cudaDeviceSynchronize();
-    cudaMemcpy(host, dg, total * es, cudaMemcpyDeviceToHost);
-    for (size_t i = 0; i < total; i++)
-        grads[i] = dt == ZERO_BF16 ? zero_bf16_to_f32(((uint16_t *)host)[i]) : ((float *)host)[i];
+    gpt_test_dev_grads(&dev, grads);
     gpt_cuda_workspace_destroy(ws);
-    cudaFree(dp), cudaFree(dg), free(host);
+    gpt_test_dev_free(&dev);
     return st == ZERO_OK ? 0 : -1;
 }
 

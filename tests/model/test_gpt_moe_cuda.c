@@ -48,6 +48,7 @@
 #include "check.h"
 #include "gpt.h"
 #include "gpt_cuda.h"
+#include "gpt_test_params.h"
 #include "moe.h"
 #include "zero_build_config.h"
 
@@ -68,29 +69,6 @@ static float uniform(void)
 {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
-
-/* Pointers of every module's tensors in one flat buffer (parameter order). */
-static void layout(const gpt_config *cfg, float *base, gpt_tensors *sets)
-{
-    size_t off = 0;
-    for (size_t i = 0; i < gpt_num_params(cfg); i++) {
-        gpt_param_info info;
-        gpt_param_info_get(cfg, i, &info);
-        sets[info.module].t[info.index] = base + off;
-        off += info.numel;
-    }
-}
-
-static size_t total_numel(const gpt_config *cfg)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < gpt_num_params(cfg); i++) {
-        gpt_param_info info;
-        gpt_param_info_get(cfg, i, &info);
-        n += info.numel;
-    }
-    return n;
 }
 
 /* |gpu - cpu| <= 1e-4 max|cpu| + 1e-3 |cpu| elementwise */
@@ -158,7 +136,7 @@ static void run_case(const moe_case *mc)
     if (rank == 0)
         printf("%s: E %d top-%d capacity factor %g, ep %d%s\n", mc->name, E, K, (double)mc->capacity_factor, size,
                mc->recompute ? ", every block recomputed" : "");
-    const size_t tw = total_numel(&whole), tm = total_numel(&mine), np = gpt_num_params(&whole);
+    const size_t tw = gpt_param_elements(&whole), tm = gpt_param_elements(&mine), np = gpt_num_params(&whole);
     /* the whole model, the same on every rank */
     float *pw = malloc(tw * 4);
     rng = 88172645463325252ull;
@@ -180,14 +158,14 @@ static void run_case(const moe_case *mc)
     int32_t tok[N_], tgt[N_];
     gpt_tensors p[L_ + 2], g[L_ + 2];
     memset(p, 0, sizeof p);
-    layout(&whole, pw, p);
+    gpt_test_layout(&whole, pw, 4, p);
     for (int r = 0; r < size; r++) {
         gpt_workspace *ws = NULL;
         CHECK_OK(gpt_workspace_create_moe(&ws, &whole, B_, T_, NULL, NULL));
         if (!ws) return;
         memset(gw_tmp, 0, tw * 4);
         memset(g, 0, sizeof g);
-        layout(&whole, gw_tmp, g);
+        gpt_test_layout(&whole, gw_tmp, 4, g);
         tokens_of(r, tok, tgt);
         float loss = 0;
         CHECK_OK(gpt_forward(ws, tok, tgt, p, &loss));
@@ -222,17 +200,23 @@ static void run_case(const moe_case *mc)
     }
 
     /* the CUDA model */
-    float *dp = NULL, *dg = NULL;
-    CHECK(cudaMalloc((void **)&dp, tm * 4) == cudaSuccess && cudaMalloc((void **)&dg, tm * 4) == cudaSuccess);
-    cudaMemcpy(dp, pm, tm * 4, cudaMemcpyHostToDevice);
-    cudaMemset(dg, 0, tm * 4);
-    memset(p, 0, sizeof p), memset(g, 0, sizeof g);
-    layout(&mine, dp, p);
-    layout(&mine, dg, g);
+    gpt_test_dev dev;
+    CHECK(gpt_test_dev_init(&dev, &mine, pm, tm, ZERO_F32, p, g) == 0);
     gpt_checkpointing ck = {mc->recompute ? GPT_CHECKPOINT_ALL : 0, 0, 0};
     gpt_cuda_workspace *cw = NULL;
     CHECK_OK(gpt_cuda_workspace_create_moe(&cw, &mine, B_, T_, ZERO_F32, &mc->opts, NULL, &ck,
                                            size > 1 ? world : NULL));
+    if (cw) { /* the activation report: the count without a workspace, the MoE part what the layers hold */
+        gpt_activation_bytes got, want;
+        gpt_cuda_workspace_activation_bytes(cw, &got);
+        CHECK_OK(gpt_cuda_activation_bytes_for_opts(&mine, B_, T_, ZERO_F32, &mc->opts, &ck, &want));
+        size_t held = 0;
+        for (int l = 0; l < L_; l++) held += gpt_moe_bytes(gpt_cuda_workspace_moe_layer(cw, l));
+        CHECK_MSG(memcmp(&got, &want, sizeof got) == 0 && got.moe == held && held > 0 &&
+                      got.total == gpt_cuda_workspace_bytes(cw),
+                  "%s: activation bytes reported %zu (moe %zu), counted %zu (moe %zu), layers hold %zu", mc->name,
+                  got.total, got.moe, want.total, want.moe, held);
+    }
     if (cw) {
         tokens_of(rank, tok, tgt);
         float loss = -1, *logits = malloc(sizeof(float) * N_ * V_);
@@ -272,7 +256,7 @@ static void run_case(const moe_case *mc)
                 printf("  routing identical (%ld dropped), aux %.7g vs %.7g, loss %.7g vs %.7g\n", dropped,
                        (double)aux, (double)aux_ref, (double)loss, (double)loss_ref);
             compare("logits", logits, logits_ref, (size_t)N_ * V_);
-            cudaMemcpy(gm, dg, tm * 4, cudaMemcpyDeviceToHost);
+            gpt_test_dev_grads(&dev, gm);
             om = 0;
             for (size_t i = 0; i < np; i++) {
                 gpt_param_info im;
@@ -286,7 +270,7 @@ static void run_case(const moe_case *mc)
         free(logits);
     }
     gpt_cuda_workspace_destroy(cw);
-    cudaFree(dp), cudaFree(dg);
+    gpt_test_dev_free(&dev);
     free(pw), free(gw_all), free(gw_own), free(gw_tmp), free(logits_ref), free(rt_ref), free(rt_gpu);
     free(pm), free(gm_ref), free(gm);
 }
