@@ -157,7 +157,7 @@ int mpi_cancel_receives(MPI_Request *reqs, int n)
 
 /* ---------------------------------------------------------------- ops */
 
-static MPI_Datatype mpi_type(zero_dtype d, int reducing)
+MPI_Datatype mpi_wire_type(zero_dtype d)
 {
     switch (d) {
     case ZERO_F32: return MPI_FLOAT;
@@ -166,9 +166,15 @@ static MPI_Datatype mpi_type(zero_dtype d, int reducing)
     case ZERO_I64: return MPI_INT64_T;
     case ZERO_U8: return MPI_UINT8_T;
     case ZERO_F16:
-    case ZERO_BF16: return reducing ? MPI_FLOAT : MPI_UINT16_T; /* reductions go through fp32 */
+    case ZERO_BF16: return MPI_UINT16_T;
     }
     return MPI_DATATYPE_NULL;
+}
+
+static MPI_Datatype mpi_type(zero_dtype d, int reducing)
+{
+    if (reducing && coll_is_r16(d)) return MPI_FLOAT; /* reductions go through fp32 */
+    return mpi_wire_type(d);
 }
 
 static zero_status oom(zero_comm *c, const coll_args *a, size_t bytes)

@@ -281,6 +281,40 @@ zero_status mpi_status_from(zero_comm *c, int mpi_err, const char *what);
 
 typedef struct mpi_sched mpi_sched; /* mpi_sched.c */
 typedef struct mpi_a2a mpi_a2a;     /* mpi_alltoall.c */
+
+/* The requests of a point-to-point collective (mpi_sched.c,
+ * mpi_alltoall.c), as mpi_p2p.c reads them. */
+typedef struct mpi_p2p {
+    zero_comm *comm;
+    zero_op_kind kind;
+    zero_dtype dtype;
+    size_t count;
+    const char *how; /* "schedule", "exchange": named in messages */
+    int nreq;
+    MPI_Request *reqs;
+    MPI_Status *stats;
+    const int *expect; /* per request: elements a receive expects from its peer, -1 for a send */
+    const int *peer;   /* per request: the group rank at the other end */
+} mpi_p2p;
+
+/* The MPI type a message of d travels as (16-bit floats as raw 16-bit
+ * words; backend_mpi.c). */
+MPI_Datatype mpi_wire_type(zero_dtype d);
+/* What the point-to-point collectives share (mpi_p2p.c). */
+/* An MPI call of r failed with rc: "<op> (point-to-point <how>)". */
+zero_status mpi_p2p_fail_rc(zero_comm *c, const mpi_p2p *r, int rc);
+/* MPI_Testall said MPI_ERR_IN_STATUS: the first failed request, a receive
+ * truncated (its peer sent more) as ZERO_MISMATCH naming the peer. */
+zero_status mpi_p2p_failed(zero_comm *c, const mpi_p2p *r);
+/* All complete: a receive that got fewer elements than it expects (a
+ * success to MPI) is ZERO_MISMATCH naming the peer. */
+zero_status mpi_p2p_check_counts(zero_comm *c, const mpi_p2p *r);
+/* missing[peer] = 1 for each peer whose receive is incomplete; 1 if any. */
+int mpi_p2p_missing(const mpi_p2p *r, unsigned char *missing);
+/* The op is given up: take its receives back from MPI before the caller's
+ * memory goes (mpi_cancel_receives); the handles of any still pending go to
+ * the graveyard, with a warning. Reorders r->reqs; returns how many. */
+int mpi_p2p_abandon(const mpi_p2p *r);
 typedef struct mpi_fp mpi_fp;       /* fingerprint.c */
 
 /* Fingerprints (fingerprint.c). */

@@ -42,25 +42,9 @@ struct mpi_a2a {
     int *peer;   /* per request: the group rank at the other end */
 };
 
-static MPI_Datatype wire_type(zero_dtype d)
+static mpi_p2p reqs_of(const mpi_a2a *s)
 {
-    switch (d) {
-    case ZERO_F32: return MPI_FLOAT;
-    case ZERO_F64: return MPI_DOUBLE;
-    case ZERO_I32: return MPI_INT32_T;
-    case ZERO_I64: return MPI_INT64_T;
-    case ZERO_U8: return MPI_UINT8_T;
-    case ZERO_F16:
-    case ZERO_BF16: return MPI_UINT16_T;
-    }
-    return MPI_BYTE;
-}
-
-static zero_status fail_rc(zero_comm *c, const mpi_a2a *s, int rc)
-{
-    char what[64];
-    snprintf(what, sizeof what, "%s (point-to-point exchange)", coll_op_name(s->kind));
-    return mpi_status_from(c, rc, what);
+    return (mpi_p2p){s->comm, s->kind, s->dtype, s->count, "exchange", s->nreq, s->reqs, s->stats, s->expect, s->peer};
 }
 
 void mpi_a2a_free(mpi_a2a *s) { free(s); }
@@ -97,7 +81,7 @@ zero_status mpi_a2a_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_a2a
     s->own_dst = (char *)a->recv + own.recv_displ * s->es;
     s->own_bytes = own.send_count * s->es;
 
-    MPI_Datatype t = wire_type(a->dtype);
+    MPI_Datatype t = mpi_wire_type(a->dtype);
     int tag = 1 + (int)(a->seq % TAG_SPACE) * 4 + 3, k = 0, rc = MPI_SUCCESS;
     for (int p = 0; p < n && rc == MPI_SUCCESS; p++) {
         if (p == c->rank) continue;
@@ -117,7 +101,8 @@ zero_status mpi_a2a_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_a2a
     s->nreq = k;
     if (rc != MPI_SUCCESS) {
         s->nreq = k - 1; /* the failed call left no request */
-        zero_status st = fail_rc(c, s, rc);
+        const mpi_p2p r = reqs_of(s);
+        zero_status st = mpi_p2p_fail_rc(c, &r, rc);
         mpi_a2a_abandon(s);
         return st;
     }
@@ -125,47 +110,16 @@ zero_status mpi_a2a_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_a2a
     return ZERO_OK;
 }
 
-static zero_status mismatch(zero_comm *c, const mpi_a2a *s, int k, int got)
-{
-    char sent[48];
-    if (got < 0)
-        snprintf(sent, sizeof sent, "more than %d elements", s->expect[k]);
-    else
-        snprintf(sent, sizeof sent, "%d elements", got);
-    int p = s->peer[k];
-    return coll_comm_fail(c, ZERO_MISMATCH,
-                          "%s of %zu x %s on group %s(size %d) rank %d (world %d): rank %d (world %d) sent %s where "
-                          "this rank expected %d: the ranks called the op with different counts, dtypes or op kinds",
-                          coll_op_name(s->kind), s->count, zero_dtype_name(s->dtype), c->name, c->size, c->rank,
-                          c->world_ranks[c->rank], p, c->world_ranks[p], sent, s->expect[k]);
-}
-
 zero_status mpi_a2a_test(zero_comm *c, mpi_a2a *s, int *done)
 {
     int flag = 0;
     *done = 0;
     int rc = MPI_Testall(s->nreq, s->reqs, &flag, s->stats);
-    if (rc == MPI_ERR_IN_STATUS) {
-        for (int k = 0; k < s->nreq; k++) {
-            int err = s->stats[k].MPI_ERROR;
-            if (err == MPI_SUCCESS || err == MPI_ERR_PENDING) continue;
-            int cls = MPI_ERR_OTHER;
-            MPI_Error_class(err, &cls);
-            if (cls == MPI_ERR_TRUNCATE && s->expect[k] >= 0) return mismatch(c, s, k, -1);
-            return fail_rc(c, s, err);
-        }
-        return fail_rc(c, s, rc);
-    }
-    if (rc != MPI_SUCCESS) return fail_rc(c, s, rc);
+    const mpi_p2p r = reqs_of(s);
+    if (rc == MPI_ERR_IN_STATUS) return mpi_p2p_failed(c, &r);
+    if (rc != MPI_SUCCESS) return mpi_p2p_fail_rc(c, &r, rc);
     if (!flag) return ZERO_OK;
-    /* A peer that sends fewer elements than we expect is a success to MPI. */
-    MPI_Datatype t = wire_type(s->dtype);
-    for (int k = 0; k < s->nreq; k++) {
-        if (s->expect[k] < 0) continue;
-        int got = -1;
-        MPI_Get_count(&s->stats[k], t, &got);
-        if (got != s->expect[k]) return mismatch(c, s, k, got < 0 ? 0 : got);
-    }
+    ZERO_TRY(mpi_p2p_check_counts(c, &r)); /* a peer that sent fewer elements than we expect is a success to MPI */
     if (s->own_bytes) memcpy(s->own_dst, s->own_src, s->own_bytes);
     *done = 1;
     return ZERO_OK;
@@ -173,35 +127,15 @@ zero_status mpi_a2a_test(zero_comm *c, mpi_a2a *s, int *done)
 
 int mpi_a2a_missing(const mpi_a2a *s, unsigned char *missing)
 {
-    int any = 0;
-    for (int k = 0; k < s->nreq; k++) {
-        if (s->expect[k] < 0 || s->reqs[k] == MPI_REQUEST_NULL) continue;
-        int flag = 0;
-        MPI_Request_get_status(s->reqs[k], &flag, MPI_STATUS_IGNORE);
-        if (!flag) missing[s->peer[k]] = any = 1;
-    }
-    return any;
+    const mpi_p2p r = reqs_of(s);
+    return mpi_p2p_missing(&r, missing);
 }
 
 void mpi_a2a_abandon(mpi_a2a *s)
 {
     if (!s) return;
-    /* The receives write the caller's buffer: take them back before it may
-     * be freed. Sends cannot be cancelled in Open MPI; they only read. */
-    int recvs = 0;
-    for (int k = 0; k < s->nreq; k++)
-        if (s->expect[k] >= 0 && s->reqs[k] != MPI_REQUEST_NULL) s->reqs[recvs++] = s->reqs[k];
-    int left = mpi_cancel_receives(s->reqs, recvs);
-    if (left) {
-        zero_log(ZERO_LOG_WARN,
-                 "%s on group %s rank %d: %d receives could not be cancelled; their buffers may still be written",
-                 coll_op_name(s->kind), s->comm->name, s->comm->rank, left);
-        MPI_Request *keep = malloc((size_t)left * sizeof *keep);
-        if (keep) {
-            memcpy(keep, s->reqs, (size_t)left * sizeof *keep);
-            coll_graveyard_add(keep, free);
-        }
-    }
+    const mpi_p2p r = reqs_of(s);
+    (void)mpi_p2p_abandon(&r); /* handles MPI still needs went to the graveyard */
     free(s);
 }
 

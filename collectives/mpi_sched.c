@@ -101,20 +101,6 @@ int mpi_sched_wanted(const zero_comm *c, const coll_args *a)
 
 /* ---------------------------------------------------------------- reduce */
 
-static MPI_Datatype wire_type(zero_dtype d)
-{
-    switch (d) {
-    case ZERO_F32: return MPI_FLOAT;
-    case ZERO_F64: return MPI_DOUBLE;
-    case ZERO_I32: return MPI_INT32_T;
-    case ZERO_I64: return MPI_INT64_T;
-    case ZERO_U8: return MPI_UINT8_T;
-    case ZERO_F16:
-    case ZERO_BF16: return MPI_UINT16_T;
-    }
-    return MPI_BYTE;
-}
-
 /* Segment `seg` of chunk j: elements [off[j] + b, off[j] + b + l). */
 static void seg_range(const mpi_sched *s, int j, size_t *b, size_t *l)
 {
@@ -168,7 +154,7 @@ static void note(mpi_sched *s, int k, int p, int expect)
 
 static int post_reduce_scatter(mpi_sched *s)
 {
-    MPI_Datatype t = wire_type(s->dtype);
+    MPI_Datatype t = mpi_wire_type(s->dtype);
     int k = 0, rc = MPI_SUCCESS, tag = s->tag + (s->seg & 1); /* consecutive segments never share a tag */
     size_t b, l;
     seg_range(s, s->rank, &b, &l);
@@ -195,7 +181,7 @@ static int post_reduce_scatter(mpi_sched *s)
 /* Send my chunk (at base + off[rank]) to all, receive every other chunk. */
 static int post_allgather(mpi_sched *s, const char *mine, char *base, int tag)
 {
-    MPI_Datatype t = wire_type(s->dtype);
+    MPI_Datatype t = mpi_wire_type(s->dtype);
     int k = 0, rc = MPI_SUCCESS;
     for (int p = 0; p < s->n && rc == MPI_SUCCESS; p++) {
         if (p == s->rank || !s->len[p]) continue;
@@ -219,58 +205,15 @@ void mpi_sched_free(mpi_sched *s)
     free(s);
 }
 
-static zero_status fail_rc(zero_comm *c, mpi_sched *s, int rc)
+static mpi_p2p reqs_of(const mpi_sched *s)
 {
-    char what[64];
-    snprintf(what, sizeof what, "%s (point-to-point schedule)", coll_op_name(s->kind));
-    return mpi_status_from(c, rc, what);
+    return (mpi_p2p){s->comm, s->kind, s->dtype, s->count, "schedule", s->nreq, s->reqs, s->stats, s->expect, s->peer};
 }
 
-/* "rank 1 (world 1)" */
-static void name_peer(const mpi_sched *s, int p, char *buf, size_t len)
+static zero_status fail_rc(zero_comm *c, const mpi_sched *s, int rc)
 {
-    snprintf(buf, len, "rank %d (world %d)", p, s->comm->world_ranks[p]);
-}
-
-static zero_status mismatch(zero_comm *c, mpi_sched *s, int k, int got)
-{
-    char who[48], sent[48];
-    name_peer(s, s->peer[k], who, sizeof who);
-    if (got < 0)
-        snprintf(sent, sizeof sent, "more than %d elements", s->expect[k]);
-    else
-        snprintf(sent, sizeof sent, "%d elements", got);
-    return coll_comm_fail(c, ZERO_MISMATCH,
-                          "%s of %zu x %s on group %s(size %d) rank %d (world %d): %s sent %s where this rank "
-                          "expected %d: the ranks called the op with different counts, dtypes or op kinds",
-                          coll_op_name(s->kind), s->count, zero_dtype_name(s->dtype), c->name, c->size, c->rank,
-                          c->world_ranks[c->rank], who, sent, s->expect[k]);
-}
-
-static zero_status check_counts(zero_comm *c, mpi_sched *s)
-{
-    MPI_Datatype t = wire_type(s->dtype);
-    for (int k = 0; k < s->nreq; k++) {
-        if (s->expect[k] < 0) continue;
-        int got = -1;
-        MPI_Get_count(&s->stats[k], t, &got);
-        if (got != s->expect[k]) return mismatch(c, s, k, got < 0 ? 0 : got);
-    }
-    return ZERO_OK;
-}
-
-/* MPI_Testall failed on some request: name the first failed one. */
-static zero_status fail_status(zero_comm *c, mpi_sched *s)
-{
-    for (int k = 0; k < s->nreq; k++) {
-        int err = s->stats[k].MPI_ERROR;
-        if (err == MPI_SUCCESS || err == MPI_ERR_PENDING) continue;
-        int cls = MPI_ERR_OTHER;
-        MPI_Error_class(err, &cls);
-        if (cls == MPI_ERR_TRUNCATE && s->expect[k] >= 0) return mismatch(c, s, k, -1);
-        return fail_rc(c, s, err);
-    }
-    return fail_rc(c, s, MPI_ERR_IN_STATUS);
+    const mpi_p2p r = reqs_of(s);
+    return mpi_p2p_fail_rc(c, &r, rc);
 }
 
 zero_status mpi_sched_start(zero_comm *c, MPI_Comm mc, const coll_args *a, mpi_sched **out)
@@ -369,12 +312,13 @@ zero_status mpi_sched_test(zero_comm *c, mpi_sched *s, int *done)
     int flag = 0;
     *done = 0;
     int rc = MPI_Testall(s->nreq, s->reqs, &flag, s->stats);
-    if (rc == MPI_ERR_IN_STATUS) return fail_status(c, s);
+    const mpi_p2p r = reqs_of(s);
+    if (rc == MPI_ERR_IN_STATUS) return mpi_p2p_failed(c, &r);
     if (rc != MPI_SUCCESS) return fail_rc(c, s, rc);
     if (!flag) return ZERO_OK;
     /* A peer that passed a smaller count sends less than we expect, and MPI
      * calls that a success: compare what arrived with what we asked for. */
-    ZERO_TRY(check_counts(c, s));
+    ZERO_TRY(mpi_p2p_check_counts(c, &r));
     if (s->gathering) {
         if (s->own_copy) memcpy(s->own_copy, s->send, s->len[s->rank] * s->es);
         *done = 1;
@@ -399,42 +343,16 @@ zero_status mpi_sched_test(zero_comm *c, mpi_sched *s, int *done)
 
 int mpi_sched_missing(const mpi_sched *s, unsigned char *missing)
 {
-    int any = 0;
-    for (int k = 0; k < s->nreq; k++) {
-        if (s->expect[k] < 0 || s->reqs[k] == MPI_REQUEST_NULL) continue;
-        int flag = 0;
-        /* Testall leaves every request as it was until all are done: ask
-         * each without freeing it. */
-        MPI_Request_get_status(s->reqs[k], &flag, MPI_STATUS_IGNORE);
-        if (!flag) missing[s->peer[k]] = any = 1;
-    }
-    return any;
+    const mpi_p2p r = reqs_of(s);
+    return mpi_p2p_missing(&r, missing);
 }
 
 void mpi_sched_abandon(mpi_sched *s)
 {
     if (!s) return;
-    /* Receives land in the caller's buffer (all-gather) or in tmp: take them
-     * back from MPI before the caller may free that memory (a late peer's
-     * data would otherwise be written into it). Sends cannot be cancelled
-     * in Open MPI; they only read. */
-    int recvs = 0;
-    for (int i = 0; i < s->nreq; i++)
-        if (s->expect[i] >= 0 && s->reqs[i] != MPI_REQUEST_NULL) s->reqs[recvs++] = s->reqs[i];
-    int left = mpi_cancel_receives(s->reqs, recvs);
-    if (left) {
-        zero_log(ZERO_LOG_WARN,
-                 "%s on group %s rank %d: %d receives could not be cancelled; their buffers may still be written",
-                 coll_op_name(s->kind), s->comm->name, s->rank, left);
-        /* The request handles must outlive the schedule for MPI to finish them. */
-        MPI_Request *keep = malloc((size_t)left * sizeof *keep);
-        if (keep) {
-            memcpy(keep, s->reqs, (size_t)left * sizeof *keep);
-            coll_graveyard_add(keep, free);
-        }
-    }
-    int pending = left;
-    if (pending && s->tmp) {
+    /* Receives land in the caller's buffer (all-gather) or in tmp. */
+    const mpi_p2p r = reqs_of(s);
+    if (mpi_p2p_abandon(&r) && s->tmp) {
         /* MPI may still write tmp: it outlives the comm in the graveyard. */
         coll_scratch_abandon(s->scratch, s->tmp, s->tmp_cached);
         s->tmp = NULL;

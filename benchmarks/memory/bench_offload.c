@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_alternate.h"
 #include "bench_cmds.h"
 #include "bench_model.h"
 #include "bench_run.h"
@@ -103,47 +104,23 @@ int bench_cmd_offload(int argc, char **argv)
         cfg[k].offload_buffer_count = buffer_count;
         cfg[k].aio_queue_depth = qd;
         cfg[k].aio_block_size = (uint64_t)block;
-        rc = bench_failed(zero_comm_split(world, 0, rank, &comm[k]), "offload: comm split") ||
-             bench_failed(zero_engine_create(&eng[k], &cfg[k], comm[k], dev), "offload: engine create") ||
-             bench_failed(bench_model_register(&m, eng[k]), "offload: register + finalize");
+        rc = bench_alt_engine(&m, world, dev, &cfg[k], &comm[k], &eng[k], "offload");
     }
     zero_offload_report before = {0}, after = {0};
     for (int rep = -o.warmup; rep < o.steps && !rc; rep++) {
         if (rep == 0) rc = bench_failed(zero_engine_get_offload_report(eng[2], &before), "offload: report");
         for (int j = 0; j < NMODES && !rc; j++) {
             int k = (j + (rep < 0 ? 0 : rep)) % NMODES;
-            rc = bench_failed(zero_barrier(world), "offload: barrier");
-            double t0 = bench_now_s();
-            zero_status st = bench_model_step(&m, eng[k], dev, rank, NULL);
-            double dt = bench_now_s() - t0;
-            if (st != ZERO_OK) {
-                fprintf(stderr, "zero-bench offload %s (rank %d): %s: %s\n", mode_name[k], rank,
-                        zero_status_name(st), zero_engine_last_error(eng[k]));
-                rc = 1;
-            }
+            double dt = 0;
+            rc = bench_alt_step(&m, eng[k], world, dev, "offload", mode_name[k], &dt);
             if (rep >= 0) times[(size_t)k * o.steps + rep] = dt;
         }
     }
     if (!rc) rc = bench_failed(zero_engine_get_offload_report(eng[2], &after), "offload: report");
-    if (!rc)
-        rc = bench_failed(zero_allreduce(world, times, times, (size_t)NMODES * o.steps, ZERO_F64, ZERO_MAX),
-                          "offload: allreduce of times");
+    if (!rc) rc = bench_alt_slowest(world, times, (size_t)NMODES * o.steps, "offload");
     if (!rc && rank == 0) {
         double med[NMODES], mn[NMODES], paired[NMODES];
-        double *ratios = malloc((size_t)o.steps * sizeof *ratios);
-        for (int k = 0; k < NMODES; k++) {
-            const double *t = &times[(size_t)k * o.steps];
-            med[k] = bench_median(t, o.steps);
-            mn[k] = t[0];
-            for (int i = 1; i < o.steps; i++)
-                if (t[i] < mn[k]) mn[k] = t[i];
-            paired[k] = 1.0;
-            if (ratios) {
-                for (int i = 0; i < o.steps; i++) ratios[i] = t[i] / times[i];
-                paired[k] = bench_median(ratios, o.steps);
-            }
-        }
-        free(ratios);
+        for (int k = 0; k < NMODES; k++) bench_alt_stats(times, o.steps, k, &med[k], &mn[k], &paired[k]);
         const double io_per_step =
             (double)((after.nvme_read - before.nvme_read) + (after.nvme_written - before.nvme_written)) / o.steps;
         printf("zero-bench offload: %llu params, world %d, stage %d, %s, %d OpenMP thread%s per rank;\n"

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bench_alternate.h"
 #include "bench_cmds.h"
 #include "bench_model.h"
 #include "bench_run.h"
@@ -61,39 +62,21 @@ int bench_cmd_overlap(int argc, char **argv)
         bench_run_opts ok = o;
         ok.overlap = k % 2;
         zero_config c = bench_run_config(&ok, k / 2);
-        rc = bench_failed(zero_comm_split(world, 0, rank, &comm[k]), "overlap: comm split") ||
-             bench_failed(zero_engine_create(&eng[k], &c, comm[k], dev), "overlap: engine create") ||
-             bench_failed(bench_model_register(&m, eng[k]), "overlap: register + finalize");
+        rc = bench_alt_engine(&m, world, dev, &c, &comm[k], &eng[k], "overlap");
     }
-    double compute_s = 0;
-    if (!rc) {
-        double t[5];
-        for (int k = 0; k < 5; k++) {
-            double t0 = bench_now_s();
-            bench_model_compute_step(&m);
-            t[k] = bench_now_s() - t0;
-        }
-        compute_s = bench_median(t, 5);
-    }
+    const double compute_s = rc ? 0 : bench_alt_compute_alone(&m);
     for (int rep = -o.warmup; rep < o.steps && !rc; rep++) {
         for (int j = 0; j < N && !rc; j++) {
             int k = (j / 2) * 2 + ((j + (rep < 0 ? 0 : rep)) % 2); /* alternate which goes first */
             if (!eng[k]) continue;
-            rc = bench_failed(zero_barrier(world), "overlap: barrier");
-            double t0 = bench_now_s();
-            zero_status st = bench_model_step(&m, eng[k], dev, rank, NULL);
-            double dt = bench_now_s() - t0;
-            if (st != ZERO_OK) {
-                fprintf(stderr, "zero-bench overlap stage %d overlap %d (rank %d): %s: %s\n", k / 2, k % 2, rank,
-                        zero_status_name(st), zero_engine_last_error(eng[k]));
-                rc = 1;
-            }
+            char label[48];
+            double dt = 0;
+            snprintf(label, sizeof label, "stage %d overlap %d", k / 2, k % 2);
+            rc = bench_alt_step(&m, eng[k], world, dev, "overlap", label, &dt);
             if (rep >= 0) times[(size_t)k * o.steps + rep] = dt;
         }
     }
-    if (!rc)
-        rc = bench_failed(zero_allreduce(world, times, times, (size_t)N * o.steps, ZERO_F64, ZERO_MAX),
-                          "overlap: allreduce of times");
+    if (!rc) rc = bench_alt_slowest(world, times, (size_t)N * o.steps, "overlap");
     if (!rc && rank == 0) {
         printf("zero-bench overlap: %llu params, world %d, %s, %d thread(s) per rank, compute alone %.2f ms per step, "
                "median of %d\n",

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_alternate.h"
 #include "bench_cmds.h"
 #include "bench_model.h"
 #include "bench_run.h"
@@ -69,22 +70,9 @@ int bench_cmd_steptime(int argc, char **argv)
     for (int s = 0; s < 4 && !rc; s++) {
         if (!(o.stage_mask & (1u << s))) continue;
         cfg[s] = bench_run_config(&o, s);
-        rc = bench_failed(zero_comm_split(world, 0, rank, &comm[s]), "steptime: comm split") ||
-             bench_failed(zero_engine_create(&eng[s], &cfg[s], comm[s], dev), "steptime: engine create") ||
-             bench_failed(bench_model_register(&m, eng[s]), "steptime: register + finalize");
+        rc = bench_alt_engine(&m, world, dev, &cfg[s], &comm[s], &eng[s], "steptime");
     }
-
-    /* compute alone, for scale */
-    double compute_s = 0;
-    if (!rc) {
-        double t[5];
-        for (int k = 0; k < 5; k++) {
-            double t0 = bench_now_s();
-            bench_model_compute_step(&m);
-            t[k] = bench_now_s() - t0;
-        }
-        compute_s = bench_median(t, 5);
-    }
+    const double compute_s = rc ? 0 : bench_alt_compute_alone(&m); /* for scale */
 
     for (int rep = -o.warmup; rep < o.steps && !rc; rep++) {
         if (rep == 0)
@@ -93,15 +81,10 @@ int bench_cmd_steptime(int argc, char **argv)
         for (int k = 0; k < 4 && !rc; k++) {
             int s = (k + (rep < 0 ? 0 : rep)) % 4; /* rotate which stage goes first */
             if (!eng[s]) continue;
-            rc = bench_failed(zero_barrier(world), "steptime: barrier");
-            double t0 = bench_now_s();
-            zero_status st = bench_model_step(&m, eng[s], dev, rank, NULL);
-            double dt = bench_now_s() - t0;
-            if (st != ZERO_OK) {
-                fprintf(stderr, "zero-bench steptime stage %d (rank %d): %s: %s\n", s, rank,
-                        zero_status_name(st), zero_engine_last_error(eng[s]));
-                rc = 1;
-            }
+            char label[16];
+            double dt = 0;
+            snprintf(label, sizeof label, "stage %d", s);
+            rc = bench_alt_step(&m, eng[s], world, dev, "steptime", label, &dt);
             if (rep >= 0) times[(size_t)s * o.steps + rep] = dt;
         }
     }
@@ -111,30 +94,12 @@ int bench_cmd_steptime(int argc, char **argv)
         rc = bench_failed(zero_comm_get_counters(comm[s], &cnt), "steptime: counters");
         for (int k = 0; k < ZERO_OP_KIND_COUNT && !rc; k++) sent[s] += cnt.bytes_sent[k];
     }
-    /* a step takes as long as its slowest rank */
-    if (!rc)
-        rc = bench_failed(zero_allreduce(world, times, times, (size_t)4 * o.steps, ZERO_F64, ZERO_MAX),
-                          "steptime: allreduce of times");
+    if (!rc) rc = bench_alt_slowest(world, times, (size_t)4 * o.steps, "steptime");
 
     if (!rc && rank == 0) {
         double med[4] = {0}, mn[4] = {0}, paired[4] = {0};
-        double *ratios = malloc((size_t)o.steps * sizeof *ratios);
-        for (int s = 0; s < 4; s++) {
-            if (!eng[s]) continue;
-            const double *t = &times[(size_t)s * o.steps];
-            med[s] = bench_median(t, o.steps);
-            mn[s] = t[0];
-            for (int k = 1; k < o.steps; k++)
-                if (t[k] < mn[s]) mn[s] = t[k];
-            /* The same repetition's stage-0 step ran next to this one, under
-             * the same machine load: the median of these ratios resists load
-             * that drifts over the run better than the ratio of medians. */
-            if (ratios) {
-                for (int k = 0; k < o.steps; k++) ratios[k] = t[k] / times[k];
-                paired[s] = bench_median(ratios, o.steps);
-            }
-        }
-        free(ratios);
+        for (int s = 0; s < 4; s++)
+            if (eng[s]) bench_alt_stats(times, o.steps, s, &med[s], &mn[s], &paired[s]);
         printf("zero-bench steptime: %llu params (%d tensors, %d modules, h=%d), world %d, %s, overlap_comm %d,\n"
                "  %d OpenMP thread%s per rank, sgemm %dx%d x%d per module forward (x2 backward): compute alone %.2f ms per step;\n"
                "  %d measured steps per stage after %d warm-up, interleaved; time = slowest rank\n",

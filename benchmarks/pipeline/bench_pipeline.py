@@ -4,6 +4,7 @@ and M = 4, 8 on simulated compute, and on the real GPT, through
 zero-bench-pipeline with ranks as processes (tests/mpirun.sh).
 
     flock /work/wt/timing.lock benchmarks/pipeline/bench_pipeline.py BUILD_DIR OUT_DIR [--sim-ms 20] [--steps 4]
+        [--schedules zb-h1,zb-h2]   (some rows only: the listed schedules, alternated per (p, M))
 
 Writes OUT_DIR/pipeline.json (every row), OUT_DIR/pipeline.md (the table),
 traces of p = 4, M = 8 per schedule and OUT_DIR/pipeline_p4_m8.png (them side
@@ -36,18 +37,23 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--sim-ms", default="20")
     ap.add_argument("--steps", default="4")
+    ap.add_argument("--schedules", default=",".join(SCHEDULES))
     a = ap.parse_args()
+    scheds = a.schedules.split(",")
+    bad = [s for s in scheds if s not in SCHEDULES]
+    if bad:
+        ap.error(f"--schedules: {bad} not among {SCHEDULES}")
     os.makedirs(a.out, exist_ok=True)
     rows = []
     for p in (2, 4):
         for m in (4, 8):
-            for s in SCHEDULES:
+            for s in scheds:
                 extra = ["--sim-ms", a.sim_ms, "--steps", a.steps]
                 if p == 4 and m == 8:
                     extra += ["--trace", os.path.join(a.out, f"trace_{s}_p4_m8.json")]
                 rows.append(run(a.build, p, s, m, a.out, extra))
     for p in (2, 4):
-        for s in SCHEDULES:
+        for s in scheds:
             rows.append(run(a.build, p, s, 8, a.out, ["--real", "--steps", "3"]))
     with open(os.path.join(a.out, "pipeline.json"), "w") as f:
         json.dump(rows, f, indent=1)
@@ -62,7 +68,7 @@ def main():
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
     subprocess.run([sys.executable, os.path.join(HERE, "plot_trace.py"), os.path.join(a.out, "pipeline_p4_m8.png")] +
-                   [os.path.join(a.out, f"trace_{s}_p4_m8.json") for s in SCHEDULES] + ["--step", "1"], check=True)
+                   [os.path.join(a.out, f"trace_{s}_p4_m8.json") for s in scheds] + ["--step", "1"], check=True)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,34 @@
 
 #include "check.h"
 
+/* ---------------------------------------------------------------- set-up */
+
+/* A multi-rank engine test's world and device: the world comm (a 60 s
+ * deadline; a CUDA run over NCCL when `nccl`, else STAGED - several ranks
+ * sharing one GPU), this rank recorded for CHECK messages, and a CPU or
+ * CUDA device (the local rank's GPU). Returns 0, or what main returns when
+ * set-up fails (nothing is left open then): 77, a skip, for a CUDA run, 1
+ * otherwise. */
+static inline int eng_open(int cuda, int nccl, zero_comm **world, zero_device **dev)
+{
+    zero_comm_config ccfg = ZERO_COMM_CONFIG_INIT;
+    ccfg.timeout_s = 60;
+    if (cuda) ccfg.backend = nccl ? ZERO_BACKEND_NCCL : ZERO_BACKEND_STAGED;
+    *world = NULL, *dev = NULL;
+    if (zero_comm_create_world(world, &ccfg) != ZERO_OK) {
+        fprintf(stderr, "init_world: %s\n", zero_last_error());
+        return cuda ? 77 : 1;
+    }
+    check_set_rank(zero_comm_get_rank(*world));
+    if (zero_device_create(dev, cuda ? ZERO_DEVICE_CUDA : ZERO_DEVICE_CPU, -1) != ZERO_OK) {
+        fprintf(stderr, "device_open: %s\n", zero_last_error());
+        zero_comm_destroy(*world);
+        *world = NULL;
+        return cuda ? 77 : 1;
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- the model */
 
 typedef struct eng_pspec {

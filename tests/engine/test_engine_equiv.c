@@ -132,24 +132,13 @@ static void check_thread_split(zero_comm *comm, zero_device *dev)
 int main(int argc, char **argv)
 {
     const int want_cuda = argc > 1 && !strcmp(argv[1], "cuda");
-    zero_device *dev = NULL;
     if (want_cuda && !zero_cuda_available()) CHECK_SKIP("no CUDA device");
-    zero_comm_config ccfg = ZERO_COMM_CONFIG_INIT;
-    ccfg.timeout_s = 60;
-    if (want_cuda) /* one rank: NCCL itself; several ranks on one GPU: STAGED */
-        ccfg.backend = argc > 2 && !strcmp(argv[2], "nccl") ? ZERO_BACKEND_NCCL : ZERO_BACKEND_STAGED;
-    zero_comm *world = NULL;
-    if (zero_comm_create_world(&world, &ccfg) != ZERO_OK) {
-        fprintf(stderr, "init_world: %s\n", zero_last_error());
-        return want_cuda ? 77 : 1;
-    }
+    zero_comm *world;
+    zero_device *dev;
+    /* one rank: NCCL itself; several ranks on one GPU: STAGED */
+    int rc = eng_open(want_cuda, argc > 2 && !strcmp(argv[2], "nccl"), &world, &dev);
+    if (rc) return rc;
     const int rank = zero_comm_get_rank(world), n = zero_comm_get_size(world);
-    check_set_rank(rank);
-    if (zero_device_create(&dev, want_cuda ? ZERO_DEVICE_CUDA : ZERO_DEVICE_CPU, -1) != ZERO_OK) {
-        fprintf(stderr, "device_open: %s\n", zero_last_error());
-        zero_comm_destroy(world);
-        return want_cuda ? 77 : 1;
-    }
     /* A group of one: this rank alone, for the all-data reference. */
     zero_comm *self = NULL;
     if (!want_cuda) CHECK_OK(zero_comm_split(world, rank, 0, &self));

@@ -394,22 +394,11 @@ int main(int argc, char **argv)
 {
     g_cuda = argc > 1 && !strcmp(argv[1], "cuda");
     if (g_cuda && !zero_cuda_available()) CHECK_SKIP("no CUDA device");
-    zero_comm_config ccfg = ZERO_COMM_CONFIG_INIT;
-    ccfg.timeout_s = 60;
-    if (g_cuda) ccfg.backend = argc > 2 && !strcmp(argv[2], "nccl") ? ZERO_BACKEND_NCCL : ZERO_BACKEND_STAGED;
-    zero_comm *world = NULL;
-    if (zero_comm_create_world(&world, &ccfg) != ZERO_OK) {
-        fprintf(stderr, "init_world: %s\n", zero_last_error());
-        return g_cuda ? 77 : 1;
-    }
+    zero_comm *world;
+    zero_device *dev;
+    int rc = eng_open(g_cuda, argc > 2 && !strcmp(argv[2], "nccl"), &world, &dev);
+    if (rc) return rc;
     const int rank = zero_comm_get_rank(world);
-    check_set_rank(rank);
-    zero_device *dev = NULL;
-    if (zero_device_create(&dev, g_cuda ? ZERO_DEVICE_CUDA : ZERO_DEVICE_CPU, -1) != ZERO_OK) {
-        fprintf(stderr, "device_open: %s\n", zero_last_error());
-        zero_comm_destroy(world);
-        return g_cuda ? 77 : 1;
-    }
     const char *tmp = getenv("TMPDIR");
     snprintf(g_dir, sizeof g_dir, "%s/zero-offload-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(g_dir)) {

@@ -571,21 +571,11 @@ int main(int argc, char **argv)
      * resident memory tracks live allocations (rss mode). */
     mallopt(M_MMAP_THRESHOLD, 64 * 1024);
     const int rss = argc > 1 && !strcmp(argv[1], "rss");
-    zero_comm_config ccfg = ZERO_COMM_CONFIG_INIT;
-    ccfg.timeout_s = 60;
-    zero_comm *world = NULL;
-    if (zero_comm_create_world(&world, &ccfg) != ZERO_OK) {
-        fprintf(stderr, "init_world: %s\n", zero_last_error());
-        return 1;
-    }
+    zero_comm *world;
+    zero_device *dev;
+    int rc = eng_open(0, 0, &world, &dev);
+    if (rc) return rc;
     const int rank = zero_comm_get_rank(world);
-    check_set_rank(rank);
-    zero_device *dev = NULL;
-    if (zero_device_create(&dev, ZERO_DEVICE_CPU, -1) != ZERO_OK) {
-        fprintf(stderr, "device_open: %s\n", zero_last_error());
-        zero_comm_destroy(world);
-        return 1;
-    }
     /* one directory for all ranks, made by rank 0 */
     if (rank == 0) {
         const char *tmp = getenv("TMPDIR");

@@ -142,13 +142,10 @@ static void check_misuse(zero_comm *comm, zero_device *dev)
 
 int main(void)
 {
-    zero_comm *world = NULL;
-    zero_device *dev = NULL;
-    if (zero_comm_init_world(&world, NULL) != ZERO_OK || zero_device_open(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
-        fprintf(stderr, "setup: %s\n", zero_last_error());
-        return 1;
-    }
-    check_set_rank(zero_comm_rank(world));
+    zero_comm *world;
+    zero_device *dev;
+    int rc = eng_open(0, 0, &world, &dev);
+    if (rc) return rc;
     zero_set_log_handler(on_log, ZERO_LOG_WARN, NULL);
     outcome ref = train(world, dev, 0);
     warnings = 0;
