@@ -123,6 +123,24 @@ ZERO_API zero_status zero_checkpoint_consolidate(const char *path, const char *o
  * another size with one file per reader. */
 ZERO_API zero_status zero_checkpoint_reshard(const char *path, const char *out_dir, int world_size);
 
+/* Merge the checkpoints of a model's parts into one step directory `out_dir`
+ * (created; must not exist) holding the whole model in one shard file (world
+ * size 1, loadable like any checkpoint). `paths[0..n)` (step or checkpoint
+ * directories) must be of one step, with the same parameter names, shapes,
+ * state kinds and engine scalars (ZERO_MISMATCH naming the first difference
+ * and the two paths). A parameter named in `stacked[0..n_stacked)` is split
+ * along its flattened elements: input i holds elements [i numel, (i+1) numel)
+ * of the whole (for a row-major tensor, rows along the first dimension), and
+ * the output's first dimension is n times the inputs'. Every other parameter
+ * is whole in each input: the output takes it from paths[0] after checking
+ * that every input holds it bitwise (ZERO_MISMATCH naming it otherwise).
+ * `user_json` (NULL: paths[0]'s) is the output's user object. The data is
+ * streamed a tensor slice at a time (two buffers of the largest slice), each
+ * segment's CRC32C checked as it is read. For the per-ep-rank checkpoints of
+ * an expert-parallel MoE run (zero-ckpt merge-ep, docs/checkpoints.md). */
+ZERO_API zero_status zero_checkpoint_merge(const char *const *paths, int n, const char *const *stacked, int n_stacked,
+                                           const char *user_json, const char *out_dir);
+
 /* Read one tensor of the checkpoint `path` without an engine: the whole of
  * parameter `name`'s state `kind` ("master", "exp_avg" or "exp_avg_sq") into
  * `out` (numel floats, which must be the parameter's element count). Every

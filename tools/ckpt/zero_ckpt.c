@@ -7,6 +7,8 @@
 #include <jansson.h>
 #include <zero/checkpoint.h>
 
+#include "ckpt_merge_ep.h"
+
 static void usage(FILE *f)
 {
     fputs("usage: zero-ckpt COMMAND ...\n"
@@ -14,6 +16,8 @@ static void usage(FILE *f)
           "  verify PATH                    check every header, size and CRC32C; exit 1 on damage\n"
           "  consolidate PATH OUT.safetensors   full fp32 master weights in one safetensors file\n"
           "  reshard PATH OUT_DIR N         rewrite for N ranks (any engine loads either)\n"
+          "  merge-ep DIR OUT_DIR           the per-ep-rank checkpoints of an expert-parallel run\n"
+          "                                 (DIR/ep0, ep1, ...) as one checkpoint of every expert\n"
           "  diff PATH_A PATH_B             compare every parameter's master weights and moments;\n"
           "                                 exit 0 when bitwise equal, 1 otherwise\n"
           "PATH is a step directory or a checkpoint directory (its `latest` is used).\n",
@@ -215,6 +219,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(cmd, "diff") == 0 && argc == 4) return diff(argv[2], argv[3]);
+    if (strcmp(cmd, "merge-ep") == 0 && argc == 4) return zero_ckpt_merge_ep(argv[2], argv[3]);
     usage(stderr);
     return 2;
 }
