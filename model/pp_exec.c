@@ -129,7 +129,7 @@ static zero_status forward(run *r, int c, int m)
         float loss = 0.0f;
         GPT_TRY(st->forward(st->self, c, slot, in, q == 0 ? a->tokens + (size_t)m * r->NT : NULL,
                             q == r->last ? a->targets + (size_t)m * r->NT : NULL, a->params, &loss));
-        if (q == r->last) r->loss_sum += loss;
+        r->loss_sum += loss; /* the last stage's; with MoE every stage adds its blocks' aux losses */
     }
     pp_trace_add(r->o ? r->o->trace : NULL, PP_SPAN_FORWARD, m, c, t0, pp_now());
     return ZERO_OK;
@@ -322,12 +322,15 @@ zero_status pp_run_stage(const pp_stage *stage, zero_comm *pp, const pp_plan *pl
     free_run(&r);
     if (st != ZERO_OK) return st;
     float mean = (float)(r.loss_sum / a->micro_batches);
+    /* MoE: the loss is the cross-entropy (last stage) plus every stage's share of the aux losses: summed */
+    const int moe = stage->cfg->moe_experts > 0;
     if (r.pp) { /* through the stage's memory: a device comm takes device buffers only */
         float *one = stage->alloc(stage->self, sizeof(float));
         if (!one) return gpt_fail(ZERO_OUT_OF_MEMORY, "pp_run_plan: out of memory for the loss broadcast");
         st = stage->copy(stage->self, one, &mean, sizeof(float), PP_COPY_FROM_HOST);
-        if (st == ZERO_OK && (st = zero_broadcast(r.pp, one, one, 1, ZERO_F32, r.last % r.P)) != ZERO_OK)
-            st = comm_fail(&r, st, "broadcast of the loss", -1);
+        if (st == ZERO_OK && (st = moe ? zero_allreduce(r.pp, one, one, 1, ZERO_F32, ZERO_SUM)
+                                       : zero_broadcast(r.pp, one, one, 1, ZERO_F32, r.last % r.P)) != ZERO_OK)
+            st = comm_fail(&r, st, moe ? "all-reduce of the loss (MoE aux losses)" : "broadcast of the loss", -1);
         if (st == ZERO_OK) st = stage->copy(stage->self, &mean, one, sizeof(float), PP_COPY_TO_HOST);
         stage->release(stage->self, one);
         if (st != ZERO_OK) return st;

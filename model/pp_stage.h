@@ -54,7 +54,10 @@ typedef struct pp_stage {
     const float *(*output)(void *self, int chunk, int slot);
     /* F: `in` (NULL on virtual stage 0, which embeds `tokens`) is the input
      * activation; on the last virtual stage `targets` is non-NULL and *loss
-     * receives the micro-batch's mean loss. params: module-indexed sets. */
+     * receives the micro-batch's mean loss. An MoE model's stage (cfg
+     * moe_experts > 0) also ADDS aux_loss_coef x its blocks' auxiliary losses
+     * to *loss (the runtime passes 0 and sums the stages' shares over pp).
+     * params: module-indexed sets. */
     zero_status (*forward)(void *self, int chunk, int slot, const float *in, const int32_t *tokens,
                            const int32_t *targets, const gpt_tensors *params, float *loss);
     /* B (whole = 1: B and its W as one unsplit backward). `dout` (NULL on the

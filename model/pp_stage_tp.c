@@ -30,10 +30,11 @@ static zero_status forward(void *self, int c, int slot, const float *in, const i
     else GPT_TRY(tp_forward_embed(ws, slot, tokens, &params[GPT_MODULE_EMBED]));
     tp_workspace_range(ws, &b, &e);
     for (int l = b; l < e; l++) GPT_TRY(tp_forward_block(ws, slot, l, &params[gpt_module_block(l)]));
-    if (targets) {
-        int fm = gpt_module_final(tp_workspace_config(ws));
-        GPT_TRY(tp_forward_head(ws, slot, targets, &params[fm], &params[GPT_MODULE_EMBED], loss));
-    }
+    const gpt_config *cfg = tp_workspace_config(ws);
+    if (targets) GPT_TRY(tp_forward_head(ws, slot, targets, &params[gpt_module_final(cfg)], &params[GPT_MODULE_EMBED],
+                                         loss));
+    /* MoE: this stage's share of the loss, as gpt_forward_end adds it (0 on a stage without MoE blocks) */
+    if (cfg->moe_experts > 0) *loss += cfg->moe_aux_loss_coef * tp_workspace_moe_aux(ws, slot);
     return ZERO_OK;
 }
 
@@ -43,6 +44,7 @@ static zero_status backward(void *self, int c, int slot, int whole, const float 
     tp_workspace *ws = W(self, c);
     float *dres = tp_workspace_dresid(ws);
     int b, e;
+    tp_workspace_set_moe_dloss(ws, dloss); /* MoE blocks: their aux losses' gradient is dloss x coef */
     if (dout) {
         memcpy(dres, dout, message_bytes(ws));
     } else {

@@ -41,6 +41,8 @@ struct tp_workspace {
     float *wstash;                    /* split backward: slots x blocks stashes (tp_workspace_split_backward) */
     size_t wstash_floats;             /* of one block */
     unsigned char *w_due;             /* slots x blocks: B ran, W not yet */
+    gpt_moe **moe;                    /* MoE: slots x n_layer layers (NULL outside [begin, end)); NULL: dense */
+    float *moe_aux;                   /* slots x n_layer: each block's aux loss of the slot's last forward */
 };
 
 /* Megatron's g forward / f backward: sum the tp ranks' partial results. */
@@ -118,6 +120,17 @@ static zero_status check_shape(const gpt_config *cfg, int tp_size, int cp_size, 
     const gpt_checkpointing *ck = o ? o->ck : NULL;
     GPT_TRY(tp_config_validate(cfg, tp_size));
     GPT_TRY(gpt_checkpointing_validate(ck, op));
+    if (cfg->moe_experts > 0) {
+        int ep_have = o && o->ep ? zero_comm_get_size(o->ep) : 1, ep_want = cfg->moe_ep > 1 ? cfg->moe_ep : 1;
+        if (cp_size > 1 || (o && o->sequence_parallel))
+            return gpt_fail(ZERO_UNSUPPORTED,
+                            "%s: MoE blocks (moe experts = %d) with %s: not supported (the MoE layer routes whole "
+                            "token rows of the micro-batch)",
+                            op, cfg->moe_experts, cp_size > 1 ? "context parallelism" : "sequence parallelism");
+        if (ep_have != ep_want)
+            return gpt_fail(ZERO_CONFIG, "%s: moe ep = %d but the ep comm has %d rank%s", op, cfg->moe_ep, ep_have,
+                            ep_have == 1 ? "" : "s");
+    }
     if (cp_size > 1 && (seq % cp_size || cfg->n_head % (tp_size * cp_size)))
         return gpt_fail(ZERO_CONFIG,
                         "%s: context parallelism over %d ranks needs cp to divide seq %d and tp %d x cp to divide "
@@ -150,7 +163,7 @@ static zero_status check_shape(const gpt_config *cfg, int tp_size, int cp_size, 
 zero_status tp_activation_bytes_for(const gpt_config *cfg, int tp_size, int batch, int seq, int layer_begin,
                                     int layer_end, int slots, const gpt_checkpointing *ck, gpt_activation_bytes *out)
 {
-    const tp_options o = {ck, 0, NULL};
+    const tp_options o = {ck, 0, NULL, NULL};
     return tp_activation_bytes_opts(cfg, tp_size, 1, batch, seq, layer_begin, layer_end, slots, &o, out);
 }
 
@@ -171,6 +184,45 @@ zero_status tp_activation_bytes_opts(const gpt_config *cfg, int tp_size, int cp_
     return ZERO_OK;
 }
 
+/* One MoE layer per (slot, block of the stage): a layer holds one
+ * micro-batch's routing and expert activations from its forward to its
+ * backward, and a pipeline has several micro-batches in flight. */
+static zero_status create_moe(tp_workspace *ws, zero_comm *ep)
+{
+    const gpt_config *cfg = &ws->cfg;
+    const size_t n = (size_t)ws->nslots * (size_t)cfg->n_layer;
+    ws->moe = calloc(n, sizeof *ws->moe);
+    ws->moe_aux = calloc(n, sizeof *ws->moe_aux);
+    if (!ws->moe || !ws->moe_aux) return gpt_fail(ZERO_OUT_OF_MEMORY, "tp_workspace_create: out of memory (MoE)");
+    gpt_moe_config mc = {cfg->d_model, 4 * cfg->d_model, cfg->moe_experts, cfg->moe_top_k, cfg->moe_capacity_factor,
+                         cfg->moe_aux_loss_coef};
+    for (int sl = 0; sl < ws->nslots; sl++)
+        for (int l = ws->begin; l < ws->end; l++)
+            GPT_TRY(gpt_moe_create(&ws->moe[(size_t)sl * cfg->n_layer + l], &mc, ws->B * ws->T, ep));
+    return ZERO_OK;
+}
+
+/* The block context's MoE layers and aux slots are the slot's (indexed by layer). */
+static void moe_select(tp_workspace *ws, int slot)
+{
+    if (!ws->moe) return;
+    ws->blk.moe = ws->moe + (size_t)slot * ws->cfg.n_layer;
+    ws->blk.moe_aux = ws->moe_aux + (size_t)slot * ws->cfg.n_layer;
+}
+
+void tp_workspace_set_moe_dloss(tp_workspace *ws, float dloss)
+{
+    if (ws) ws->blk.moe_dloss = dloss;
+}
+
+float tp_workspace_moe_aux(const tp_workspace *ws, int slot)
+{
+    float s = 0.0f;
+    if (!ws || !ws->moe || slot < 0 || slot >= ws->nslots) return s;
+    for (int l = ws->begin; l < ws->end; l++) s += ws->moe_aux[(size_t)slot * ws->cfg.n_layer + l];
+    return s;
+}
+
 zero_status tp_workspace_create(tp_workspace **out, const gpt_config *cfg, zero_comm *tp, int batch, int seq,
                                 int layer_begin, int layer_end, int slots)
 {
@@ -180,7 +232,7 @@ zero_status tp_workspace_create(tp_workspace **out, const gpt_config *cfg, zero_
 zero_status tp_workspace_create_ckpt(tp_workspace **out, const gpt_config *cfg, zero_comm *tp, int batch, int seq,
                                      int layer_begin, int layer_end, int slots, const gpt_checkpointing *ck)
 {
-    const tp_options o = {ck, 0, NULL};
+    const tp_options o = {ck, 0, NULL, NULL};
     return tp_workspace_create_opts(out, cfg, tp, batch, seq, layer_begin, layer_end, slots, &o);
 }
 
@@ -244,6 +296,10 @@ zero_status tp_workspace_create_opts(tp_workspace **out, const gpt_config *cfg, 
     k->sp_full = ws->acts.sp_full, k->cp_send = ws->acts.cp_send, k->cp_recv = ws->acts.cp_recv;
     k->cp_heads = ws->acts.cp_heads;
     for (int i = 0; i < slots; i++) ws->slots[i].next_fwd = -1;
+    if (cfg->moe_experts > 0 && (st = create_moe(ws, o ? o->ep : NULL)) != ZERO_OK) {
+        tp_workspace_destroy(ws);
+        return st;
+    }
     *out = ws;
     return ZERO_OK;
 }
@@ -254,6 +310,10 @@ void tp_workspace_destroy(tp_workspace *ws)
     free(ws->mem);
     free(ws->wstash);
     free(ws->w_due);
+    if (ws->moe)
+        for (size_t i = 0; i < (size_t)ws->nslots * (size_t)ws->cfg.n_layer; i++) gpt_moe_destroy(ws->moe[i]);
+    free(ws->moe);
+    free(ws->moe_aux);
     gpt_acts_free(&ws->acts);
     free(ws->slots);
     free(ws);
@@ -281,6 +341,9 @@ zero_status tp_workspace_set_matmul_dtype(tp_workspace *ws, zero_dtype dtype)
                         "tp_workspace_set_matmul_dtype: %s matmuls are not offered on the CPU (f32 or bf16)",
                         zero_dtype_name(dtype));
     ws->blk.math = dtype == ZERO_BF16 ? GPT_GEMM_BF16 : GPT_GEMM_F32;
+    if (ws->moe)
+        for (size_t i = 0; i < (size_t)ws->nslots * (size_t)ws->cfg.n_layer; i++)
+            if (ws->moe[i]) gpt_moe_set_matmul_bf16(ws->moe[i], dtype == ZERO_BF16);
     return ZERO_OK;
 }
 
@@ -318,6 +381,7 @@ static zero_status check_tensors(const char *op, const gpt_tensors *set, const i
 
 static const int all_block[GPT_BLOCK_NT] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
 static const int wte_only[1] = {GPT_WTE};
+static const int moe_gate[1] = {GPT_MOE_GATE_W};
 static const int embed_both[2] = {GPT_WTE, GPT_WPE};
 static const int final_both[2] = {GPT_LNF_W, GPT_LNF_B};
 
@@ -487,9 +551,11 @@ zero_status tp_forward_block(tp_workspace *ws, int slot, int layer, const gpt_te
         return gpt_fail(ZERO_INVALID_STATE, "tp_forward_block: block %d of slot %d out of order (stage blocks [%d, %d), expected %d)",
                         layer, slot, ws->begin, ws->end, s->next_fwd);
     GPT_TRY(check_tensors("tp_forward_block", p, all_block, GPT_BLOCK_NT, "block parameter"));
+    if (ws->moe) GPT_TRY(check_tensors("tp_forward_block", p, moe_gate, 1, "block parameter"));
     gpt_acts_slot *io = &ws->acts.slots[slot];
     int i = layer - ws->begin;
     keep_slice(ws, io, i);
+    moe_select(ws, slot);
     /* a recomputed block's activations go to the shared set, overwritten by the next one */
     GPT_TRY(gpt_block_forward(&ws->blk, layer, io->block[i], io->resid[i], io->resid[i + 1], p));
     s->next_fwd = layer + 1;
@@ -553,6 +619,7 @@ zero_status tp_backward_head(tp_workspace *ws, int slot, float dloss, const gpt_
     GPT_TRY(check_tensors("tp_backward_head", embed_grads, wte_only, 1, "embed gradient"));
     const int N = (int)ws->Nr, C = ws->cfg.d_model, V = ws->cfg.vocab;
     float scale = s->valid ? dloss / (float)s->valid : 0.0f;
+    ws->blk.moe_dloss = dloss; /* the MoE blocks' aux losses are part of the loss */
     const gpt_acts_slot *io = &ws->acts.slots[slot];
     gpt_acts *a = &ws->acts;
     gpt_crossentropy_backward(a->dlogits, io->logits, io->lse, io->targets, N, V, scale);
@@ -587,6 +654,11 @@ static zero_status backward_block(tp_workspace *ws, int slot, int layer, const g
         return gpt_fail(ZERO_INVALID_STATE, "%s: the workspace has no W stash (call tp_workspace_split_backward)", op);
     GPT_TRY(check_tensors(op, p, all_block, GPT_BLOCK_NT, "block parameter"));
     GPT_TRY(check_tensors(op, g, all_block, GPT_BLOCK_NT, "block gradient"));
+    if (ws->moe) {
+        GPT_TRY(check_tensors(op, p, moe_gate, 1, "block parameter"));
+        GPT_TRY(check_tensors(op, g, moe_gate, 1, "block gradient"));
+    }
+    moe_select(ws, slot);
     const gpt_acts_slot *io = &ws->acts.slots[slot];
     int i = layer - ws->begin;
     gpt_block_acts *a = io->block[i];
@@ -643,6 +715,11 @@ zero_status tp_workspace_split_backward(tp_workspace *ws)
 {
     if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_workspace_split_backward: workspace is NULL");
     if (ws->wstash) return ZERO_OK;
+    if (ws->moe)
+        return gpt_fail(ZERO_UNSUPPORTED,
+                        "tp_workspace_split_backward: not with MoE blocks (the MoE layer computes its experts' weight "
+                        "gradients with its input's, between its two exchanges): use a schedule without a split "
+                        "backward (gpipe, 1f1b, interleaved)");
     if (ws->sp || ws->cp)
         return gpt_fail(ZERO_UNSUPPORTED,
                         "tp_workspace_split_backward: not with sequence or context parallelism (the deferred W "

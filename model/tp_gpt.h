@@ -61,7 +61,10 @@ typedef struct tp_param_info {
     size_t numel;
 } tp_param_info;
 
-/* ZERO_CONFIG unless tp_size >= 1 divides n_head (and so d_model and 4*d_model). */
+/* ZERO_CONFIG unless tp_size >= 1 divides n_head (and so d_model and 4*d_model);
+ * ZERO_UNSUPPORTED for an MoE model (cfg->moe_experts > 0) at tp_size > 1: its
+ * blocks run in the stage runtime at tp 1 (an expert stack is then one
+ * TP_REPLICATED tensor, this ep rank's experts: gpt_param_info). */
 zero_status tp_config_validate(const gpt_config *cfg, int tp_size);
 /* The shard of parameter i (gpt_param_info order) on tp rank `tp_rank`. */
 zero_status tp_param_info_get(const gpt_config *cfg, int tp_size, int tp_rank, size_t i, tp_param_info *out);
@@ -139,6 +142,14 @@ typedef struct tp_options {
     const gpt_checkpointing *ck;
     int sequence_parallel;
     zero_comm *cp;
+    /* MoE blocks (cfg->moe_experts > 0; docs/moe.md "With pipeline parallelism"):
+     * the expert-parallel comm of cfg->moe_ep ranks (NULL when moe_ep <= 1;
+     * borrowed, outlives the workspace). Each slot has its own MoE layer per
+     * block (a layer keeps its routing and expert activations from forward to
+     * backward, outside the activation report, as gpt_workspace_create_moe);
+     * the ep ranks of a stage must run the same schedule (their all-to-alls
+     * pair up in order). tp 1, no SP or cp, no split backward (refused by name). */
+    zero_comm *ep;
 } tp_options;
 
 zero_status tp_workspace_create_opts(tp_workspace **out, const gpt_config *cfg, zero_comm *tp, int batch, int seq,
@@ -163,6 +174,15 @@ int tp_workspace_has_head(const tp_workspace *ws);  /* layer_end == n_layer */
 /* The matmuls' precision, as gpt_workspace_set_matmul_dtype (gpt.h): ZERO_F32
  * (the default) or ZERO_BF16 (bf16 products, fp32 sums); the rest stays fp32. */
 zero_status tp_workspace_set_matmul_dtype(tp_workspace *ws, zero_dtype dtype);
+/* MoE: the dloss of the next backward's auxiliary losses (each MoE block's
+ * aux-loss gradient is dloss x aux_loss_coef, as gpt_backward's). The head's
+ * backward sets it on the last stage; a pipeline sets it on every stage
+ * before each backward (pp_run_plan does). Without MoE: no effect. */
+void tp_workspace_set_moe_dloss(tp_workspace *ws, float dloss);
+/* MoE: the auxiliary losses of slot `slot`'s last forward summed over this
+ * workspace's blocks, unweighted (0 without MoE); the model's loss adds
+ * aux_loss_coef x the sum over all stages. */
+float tp_workspace_moe_aux(const tp_workspace *ws, int slot);
 /* The input of block layer_begin for slot `slot` (rows x d_model): a
  * later pipeline stage receives the previous stage's output into it. */
 float *tp_workspace_input(tp_workspace *ws, int slot);

@@ -9,9 +9,10 @@
 zero_status tp_config_validate(const gpt_config *cfg, int tp_size)
 {
     GPT_TRY(gpt_config_validate(cfg));
-    if (cfg->moe_experts > 0)
-        return gpt_fail(ZERO_UNSUPPORTED, "tp/pp config: moe experts = %d: the tensor/pipeline stage runtime has no "
-                        "MoE blocks yet (use the single-stage model, with expert parallelism)", cfg->moe_experts);
+    if (cfg->moe_experts > 0 && tp_size > 1)
+        return gpt_fail(ZERO_UNSUPPORTED, "tp config: moe experts = %d with tp size %d: MoE blocks run in the pipeline "
+                        "stage runtime at tp 1 only (the experts are not split over tp; use expert parallelism)",
+                        cfg->moe_experts, tp_size);
     if (tp_size < 1 || cfg->n_head % tp_size != 0)
         return gpt_fail(ZERO_CONFIG, "tp config: tp size %d does not divide n_head = %d (each tp rank takes whole heads)",
                         tp_size, cfg->n_head);
@@ -41,7 +42,8 @@ zero_status tp_param_info_get(const gpt_config *cfg, int tp_size, int tp_rank, s
     GPT_TRY(gpt_param_info_get(cfg, i, &out->full));
     const gpt_param_info *f = &out->full;
     int is_block = f->module > GPT_MODULE_EMBED && f->module < gpt_module_final(cfg);
-    out->split = is_block ? block_split(f->index) : TP_REPLICATED;
+    /* an expert stack (tp 1 only) is whole on the rank: its ep slicing is gpt_param_info's */
+    out->split = is_block && !f->expert_stack ? block_split(f->index) : TP_REPLICATED;
     out->shape[0] = f->shape[0];
     out->shape[1] = f->shape[1];
     if (out->split == TP_SPLIT_IN) out->shape[1] /= (size_t)tp_size;

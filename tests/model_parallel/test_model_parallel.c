@@ -152,7 +152,7 @@ static int mp_setup_seq(mp_rank *r, zero_comm *world, int tp, int pp, pp_schedul
     int slots = pp_slots_needed(kind, micro, pp, r->pp_rank);
     if (kind == PP_1F1B && pp_slots_needed(PP_GPIPE, micro, pp, r->pp_rank) > slots)
         slots = pp_slots_needed(PP_GPIPE, micro, pp, r->pp_rank); /* the same workspace runs both */
-    const tp_options o = {NULL, sp, r->cp};
+    const tp_options o = {NULL, sp, r->cp, NULL};
     MP_TRY(tp_workspace_create_opts(&r->ws, &g_cfg, r->grid.tp, BATCH, SEQ, r->begin, r->end, slots, &o));
     return 0;
 }
@@ -483,7 +483,7 @@ static int seq_mode(zero_comm *world, int tp, int pp, int cp, int sp)
     {
         tp_workspace *plain_ws = r.ws;
         const gpt_checkpointing ck = {2, 0, 0};
-        const tp_options co = {&ck, sp, r.cp};
+        const tp_options co = {&ck, sp, r.cp, NULL};
         MP_TRY(tp_workspace_create_opts(&r.ws, &g_cfg, r.grid.tp, BATCH, SEQ, r.begin, r.end,
                                         tp_workspace_slots(plain_ws), &co));
         float **gc = shards_make(&r, NULL);
@@ -511,7 +511,7 @@ static int seq_mode(zero_comm *world, int tp, int pp, int cp, int sp)
                        r64(4 * Nc * Cl) + 2 * r64(4 * Nc * Hl);
     gpt_activation_bytes a, base;
     tp_workspace_activation_bytes(r.ws, &a);
-    const tp_options none = {NULL, 0, NULL};
+    const tp_options none = {NULL, 0, NULL, NULL};
     MP_TRY(tp_activation_bytes_opts(&g_cfg, tp, 1, BATCH, SEQ, r.begin, r.end, (int)S, &none, &base));
     CHECK_MSG(a.blocks == S * L * set, "blocks: %zu bytes, formula %zu", a.blocks, S * L * set);
     CHECK_MSG(a.inputs == S * (L + 1) * r64(4 * Nr * C), "inputs: %zu bytes, formula %zu", a.inputs,
@@ -609,7 +609,7 @@ static int seq_mode(zero_comm *world, int tp, int pp, int cp, int sp)
 
     /* refusals by name */
     tp_workspace *bad = NULL;
-    const tp_options sp1 = {NULL, 1, NULL};
+    const tp_options sp1 = {NULL, 1, NULL, NULL};
     if (tp == 1) {
         CHECK(tp_workspace_create_opts(&bad, &g_cfg, r.grid.tp, BATCH, SEQ, r.begin, r.end, 1, &sp1) == ZERO_CONFIG);
         CHECK(strstr(gpt_last_error(), "sequence parallelism needs a tp group") != NULL);
@@ -617,7 +617,7 @@ static int seq_mode(zero_comm *world, int tp, int pp, int cp, int sp)
         CHECK(tp_workspace_split_backward(r.ws) == (sp || cp > 1 ? ZERO_UNSUPPORTED : ZERO_OK));
     }
     if (r.cp) {
-        const tp_options o = {NULL, 0, r.cp};
+        const tp_options o = {NULL, 0, r.cp, NULL};
         CHECK(tp_workspace_create_opts(&bad, &g_cfg, r.grid.tp, BATCH, 6, r.begin, r.end, 1, &o) ==
               (6 % cp ? ZERO_CONFIG : ZERO_OK));
         tp_workspace_destroy(bad);

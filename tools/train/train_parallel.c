@@ -164,7 +164,7 @@ int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_conf
     for (int c = 0; c < p->chunks && !p->cuda; c++) {
         int b, e;
         PTRY(pp_chunk_layers(cfg, pp, p->chunks, p->grid.pp_rank, c, &b, &e), "pipeline stages");
-        const tp_options o = {ck, sequence_parallel, p->cp};
+        const tp_options o = {ck, sequence_parallel, p->cp, NULL};
         PTRY(tp_workspace_create_opts(&p->ws[c], cfg, p->grid.tp, micro, cfg->seq_len, b, e,
                                       p->chunks > 1 ? 1 : pp_slots_needed(PP_1F1B, micro_batches, pp, p->grid.pp_rank),
                                       &o),
@@ -265,7 +265,7 @@ void train_parallel_activation_bytes(const train_parallel *p, gpt_activation_byt
         *without = *now;
         return;
     }
-    const tp_options o = {NULL, p->sp, NULL};
+    const tp_options o = {NULL, p->sp, NULL, NULL};
     for (int c = 0; c < p->chunks; c++) {
         int b, e;
         gpt_activation_bytes n, w;
@@ -400,7 +400,7 @@ int train_parallel_set_schedule(train_parallel *p, const char *schedule, int chu
         int b, e;
         tp_workspace *ws = NULL;
         tp_workspace_range(p->ws[c], &b, &e);
-        const tp_options o = {p->ck.blocks ? &p->ck : NULL, p->sp, p->cp};
+        const tp_options o = {p->ck.blocks ? &p->ck : NULL, p->sp, p->cp, NULL};
         if (tp_workspace_create_opts(&ws, &p->cfg, p->grid.tp,
                                      (int)(tp_workspace_tokens(p->ws[c]) / (size_t)p->cfg.seq_len), p->cfg.seq_len, b,
                                      e, need, &o) != ZERO_OK ||
