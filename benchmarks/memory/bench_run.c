@@ -24,6 +24,8 @@ const char bench_run_usage[] =
     "  --steps N           measured steps\n"
     "  --threads N         OpenMP threads per rank for the engine's CPU kernels\n"
     "                      (default: online cores / ranks on this node, at least 1)\n"
+    "  --clock wall|cpu    stepcost: time by the wall clock (default) or by the process's CPU\n"
+    "                      time (a shared machine's other load then does not count)\n"
     "  --json FILE, --csv FILE   machine-readable results (rank 0 writes)\n";
 
 int bench_run_parse(bench_run_opts *o, int argc, char **argv, const char *cmd)
@@ -86,6 +88,9 @@ int bench_run_parse(bench_run_opts *o, int argc, char **argv, const char *cmd)
         } else if (!strcmp(a, "--threads")) {
             bad = bench_parse_count(v, &x) || x < 1 || x > 4096;
             o->threads = (int)x;
+        } else if (!strcmp(a, "--clock")) {
+            bad = !v || (strcmp(v, "wall") && strcmp(v, "cpu"));
+            o->cpu_clock = v && !strcmp(v, "cpu");
         } else if (!strcmp(a, "--json")) {
             o->json_path = v;
         } else if (!strcmp(a, "--csv")) {

@@ -24,6 +24,7 @@ typedef struct bench_run_opts {
     int gemm_n, gemm_reps;   /* steptime: synthetic compute per module */
     int threads;             /* OpenMP threads per rank; 0 = online cores / ranks on this node */
     int dp_sizes[BENCH_MAX_DP_SIZES], ndp; /* memory: dp sizes to measure; none = the world */
+    int cpu_clock;           /* stepcost: time by process CPU time, not the wall clock */
     const char *json_path, *csv_path;
 } bench_run_opts;
 

@@ -9,7 +9,10 @@
  * master, gradient and moments, fp32), so step and kernel alternate and
  * share the machine's state. Medians over the repetitions; "ratio" is
  * step / kernel, the overhead the engine adds (norm, clipping, casts,
- * gathers, bookkeeping). */
+ * gathers, bookkeeping). "micro" is the median micro-step (the model's
+ * forward/backward and grads_ready, where the gradient reductions and, on
+ * the CPU, the norm's sums of squares happen): what moved out of the step
+ * must not reappear there at full price. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,13 +55,15 @@ int bench_cmd_stepcost(int argc, char **argv)
     if (bench_run_setup(&o, &world, &dev, "stepcost")) return 1;
     const int rank = zero_comm_rank(world);
     if (rank == 0)
-        printf("zero-bench stepcost: %llu params, world %d, %s, %s, kernel variant %s, %d thread(s), median of %d\n",
+        printf("zero-bench stepcost: %llu params, world %d, %s, %s, kernel variant %s, %d thread(s), median of %d, %s\n",
                (unsigned long long)m.numel, zero_comm_size(world), zero_dtype_name(o.dtype),
                o.optimizer == ZERO_OPTIM_ADAMW ? "AdamW" : "SGD", zero_cpu_optim_active()->name, bench_run_threads(),
-               o.steps);
-    if (rank == 0) printf("%-6s %12s %12s %8s\n", "stage", "step(ms)", "kernel(ms)", "ratio");
+               o.steps, o.cpu_clock ? "process CPU time" : "wall clock");
+    if (rank == 0) printf("%-6s %12s %12s %8s %12s\n", "stage", "step(ms)", "kernel(ms)", "ratio", "micro(ms)");
+    double (*now)(void) = o.cpu_clock ? bench_cpu_s : bench_now_s;
     double *ts = calloc((size_t)o.steps, sizeof *ts), *tk = calloc((size_t)o.steps, sizeof *tk);
-    int rc = ts && tk ? 0 : 1;
+    double *tm = calloc((size_t)o.steps, sizeof *tm);
+    int rc = ts && tk && tm ? 0 : 1;
     json_t *rows = json_array();
     for (int stage = 0; stage < 4 && !rc; stage++) {
         if (!(o.stage_mask & (1u << stage))) continue;
@@ -86,25 +91,29 @@ int bench_cmd_stepcost(int argc, char **argv)
                               .one_minus_dampening = 1.0f};
         for (int r = 0; r < o.warmup + o.steps && !rc && p && g && m1 && m2; r++) {
             zero_step_result res;
+            double tm0 = now();
             rc = bench_failed(bench_model_micro(&m, e, dev, rank), "stepcost: micro-step");
+            double tm1 = now();
             if (rc) break;
             zero_barrier(world);
-            double t0 = bench_now_s();
+            double t0 = now();
             rc = bench_failed(zero_engine_step(e, &res), "stepcost: step");
-            double t1 = bench_now_s();
+            double t1 = now();
             if (o.optimizer == ZERO_OPTIM_ADAMW) zero_cpu_adamw(&h, p, g, m1, m2, n);
             else zero_cpu_sgd(&h, p, g, o.momentum > 0 ? m1 : NULL, n);
-            double t2 = bench_now_s();
-            if (r >= o.warmup) ts[r - o.warmup] = t1 - t0, tk[r - o.warmup] = t2 - t1;
+            double t2 = now();
+            if (r >= o.warmup) ts[r - o.warmup] = t1 - t0, tk[r - o.warmup] = t2 - t1, tm[r - o.warmup] = tm1 - tm0;
         }
         if (!p || !g || !m1 || !m2) rc = 1;
         free(p), free(g), free(m1), free(m2);
         zero_engine_destroy(e);
         if (rc) break;
         double ms = bench_median(ts, o.steps) * 1e3, mk = bench_median(tk, o.steps) * 1e3;
-        if (rank == 0) printf("%-6d %12.2f %12.2f %8.3f\n", stage, ms, mk, ms / mk);
-        json_array_append_new(rows, json_pack("{s:i, s:f, s:f, s:f, s:I}", "stage", stage, "step_ms", ms,
-                                              "kernel_ms", mk, "ratio", ms / mk, "elements", (json_int_t)n));
+        double mm = bench_median(tm, o.steps) * 1e3;
+        if (rank == 0) printf("%-6d %12.2f %12.2f %8.3f %12.2f\n", stage, ms, mk, ms / mk, mm);
+        json_array_append_new(rows, json_pack("{s:i, s:f, s:f, s:f, s:f, s:I}", "stage", stage, "step_ms", ms,
+                                              "kernel_ms", mk, "ratio", ms / mk, "micro_ms", mm,
+                                              "elements", (json_int_t)n));
     }
     if (!rc && rank == 0 && o.json_path) {
         json_t *root = json_pack("{s:I, s:i, s:s, s:s, s:i, s:o}", "params", (json_int_t)m.numel, "world",
@@ -116,7 +125,7 @@ int bench_cmd_stepcost(int argc, char **argv)
         json_decref(root);
     }
     json_decref(rows);
-    free(ts), free(tk);
+    free(ts), free(tk), free(tm);
     bench_model_free(&m);
     zero_device_close(dev);
     zero_comm_destroy(world);

@@ -26,6 +26,9 @@ uint64_t bench_rss_peak(void);
 int bench_rss_reset_peak(void);
 
 double bench_now_s(void);
+/* This process's CPU time so far, all threads (seconds): on a shared
+ * machine, what a phase cost without the time it waited for a core. */
+double bench_cpu_s(void);
 /* Median of n values (sorts a copy). */
 double bench_median(const double *v, int n);
 
