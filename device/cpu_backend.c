@@ -49,17 +49,19 @@ typedef struct kargs {
     zero_dtype dt, dt2;
     float alpha;
     double *partial; /* sumsq: one per block */
+    size_t span;     /* elements per call of the range function; 0: BLOCK */
 } kargs;
 
 typedef void (*range_fn)(const kargs *a, size_t begin, size_t end);
 
 static void run_blocks(size_t n, range_fn fn, const kargs *a)
 {
-    size_t nblocks = (n + BLOCK - 1) / BLOCK;
+    const size_t span = a->span ? a->span : BLOCK;
+    size_t nblocks = (n + span - 1) / span;
     PAR_FOR_BLOCKS
     for (size_t b = 0; b < nblocks; b++) {
-        size_t end = (b + 1) * BLOCK;
-        fn(a, b * BLOCK, end < n ? end : n);
+        size_t end = (b + 1) * span;
+        fn(a, b * span, end < n ? end : n);
     }
 }
 
@@ -476,9 +478,9 @@ CLONES static void cast_range(const kargs *a, size_t begin, size_t end)
  * Blocks are fixed, summed in order afterwards: the result does not depend
  * on the number of threads. Within a block, SUMSQ_LANES independent partial
  * sums (element i goes to lane i % SUMSQ_LANES, lanes added in order at the
- * end) keep the result independent of the ISA clone too, and give the
- * vector units enough independent additions to run at memory speed: one
- * vector accumulator made the norm a chain of dependent adds, 40 % of the
+ * end) keep the result independent of the ISA too, and give the vector
+ * units enough independent additions to run at memory speed: one vector
+ * accumulator made the norm a chain of dependent adds, 40 % of the
  * optimizer kernel's time on 1/7 of its traffic (issue 15, stepcost). */
 #define SUMSQ_LANES 32
 #define SUMSQ_BODY(load)                                                                      \
@@ -500,7 +502,7 @@ CLONES static void cast_range(const kargs *a, size_t begin, size_t end)
 #define SUMSQ_LOAD_F16(x) ((double)zero_cvt_f16_to_f32(x))
 #define SUMSQ_LOAD_BF16(x) ((double)zero_cvt_bf16_to_f32(x))
 
-CLONES static void sumsq_range(const kargs *a, size_t begin, size_t end)
+CLONES static void sumsq_block(const kargs *a, size_t begin, size_t end)
 {
     double acc = 0.0;
     if (a->dt == ZERO_F32) {
@@ -514,6 +516,98 @@ CLONES static void sumsq_range(const kargs *a, size_t begin, size_t end)
         SUMSQ_BODY(SUMSQ_LOAD_BF16);
     }
     a->partial[begin / BLOCK] = acc;
+}
+
+/* f32 on AVX-512, chosen at run time: the same 32 lanes as four 8-double
+ * registers (lanes 8j..8j+7 in register j), the same tail, the same lane
+ * order at the end, so the same bits. The square is exact in double, so
+ * fma(v, v, lane) rounds once exactly where v * v + lane did: one
+ * instruction per 8 elements instead of three for the AVX2 clone, whose
+ * widening shuffles bound it in cache. Four blocks are read side by side:
+ * four streams keep more cache misses in flight than one, which is what a
+ * single core's read bandwidth out of L3 and memory depends on. Together:
+ * the norm's cycles fell from 0.40 to 0.18 of the AdamW kernel's on the
+ * same elements (perf, zero-bench stepcost at 2e7; BENCHMARKS.md).
+ * ZERO_CPU_ISA=avx2|sse2|scalar turns it off (the tests run both). */
+#define SUMSQ_GROUP 4 /* blocks read side by side */
+#if defined(__GNUC__) && defined(__x86_64__)
+static int sumsq_avx512_usable(void)
+{
+    static int usable = -1;
+    int u = __atomic_load_n(&usable, __ATOMIC_RELAXED);
+    if (u < 0) {
+        const char *cap = getenv("ZERO_CPU_ISA");
+        int capped = cap && (!strcmp(cap, "avx2") || !strcmp(cap, "sse2") || !strcmp(cap, "scalar"));
+        u = !capped && __builtin_cpu_supports("avx512f");
+        __atomic_store_n(&usable, u, __ATOMIC_RELAXED);
+    }
+    return u;
+}
+
+/* The 32 lanes of one block, from its four registers, plus its tail; the
+ * block's sum. */
+__attribute__((target("avx512f"))) static double sumsq_lanes_close(const __m512d acc[4], const float *p, size_t i,
+                                                                   size_t end)
+{
+    double lane[SUMSQ_LANES];
+    for (int j = 0; j < 4; j++) _mm512_storeu_pd(lane + 8 * j, acc[j]);
+    for (int l = 0; i < end; i++, l++) {
+        double v = (double)p[i];
+        lane[l] += v * v;
+    }
+    double s = 0.0;
+    for (int l = 0; l < SUMSQ_LANES; l++) s += lane[l];
+    return s;
+}
+
+__attribute__((target("avx512f"))) static void sumsq_f32_avx512(const float *p, size_t begin, size_t end,
+                                                                double *partial)
+{
+    size_t b0 = begin;
+    /* SUMSQ_GROUP whole blocks side by side */
+    for (; b0 + SUMSQ_GROUP * BLOCK <= end; b0 += SUMSQ_GROUP * BLOCK) {
+        __m512d acc[SUMSQ_GROUP][4];
+        for (int k = 0; k < SUMSQ_GROUP; k++)
+            for (int j = 0; j < 4; j++) acc[k][j] = _mm512_setzero_pd();
+        for (size_t i = 0; i < BLOCK; i += SUMSQ_LANES)
+            for (int k = 0; k < SUMSQ_GROUP; k++)
+                for (int j = 0; j < 4; j++) {
+                    __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(p + b0 + (size_t)k * BLOCK + i + 8 * (size_t)j));
+                    acc[k][j] = _mm512_fmadd_pd(v, v, acc[k][j]);
+                }
+        for (int k = 0; k < SUMSQ_GROUP; k++)
+            partial[(b0 + (size_t)k * BLOCK) / BLOCK] = sumsq_lanes_close(acc[k], p, b0 + (size_t)k * BLOCK + BLOCK,
+                                                                          b0 + (size_t)k * BLOCK + BLOCK);
+    }
+    /* the rest block by block, the last one possibly short */
+    for (; b0 < end; b0 += BLOCK) {
+        size_t b1 = end - b0 < BLOCK ? end : b0 + BLOCK, i = b0;
+        __m512d acc[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};
+        for (; i + SUMSQ_LANES <= b1; i += SUMSQ_LANES)
+            for (int j = 0; j < 4; j++) {
+                __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(p + i + 8 * (size_t)j));
+                acc[j] = _mm512_fmadd_pd(v, v, acc[j]);
+            }
+        partial[b0 / BLOCK] = sumsq_lanes_close(acc, p, i, b1);
+    }
+}
+#else
+static int sumsq_avx512_usable(void) { return 0; }
+static void sumsq_f32_avx512(const float *p, size_t begin, size_t end, double *partial)
+{
+    (void)p, (void)begin, (void)end, (void)partial;
+}
+#endif
+
+/* [begin, end): SUMSQ_GROUP blocks (run_blocks' span), each block's sum in
+ * its partial. */
+static void sumsq_range(const kargs *a, size_t begin, size_t end)
+{
+    if (a->dt == ZERO_F32 && sumsq_avx512_usable()) {
+        sumsq_f32_avx512(a->x, begin, end, a->partial);
+        return;
+    }
+    for (size_t b0 = begin; b0 < end; b0 += BLOCK) sumsq_block(a, b0, end - b0 < BLOCK ? end : b0 + BLOCK);
 }
 
 static zero_status cpu_fill(zero_device *dev, void *x, zero_dtype dt, size_t n, float value, zero_stream *s)
@@ -554,7 +648,7 @@ static zero_status cpu_sumsq(zero_device *dev, const void *x, zero_dtype dt, siz
     if (!part)
         return zero_fail(&dev->err, ZERO_OUT_OF_MEMORY, "zero_sumsq(cpu): cannot allocate %zu partial sums",
                          nblocks);
-    kargs a = {.x = x, .dt = dt, .partial = part};
+    kargs a = {.x = x, .dt = dt, .partial = part, .span = SUMSQ_GROUP * BLOCK};
     zero_status st = launch(dev, s, n, sumsq_range, &a); /* the value is needed: wait for it */
     if (st == ZERO_OK && cpu_async_on(dev)) st = cpu_async_stream_sync(dev, s, "zero_sumsq");
     if (st != ZERO_OK) return st; /* part may still be written: see above */

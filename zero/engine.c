@@ -135,6 +135,10 @@ zero_status zero_engine_create(zero_engine **out, const zero_config *config, zer
      * fused one is tested against; docs/engine.md). */
     const char *fused = getenv("ZERO_OPTIM_FUSED");
     e->fused_on = !(fused && !strcmp(fused, "0"));
+    /* ZERO_NORM_AT_STEP=1: the norm's sums of squares taken at the step, not
+     * as the gradients land (the reference of test_engine_norm; grad_norm.c). */
+    const char *norm_at_step = getenv("ZERO_NORM_AT_STEP");
+    e->norm_at_landing = !(norm_at_step && !strcmp(norm_at_step, "1"));
     if (config->compute_dtype == ZERO_F16)
         e->loss_scale = config->loss_scale > 0 ? config->loss_scale : ldexp(1.0, config->initial_scale_power);
     else
@@ -195,6 +199,8 @@ void zero_engine_destroy(zero_engine *e)
     engine_free(e, ZERO_MEM_GRADS, S * 4, e->gacc);
     free(e->gacc_live);
     e->gacc_live = NULL;
+    free(e->bucket_norms);
+    e->bucket_norms = NULL;
     offload_teardown(e); /* pool-placed master/moments are returned with the pool */
     uint64_t state_numel = st == 0 ? P : S;
     engine_free(e, ZERO_MEM_MASTER, state_numel * 4, e->master);
@@ -339,7 +345,8 @@ static zero_status alloc_buffers(zero_engine *e)
     if (stage < 2) ZERO_TRY(engine_alloc(e, ZERO_MEM_GRADS, P * d, &e->grads_full));
     ZERO_TRY(engine_alloc(e, ZERO_MEM_GRADS, S * 4, (void **)&e->gacc));
     e->gacc_live = calloc((size_t)e->num_buckets + 1, 1); /* host bookkeeping, like the plan */
-    if (!e->gacc_live) return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "engine finalize: out of memory");
+    e->bucket_norms = calloc((size_t)e->num_buckets + 1, sizeof *e->bucket_norms);
+    if (!e->gacc_live || !e->bucket_norms) return zero_fail(&e->err, ZERO_OUT_OF_MEMORY, "engine finalize: out of memory");
     /* Offloaded master and moments are not device memory: offload_opt.c
      * places them (host pool or NVMe store) and reports them apart. */
     const int offloaded = e->cfg.offload_optimizer_device != ZERO_OFFLOAD_NONE;

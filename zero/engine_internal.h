@@ -102,7 +102,15 @@ typedef struct zero_slot {
     zero_request *req;    /* non-NULL while a reduce-scatter is in flight */
     int bucket;
     int direct;           /* the reduce-scatter writes the gradient shard itself (grads.c) */
+    int last;             /* the bucket's last reduction of the step: its norm can be taken (grad_norm.c) */
 } zero_slot;
+
+/* One bucket's sum of squares of its reduced gradient chunk (grad_norm.c). */
+typedef struct zero_bucket_norm {
+    double sumsq;
+    int nonfinite;
+    int ready; /* taken when the step's last reduction landed; 0: the step takes it */
+} zero_bucket_norm;
 
 #define ENGINE_CACHE_SLOTS 4
 
@@ -170,6 +178,8 @@ struct zero_engine {
     float *gacc;          /* fp32 reduced-gradient shard */
     unsigned char *gacc_live; /* per bucket: its part of gacc holds this step's sum; 0: stale,
                                  the next reduction overwrites it (no zeroing pass, grads.c) */
+    zero_bucket_norm *bucket_norms; /* per bucket (grad_norm.c) */
+    int norm_at_landing;  /* 0: ZERO_NORM_AT_STEP=1, the norm's sums taken at the step */
     float *master;        /* fp32; NULL when own_master */
     float *m1, *m2;       /* fp32 moments (NULL when absent) */
     zero_slot slots[2];
@@ -361,6 +371,17 @@ zero_status grads_flush(zero_engine *e, const char *what);
  * reductions), module buffers are released; the full gradients of stages
  * 0-1 are cleared unless after_step (a step leaves them zero already). */
 zero_status grads_zero_all(zero_engine *e, int after_step);
+
+/* ---------------------------------------------------------------- grad_norm.c */
+/* Whether bucket sums of squares are taken when the last reduction lands. */
+int grad_norm_at_landing(const zero_engine *e);
+/* Bucket b's gradient chunk is final for this step: take its sum of squares. */
+zero_status grad_norm_landed(zero_engine *e, const zero_bucket *b);
+/* The stored sums are stale (a new accumulation starts). */
+void grad_norm_forget(zero_engine *e);
+/* This rank's sum of squares over its shard in plan order, duplicates left
+ * out; INFINITY when any element (duplicates included) is not finite. */
+zero_status grad_norm_local(zero_engine *e, double *local);
 
 /* ---------------------------------------------------------------- gather.c */
 zero_status gather_drop_prefetches(zero_engine *e, const char *what);

@@ -31,9 +31,13 @@ static zero_status slot_complete(zero_engine *e, zero_slot *slot, const char *wh
         }
     }
     slot->bucket = -1;
-    if (slot->direct) return ZERO_OK; /* it landed in the shard */
-    zero_status st = zero_axpy(e->dev, 1.0f, slot->recv, e->gacc + b->shard_off, ZERO_F32, b->chunk, e->stream);
-    if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine: accumulating a reduced bucket: ");
+    if (!slot->direct) { /* otherwise it landed in the shard */
+        zero_status st = zero_axpy(e->dev, 1.0f, slot->recv, e->gacc + b->shard_off, ZERO_F32, b->chunk, e->stream);
+        if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine: accumulating a reduced bucket: ");
+    }
+    /* The chunk is final and in cache: the norm's sum of squares now, not
+     * in a pass of its own over the shard at the step (grad_norm.c). */
+    if (slot->last && grad_norm_at_landing(e)) ZERO_TRY(grad_norm_landed(e, b));
     return ZERO_OK;
 }
 
@@ -49,7 +53,9 @@ zero_status grads_flush(zero_engine *e, const char *what)
     return ZERO_OK;
 }
 
-static zero_status reduce_bucket(zero_engine *e, const zero_bucket *b, const void *src, const char *what)
+/* last: the bucket's last reduction before the step (its module's
+ * gradient_accumulation_steps-th grads_ready). */
+static zero_status reduce_bucket(zero_engine *e, const zero_bucket *b, const void *src, int last, const char *what)
 {
     zero_slot *slot = &e->slots[e->next_slot];
     e->next_slot = (e->next_slot + 1) % e->num_slots;
@@ -71,6 +77,7 @@ static zero_status reduce_bucket(zero_engine *e, const zero_bucket *b, const voi
     const int bi = (int)(b - e->buckets);
     slot->bucket = bi;
     slot->direct = !e->gacc_live[bi];
+    slot->last = last;
     e->gacc_live[bi] = 1;
     float *recv = slot->direct ? e->gacc + b->shard_off : slot->recv;
     e->stats.reduce_scatters++;
@@ -123,7 +130,7 @@ zero_status zero_engine_grads_ready(zero_engine *e, int module)
     for (int i = 0; i < m->num_buckets; i++) {
         const zero_bucket *b = &e->buckets[m->bucket_ids[i]];
         void *src = engine_bucket_grad(e, b);
-        ZERO_TRY(reduce_bucket(e, b, src, what));
+        ZERO_TRY(reduce_bucket(e, b, src, boundary, what));
         if (e->cfg.stage < 2) {
             /* Staged in fp32 already: ready for the next micro-step. */
             zero_status st = zero_fill_value(e->dev, src, e->cfg.compute_dtype, b->numel, 0.0f, e->stream);
@@ -143,6 +150,7 @@ zero_status grads_zero_all(zero_engine *e, int after_step)
 {
     /* The shard: stale, overwritten by the next reductions (see the top). */
     memset(e->gacc_live, 0, (size_t)e->num_buckets);
+    grad_norm_forget(e);
     /* The full gradients of stages 0-1: after a step every bucket has been
      * reduced at its last grads_ready, which zeroed it right after staging
      * (and nothing lies outside the buckets), so only zero_grad, which may

@@ -87,29 +87,6 @@ static zero_status propagate(zero_engine *e, const zero_bucket *b, int cast, con
     }
 }
 
-/* Bucket b's sum of squares without the parameters marked duplicate (the
- * whole-chunk sum `whole` stays when it has none): the counted parameters'
- * owned pieces of this bucket, in order. Non-finite values of duplicates were already
- * flagged by the whole-chunk pass. */
-static double norm_without_duplicates(zero_engine *e, const zero_bucket *b, double whole, zero_status *st)
-{
-    int any = 0;
-    for (int i = b->first_param; i < b->first_param + b->num_params; i++) any |= e->params[i].duplicate;
-    if (!any) return whole;
-    double s = 0.0;
-    for (int i = b->first_param; i < b->first_param + b->num_params; i++) {
-        const zero_param *p = &e->params[i];
-        uint64_t lo, hi, in_chunk;
-        if (p->duplicate || !plan_owned_piece(e, p, b, &lo, &hi, &in_chunk)) continue;
-        double ps = 0.0;
-        int nf = 0;
-        *st = zero_sumsq(e->dev, e->gacc + b->shard_off + in_chunk, ZERO_F32, hi - lo, &ps, &nf, e->stream);
-        if (*st != ZERO_OK) return 0.0;
-        s += ps;
-    }
-    return s;
-}
-
 zero_status zero_engine_step(zero_engine *e, zero_step_result *out)
 {
     ZERO_TRY(engine_check_usable(e, WHAT, 1));
@@ -133,22 +110,11 @@ zero_status zero_engine_step(zero_engine *e, zero_step_result *out)
     ZERO_TRY(gather_drop_prefetches(e, WHAT));
 
     /* Global norm: the sum of squares of every rank's shard, bucket by bucket
-     * in plan order, then one scalar all-reduce. A non-finite value anywhere
-     * makes the sum non-finite, so the same all-reduce carries the overflow. */
+     * in plan order (grad_norm.c: on the CPU taken as the gradients landed),
+     * then one scalar all-reduce. A non-finite value anywhere makes the sum
+     * non-finite, so the same all-reduce carries the overflow. */
     double local = 0.0;
-    int nonfinite = 0;
-    for (int bi = 0; bi < e->num_buckets; bi++) {
-        const zero_bucket *b = &e->buckets[bi];
-        double s = 0.0;
-        int nf = 0;
-        zero_status st = zero_sumsq(e->dev, e->gacc + b->shard_off, ZERO_F32, b->chunk, &s, &nf, e->stream);
-        if (st != ZERO_OK) return zero_fail_forward(&e->err, st, WHAT ": gradient norm: ");
-        if (e->num_duplicates > 0) s = norm_without_duplicates(e, b, s, &st);
-        if (st != ZERO_OK) return zero_fail_forward(&e->err, st, WHAT ": gradient norm: ");
-        local += s;
-        nonfinite |= nf;
-    }
-    if (nonfinite) local = INFINITY;
+    ZERO_TRY(grad_norm_local(e, &local));
     e->norm_buf = local;
     ZERO_TRY(engine_allreduce_host(e, &e->norm_buf, 1, ZERO_F64, ZERO_SUM, WHAT));
     double total = e->norm_buf;

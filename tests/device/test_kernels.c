@@ -251,8 +251,9 @@ static void test_sumsq(ctx *c, zero_dtype dt, size_t n)
         /* The CPU device's documented order (device/cpu_backend.c): blocks of
          * 16384 elements summed in order, each block over 32 lanes (element
          * i in lane i % 32) added in lane order. This plain loop is compiled
-         * for the baseline ISA, so equality also says the library's AVX2
-         * clone sums in the same order as its baseline one. */
+         * for the baseline ISA, so equality also says the library's AVX-512
+         * kernel (fma on four blocks side by side) and, under ZERO_CPU_ISA=sse2
+         * (device_kernels_cpu_no_f16c), its AVX2 clone sum in this order. */
         double exact = 0.0;
         for (size_t b0 = 0; b0 < n; b0 += 16384) {
             size_t b1 = b0 + 16384 < n ? b0 + 16384 : n;
