@@ -14,7 +14,9 @@ work=$(mktemp -d /tmp/zero-train-resume-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 # a deterministic corpus: this repository's C sources of the engine
-cat "$src"/zero/*.c > "$work/corpus.txt"
+# The frozen corpus (tests/python/train_helpers.py corpus()), not the live zero/*.c (which
+# changed the data with every source edit).
+gzip -dc "$src/tests/python/data/corpus.txt.gz" > "$work/corpus.txt"
 common=(--plain --data "$work/corpus.txt" --stage "$stage" --micro-batch 4 --log-every 100
         --set model.n_layer=1 --set model.n_head=2 --set model.d_model=32 --set model.seq_len=16
         --set optimizer.params.lr=0.01 --set scheduler.params.total_num_steps=8
