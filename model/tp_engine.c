@@ -19,7 +19,20 @@ typedef struct tp_init_ctx {
     tp_param_info info;
     int tp_size, tp_rank;
     uint64_t seed;
+    int ep_rank;          /* an expert stack at moe_ep > 1: this ep rank's slice of the whole stack */
 } tp_init_ctx;
+
+/* An expert stack's init: elements [ep_rank numel, (ep_rank + 1) numel) of
+ * the whole stack's spec, so every ep size starts from the same experts
+ * (gpt_param_init_ep). */
+static zero_status ep_init_fill(void *user, int param, const char *name, uint64_t begin, uint64_t end, float *out)
+{
+    (void)param;
+    const tp_init_ctx *c = user;
+    zero_init_spec whole = gpt_param_init_spec(&c->info.full, c->seed);
+    uint64_t first = (uint64_t)c->ep_rank * c->info.full.numel;
+    return zero_init_generate(&whole, name, first + begin, first + end, out);
+}
 
 static zero_status tp_init_fill(void *user, int param, const char *name, uint64_t begin, uint64_t end, float *out)
 {
@@ -44,7 +57,13 @@ static zero_status register_param(zero_engine *e, const tp_param_info *info, int
         free(shard);
     } else {
         zero_init_spec spec = gpt_param_init_spec(&info->full, ctx->seed);
-        if (info->split != TP_REPLICATED) {
+        if (info->full.expert_stack && ctx->ep_rank > 0) {
+            ctx->info = *info;
+            spec.kind = ZERO_INIT_CALLBACK;
+            spec.fill = ep_init_fill;
+            spec.user = ctx;
+            spec.seed = ctx->seed ^ (uint64_t)ctx->ep_rank; /* the tag the engine's cross-rank check compares */
+        } else if (info->split != TP_REPLICATED) {
             ctx->info = *info;
             spec.kind = ZERO_INIT_CALLBACK;
             spec.fill = tp_init_fill;
@@ -66,6 +85,17 @@ zero_status tp_engine_build_chunks(zero_engine *e, const gpt_config *cfg, int tp
                                    int chunks, int pp_rank, uint64_t seed, const float *const *full_init,
                                    int *param_ids, int *module_ids)
 {
+    return tp_engine_build_ep(e, cfg, tp_size, tp_rank, pp_size, chunks, pp_rank, 0, seed, full_init, param_ids,
+                              module_ids);
+}
+
+zero_status tp_engine_build_ep(zero_engine *e, const gpt_config *cfg, int tp_size, int tp_rank, int pp_size,
+                               int chunks, int pp_rank, int ep_rank, uint64_t seed, const float *const *full_init,
+                               int *param_ids, int *module_ids)
+{
+    const int ep_size = cfg && cfg->moe_experts > 0 && cfg->moe_ep > 1 ? cfg->moe_ep : 1;
+    if (ep_rank < 0 || ep_rank >= ep_size)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_engine_build: ep rank %d outside [0, moe ep %d)", ep_rank, ep_size);
     if (!e || !param_ids || !module_ids)
         return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_engine_build: engine, param_ids or module_ids is NULL");
     int b, end;
@@ -98,6 +128,7 @@ zero_status tp_engine_build_chunks(zero_engine *e, const gpt_config *cfg, int tp
         ctx[i].tp_size = tp_size;
         ctx[i].tp_rank = tp_rank;
         ctx[i].seed = seed;
+        ctx[i].ep_rank = ep_rank;
         st = register_param(e, &info, module_ids[info.full.module], full_init ? full_init[i] : NULL, &ctx[i],
                             &param_ids[i]);
         if (st != ZERO_OK) break;
@@ -106,7 +137,8 @@ zero_status tp_engine_build_chunks(zero_engine *e, const gpt_config *cfg, int tp
          * stage's copy is its replica). */
         int dup = (tp_rank > 0 && info.split == TP_REPLICATED) ||
                   (pp_size > 1 && pp_rank == pp_size - 1 && info.full.module == GPT_MODULE_EMBED &&
-                   info.full.index == GPT_WTE);
+                   info.full.index == GPT_WTE) ||
+                  (ep_rank > 0 && !info.full.expert_stack); /* the dense tensors: ep rank 0's count */
         if (dup && (st = zero_engine_set_param_duplicate(e, param_ids[i], 1)) != ZERO_OK)
             st = engine_fail(e, st, "tp_engine_build: set_param_duplicate", info.full.name);
     }

@@ -59,6 +59,18 @@ zero_status tp_engine_build_chunks(zero_engine *e, const gpt_config *cfg, int tp
                                    int chunks, int pp_rank, uint64_t seed, const float *const *full_init,
                                    int *param_ids, int *module_ids);
 
+/* The same for an MoE model with expert parallelism (cfg->moe_ep > 1, tp 1):
+ * this rank is ep rank `ep_rank`, its expert stacks initialised as that
+ * rank's slice of the whole stacks (gpt_param_init_ep: every ep size starts
+ * from the same experts), its dense tensors marked duplicate when ep_rank > 0
+ * (they are equal on every ep rank once their gradients are summed over ep:
+ * the norm counts ep rank 0's). The model-parallel group then spans every
+ * rank holding a part of one replica (pp x ep). chunks 1, ep_rank 0 is
+ * tp_engine_build. */
+zero_status tp_engine_build_ep(zero_engine *e, const gpt_config *cfg, int tp_size, int tp_rank, int pp_size,
+                               int chunks, int pp_rank, int ep_rank, uint64_t seed, const float *const *full_init,
+                               int *param_ids, int *module_ids);
+
 /* The module-indexed pointer sets (gpt_num_modules entries each) of the
  * held parameters and their gradient buffers (grads may be NULL); other
  * entries NULL. Call every step: stages 2-3 reallocate gradient buffers. */

@@ -116,6 +116,50 @@ def test_sp_cp_bf16_matches_one_rank_bf16(tmp_path, tp, cp, sp, stage):
     assert last < first - 0.3, (first, last)
 
 
+@pytest.mark.parametrize("stage,sched", [(1, "1f1b"), (3, "gpipe")])
+def test_moe_pp2_ep2_matches_one_rank(tmp_path, stage, sched):
+    """model.moe with model.pp (issue 14): pp 2 x ep 2 on 4 ranks - the ep group nested in each
+    stage's dp group, ep fastest (DeepSpeed-MoE's order), the engine over the ranks holding the same
+    experts - trains like one rank holding every expert (model.moe.ep 1) on the same 16 sequences a
+    step, clipping engaged: loss and grad norm within 1e-5 relative per step (the tp/pp tolerance;
+    only summation orders differ: each expert's weight gradient sums both ep ranks' rows in one
+    matmul, the dense ones are summed over ep)."""
+    moe = ["--set", "model.n_layer=4"]
+    par, p = run(tmp_path, "par", moe + ["--set", 'model.moe={"experts": 4, "top_k": 2, "ep": 2}', "--set",
+                                         "model.pp=2", "--set", f"model.pp_schedule={sched}", "--stage", str(stage),
+                                         "--grad-accum", "2"], ranks=4)
+    ref, _ = run(tmp_path, "ref", moe + ["--set", 'model.moe={"experts": 4, "top_k": 2, "ep": 1}', "--stage",
+                                         str(stage), "--grad-accum", "4"], ranks=1)
+    assert "tp 1 x cp 1 x pp 2 x dp 2" in p.stdout and "expert parallel 2 x expert-data-parallel 1" in p.stdout, \
+        p.stdout
+    assert len(par) == len(ref) == STEPS
+    worst = [0.0, 0.0]
+    for a, b in zip(par, ref):
+        dl, dg = abs(a["loss"] - b["loss"]) / b["loss"], abs(a["grad_norm"] - b["grad_norm"]) / b["grad_norm"]
+        worst = [max(worst[0], dl), max(worst[1], dg)]
+        assert dl <= 1e-5 and dg <= 1e-5, (a["step"], a["loss"], b["loss"], a["grad_norm"], b["grad_norm"])
+        assert b["grad_norm"] > 0.5  # clipping engaged
+    print(f"moe pp 2 x ep 2, stage {stage}, {sched}: worst loss {worst[0]:.2e}, grad norm {worst[1]:.2e}")
+    first, last = sum(r["loss"] for r in par[:3]) / 3, sum(r["loss"] for r in par[-3:]) / 3
+    assert last < first - 0.3, (first, last)
+
+
+def test_resume_moe_pp2_ep2_is_bitwise(tmp_path):
+    """Each (pp, ep) position saves its expert-data-parallel engine under <dir>/tp0-pp<P>-ep<E>
+    (metadata parallel {tp, pp, tp_rank, pp_rank, ep, ep_rank}); 3 steps + resume + 3 steps give
+    bitwise the losses of 6 straight steps."""
+    grid = ["--set", "model.n_layer=4", "--set", 'model.moe={"experts": 4, "top_k": 2, "ep": 2}', "--set",
+            "model.pp=2", "--grad-accum", "2", "--stage", "2"]
+    ck = str(tmp_path / "ck")
+    straight, _ = run(tmp_path, "straight", grid + ["--steps", "6"], ranks=4)
+    run(tmp_path, "first", grid + ["--steps", "3", "--checkpoint-dir", ck], ranks=4)
+    assert sorted(os.listdir(ck)) == ["tp0-pp0-ep0", "tp0-pp0-ep1", "tp0-pp1-ep0", "tp0-pp1-ep1"]
+    resumed, p = run(tmp_path, "resumed", grid + ["--steps", "6", "--checkpoint-dir", ck, "--resume", "auto"],
+                     ranks=4)
+    assert "resumed from" in p.stdout and "step 3" in p.stdout
+    assert [r["loss_text"] for r in resumed] == [r["loss_text"] for r in straight[3:]]
+
+
 @pytest.mark.parametrize("extra,needle", [
     (["--set", "model.tp=3"], "world size 4 must equal dp * tp * cp * pp"),
     (["--set", "model.sequence_parallel=true"], "model.sequence_parallel: needs model.tp >= 2"),
@@ -123,6 +167,13 @@ def test_sp_cp_bf16_matches_one_rank_bf16(tmp_path, tp, cp, sp, stage):
     (["--set", "model.tp=4", "--set", "model.n_head=2"], "model.tp: 4 does not divide model.n_head 2"),
     (["--set", "model.pp=4"], "model.pp: 4 stages need model.n_layer >= 4"),
     (["--set", "model.pp=2", "--set", "fp16.enabled=true"], "fp16.enabled: model.tp / model.pp > 1"),
+    (["--set", "model.tp=2", "--set", 'model.moe={"experts": 4, "ep": 2}'],
+     "model.moe: the MoE model does not run with model.tp / model.cp > 1"),
+    (["--set", "model.pp=2", "--set", 'model.moe={"experts": 4, "ep": 2}', "--set", "model.pp_schedule=zb-h1",
+      "--grad-accum", "4"],
+     'model.pp_schedule "zb-h1": its split (zero-bubble) backward does not run MoE blocks'),
+    (["--set", "model.pp=2", "--set", 'model.moe={"experts": 4, "ep": 2}', "--set", 'train.device="cuda"'],
+     'train.device: "cuda": model.moe with model.pp > 1 runs on the CPU only'),
 ])
 def test_bad_grid_is_rejected(tmp_path, extra, needle):
     p = run_train(TINY + ["--steps", "1", "--data", corpus(tmp_path)] + extra, ranks=4, check=False)

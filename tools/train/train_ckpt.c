@@ -49,10 +49,15 @@ static char *user_state_json(const run *r)
     snprintf(fp, sizeof fp, "%016llx", (unsigned long long)r->fingerprint);
     json_object_set_new(json_object_get(u, "data"), "fingerprint", json_string(fp));
     json_object_set(u, "config", r->cfg.effective);
-    if (r->par) /* which part of the model this tp/pp position's checkpoint holds */
-        json_object_set_new(u, "parallel",
-                            json_pack("{s:i,s:i,s:i,s:i}", "tp", r->cfg.tp, "pp", r->cfg.pp, "tp_rank",
-                                      train_parallel_tp_rank(r->par), "pp_rank", train_parallel_pp_rank(r->par)));
+    if (r->par) { /* which part of the model this tp/pp (ep) position's checkpoint holds */
+        json_t *par = json_pack("{s:i,s:i,s:i,s:i}", "tp", r->cfg.tp, "pp", r->cfg.pp, "tp_rank",
+                                train_parallel_tp_rank(r->par), "pp_rank", train_parallel_pp_rank(r->par));
+        if (r->cfg.moe_ep > 1) {
+            json_object_set_new(par, "ep", json_integer(r->cfg.moe_ep));
+            json_object_set_new(par, "ep_rank", json_integer(train_parallel_ep_rank(r->par)));
+        }
+        json_object_set_new(u, "parallel", par);
+    }
     if (r->ep) /* which experts this ep rank's checkpoint holds */
         json_object_set_new(u, "parallel", json_pack("{s:i,s:i}", "ep", r->cfg.moe_ep, "ep_rank", zero_comm_get_rank(r->ep)));
     char *s = json_dumps(u, JSON_COMPACT | JSON_SORT_KEYS);

@@ -807,9 +807,9 @@ static int parse_clean(train_config *c, json_t *root, int world, char *err, size
         return cfail(err, n, "model.moe.ep: %d must divide model.moe.experts %d (> 0)", c->moe_ep, c->moe_experts);
     if (c->moe_ep > 1 && dp % c->moe_ep)
         return cfail(err, n, "model.moe.ep: %d does not divide the %d data-parallel ranks", c->moe_ep, dp);
-    if (c->moe_experts && c->tp * c->pp * c->cp > 1)
-        return cfail(err, n, "model.moe: the MoE model does not run with model.tp / model.pp / model.cp > 1 yet (use "
-                             "model.moe.ep)");
+    if (c->moe_experts && (c->tp > 1 || c->cp > 1))
+        return cfail(err, n, "model.moe: the MoE model does not run with model.tp / model.cp > 1 (its experts are not "
+                             "split over tp, its router takes whole token rows): use model.moe.ep and model.pp");
     if (c->sequence_parallel && c->tp < 2)
         return cfail(err, n, "model.sequence_parallel: needs model.tp >= 2 (it splits the tp group's replicated "
                              "LayerNorm / residual regions along the sequence)");
@@ -901,6 +901,9 @@ static int parse_clean(train_config *c, json_t *root, int world, char *err, size
     }
     /* --device cuda runs pipelines (the CUDA stage, docs/pipeline.md); the tensor- and context-parallel
      * splits are the CPU stage's only (tp_gpt.h: the CUDA GPT has no sharded blocks) */
+    if (strcmp(c->device, "cpu") != 0 && c->moe_experts && c->pp > 1)
+        return cfail(err, n, "train.device: \"%s\": model.moe with model.pp > 1 runs on the CPU only (the CUDA "
+                     "pipeline stage has no MoE blocks)", c->device);
     if (strcmp(c->device, "cpu") != 0 && c->tp > 1)
         return cfail(err, n, "train.device: \"%s\": model.tp > 1 runs on the CPU only (the CUDA GPT has no "
                      "tensor-parallel blocks; model.pp > 1 runs on CUDA)", c->device);

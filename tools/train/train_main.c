@@ -515,7 +515,7 @@ int main(int argc, char **argv)
                      "%d x expert-data-parallel %d (ep consecutive ranks share the experts; the engine of each "
                      "holds its %d experts and the dense tensors, ZeRO over the expert-data-parallel group)\n",
                      g.moe_experts, g.moe_top_k, (double)g.moe_capacity_factor, (double)g.moe_aux_loss_coef,
-                     r.cfg.moe_ep, r.world / r.cfg.moe_ep, g.moe_experts / r.cfg.moe_ep);
+                     r.cfg.moe_ep, r.dp / r.cfg.moe_ep, g.moe_experts / r.cfg.moe_ep);
         if (model_parallel)
             r0printf(&r, stdout,
                      "model parallel: tp %d x cp %d x pp %d x dp %d (Megatron-core order: tp fastest, then cp, "

@@ -21,6 +21,9 @@ struct train_parallel {
     zero_comm *mp;      /* tp x pp ranks of this dp rank: the engine's norm group */
     zero_comm *cp;      /* context parallelism: the cp ranks sharing this rank's sequences; NULL without */
     int cp_size, sp;    /* model.cp; model.sequence_parallel */
+    zero_comm *ep, *edp; /* MoE expert parallelism (model.moe.ep > 1): the dp ranks sharing the experts out
+                          * (consecutive) and those holding the same experts (the engine's group); NULL without */
+    int ep_size, ep_rank;
     zero_engine *engine;
     int chunks;          /* model.pp_virtual: chunks per stage (interleaved schedules) */
     tp_workspace **ws;   /* one per chunk: chunk c holds blocks pp_chunk_layers(c) */
@@ -159,12 +162,28 @@ int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_conf
     PTRY(zero_grid_create(world, tp, pp, &p->grid), "grid");
     if (cp > 1) PTRY(tp_cp_groups_create(&p->grid, cp, &p->cp, NULL), "context-parallel group");
     PTRY(pp_embed_group_create(p->grid.pp, &p->embed), "pipeline embedding group");
-    PTRY(tp_engine_mp_create(world, &p->grid, &p->mp), "model-parallel group");
+    p->ep_size = cfg->moe_experts > 0 && cfg->moe_ep > 1 ? cfg->moe_ep : 1;
+    if (p->ep_size > 1) {
+        /* DeepSpeed-MoE's order: ep nested in the stage's dp group, ep fastest - the same split as cp's
+         * (tp_cp_groups_create: ep consecutive dp ranks, and the ranks of one ep rank) */
+        char name[48];
+        PTRY(tp_cp_groups_create(&p->grid, p->ep_size, &p->ep, &p->edp), "expert-parallel groups");
+        p->ep_rank = p->grid.dp_rank % p->ep_size;
+        snprintf(name, sizeof name, "ep(pp%d,edp%d)", p->grid.pp_rank, p->grid.dp_rank / p->ep_size);
+        (void)zero_comm_set_name(p->ep, name);
+        snprintf(name, sizeof name, "edp(pp%d,ep%d)", p->grid.pp_rank, p->ep_rank);
+        (void)zero_comm_set_name(p->edp, name);
+        /* the norm's group: every rank holding a part of this replica, pp x ep */
+        PTRY(zero_comm_split(world, p->grid.dp_rank / p->ep_size, zero_comm_get_rank(world), &p->mp),
+             "model-parallel group");
+    } else {
+        PTRY(tp_engine_mp_create(world, &p->grid, &p->mp), "model-parallel group");
+    }
     /* one slot per chunk for now: train_parallel_set_schedule sizes them for the plan */
     for (int c = 0; c < p->chunks && !p->cuda; c++) {
         int b, e;
         PTRY(pp_chunk_layers(cfg, pp, p->chunks, p->grid.pp_rank, c, &b, &e), "pipeline stages");
-        const tp_options o = {ck, sequence_parallel, p->cp, NULL};
+        const tp_options o = {ck, sequence_parallel, p->cp, p->ep};
         PTRY(tp_workspace_create_opts(&p->ws[c], cfg, p->grid.tp, micro, cfg->seq_len, b, e,
                                       p->chunks > 1 ? 1 : pp_slots_needed(PP_1F1B, micro_batches, pp, p->grid.pp_rank),
                                       &o),
@@ -181,9 +200,9 @@ int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_conf
     }
     zero_config c = *zc;
     c.gradient_accumulation_steps = 1; /* the schedule accumulates the micro-batches (dloss 1/M) */
-    PTRY(zero_engine_create(&p->engine, &c, p->grid.dp, dev), "engine");
-    PTRY(tp_engine_build_chunks(p->engine, cfg, tp, p->grid.tp_rank, pp, p->chunks, p->grid.pp_rank, seed, NULL,
-                                p->param_ids, p->module_ids),
+    PTRY(zero_engine_create(&p->engine, &c, p->edp ? p->edp : p->grid.dp, dev), "engine");
+    PTRY(tp_engine_build_ep(p->engine, cfg, tp, p->grid.tp_rank, pp, p->chunks, p->grid.pp_rank, p->ep_rank, seed,
+                            NULL, p->param_ids, p->module_ids),
          "building the engine of the stage's tp shards");
     if (zero_engine_set_model_parallel(p->engine, p->mp) != ZERO_OK) {
         pfail(err, en, "engine set_model_parallel: %s", zero_engine_last_error(p->engine));
@@ -206,6 +225,8 @@ void train_parallel_destroy(train_parallel *p)
     for (int c = 0; p->ws && c < p->chunks; c++) tp_workspace_destroy(p->ws[c]);
     free(p->ws);
     zero_comm_destroy(p->cp);
+    zero_comm_destroy(p->ep);
+    zero_comm_destroy(p->edp);
     zero_comm_destroy(p->mp);
     zero_comm_destroy(p->embed);
     zero_grid_destroy(&p->grid);
@@ -229,6 +250,11 @@ int train_parallel_comms(const train_parallel *p, const char **names, zero_comm 
     names[n] = "tp", comms[n++] = p->grid.tp;
     if (p->cp) names[n] = "cp", comms[n++] = p->cp;
     names[n] = "pp", comms[n++] = p->grid.pp;
+    if (p->ep) {
+        names[n] = "ep", comms[n++] = p->ep;
+        names[n] = "edp (engine)", comms[n++] = p->edp;
+        return n;
+    }
     names[n] = p->cp ? "dp x cp (engine)" : "dp (engine)", comms[n++] = p->grid.dp;
     return n;
 }
@@ -238,11 +264,28 @@ int train_parallel_dp_size(const train_parallel *p) { return p->grid.dp_size / p
 int train_parallel_dp_rank(const train_parallel *p) { return p->grid.dp_rank / p->cp_size; }
 int train_parallel_tp_rank(const train_parallel *p) { return p->grid.tp_rank; }
 int train_parallel_pp_rank(const train_parallel *p) { return p->grid.pp_rank; }
-zero_comm *train_parallel_dp_comm(const train_parallel *p) { return p->grid.dp; }
+zero_comm *train_parallel_dp_comm(const train_parallel *p) { return p->edp ? p->edp : p->grid.dp; }
+int train_parallel_ep_rank(const train_parallel *p) { return p->ep_rank; }
 
 void train_parallel_ckpt_dir(const train_parallel *p, const char *dir, char *out, size_t n)
 {
-    snprintf(out, n, "%s/tp%d-pp%d", dir, p->grid.tp_rank, p->grid.pp_rank);
+    if (p->ep) snprintf(out, n, "%s/tp%d-pp%d-ep%d", dir, p->grid.tp_rank, p->grid.pp_rank, p->ep_rank);
+    else snprintf(out, n, "%s/tp%d-pp%d", dir, p->grid.tp_rank, p->grid.pp_rank);
+}
+
+/* Expert parallelism: the dense tensors' gradients (every held one but the
+ * expert stacks) summed over ep, so each ep rank's engine steps on the
+ * gradient of all its ep group's micro-batches (each taken of loss / ep). */
+static int ep_dense_grad_sum(train_parallel *p, char *err, size_t en)
+{
+    for (size_t i = 0; p->ep && i < gpt_num_params(&p->cfg); i++) {
+        gpt_param_info pi;
+        if (p->param_ids[i] < 0 || gpt_param_info_get(&p->cfg, i, &pi) != ZERO_OK || pi.expert_stack) continue;
+        float *g = p->grads[pi.module].t[pi.index];
+        if (zero_allreduce(p->ep, g, g, pi.numel, ZERO_F32, ZERO_SUM) != ZERO_OK)
+            return pfail(err, en, "summing d %s over the ep group: %s", pi.name, zero_comm_last_error(p->ep));
+    }
+    return 0;
 }
 static void add_bytes(gpt_activation_bytes *sum, const gpt_activation_bytes *a)
 {
@@ -310,8 +353,9 @@ int train_parallel_micro_steps(train_parallel *p, const int32_t *tokens, const i
     if (bf16 && f32_copies_sync(p, 1, err, en) != 0) return -1;
     /* dloss: the mean over micro-batches; with cp, times cp: the engine averages over dp x cp ranks, and the
      * cp ranks' gradients are shares of one replica's gradient (their sum) */
-    pp_step_args a = {p->micro_batches, tokens, targets, (float)p->cp_size / (float)p->micro_batches, p->params,
-                      p->grads};
+    /* with ep: of loss / ep (the dense gradients are summed over ep below, the experts' have every ep rank's rows) */
+    pp_step_args a = {p->micro_batches, tokens, targets,
+                      (float)p->cp_size / (float)p->micro_batches / (float)p->ep_size, p->params, p->grads};
     pp_run_opts o = {p->tracing ? &p->trace : NULL, 0.0};
     zero_status st;
     if (p->cuda) {
@@ -331,6 +375,7 @@ int train_parallel_micro_steps(train_parallel *p, const int32_t *tokens, const i
     if (pp_tied_grad_allreduce_dtype(p->embed, &p->cfg, &p->grads[GPT_MODULE_EMBED],
                                      p->cuda ? p->dtype : ZERO_F32) != ZERO_OK)
         return pfail(err, en, "tied embedding gradient: %s", gpt_last_error());
+    if (ep_dense_grad_sum(p, err, en) != 0) return -1;
     if (bf16 && f32_copies_sync(p, 0, err, en) != 0) return -1;
     if (tp_engine_grads_ready(p->engine, &p->cfg, p->module_ids) != ZERO_OK)
         return pfail(err, en, "%s", gpt_last_error());
@@ -393,6 +438,12 @@ int train_parallel_set_schedule(train_parallel *p, const char *schedule, int chu
     pp_plan plan;
     if (pp_plan_generate(&plan, kind, p->grid.pp_size, p->micro_batches, chunks) != ZERO_OK)
         return pfail(err, en, "model.pp_schedule \"%s\": %s", schedule, gpt_last_error());
+    if (plan.split && p->cfg.moe_experts > 0) {
+        pp_plan_free(&plan);
+        return pfail(err, en, "model.pp_schedule \"%s\": its split (zero-bubble) backward does not run MoE blocks "
+                              "(model.moe; their experts' weight gradients come with the input's): use gpipe, 1f1b "
+                              "or interleaved", schedule);
+    }
     if (p->cuda) return cuda_stage_for(p, &plan, schedule, err, en);
     for (int c = 0; c < chunks; c++) {
         int need = plan.slots[p->grid.pp_rank * chunks + c];
@@ -400,7 +451,7 @@ int train_parallel_set_schedule(train_parallel *p, const char *schedule, int chu
         int b, e;
         tp_workspace *ws = NULL;
         tp_workspace_range(p->ws[c], &b, &e);
-        const tp_options o = {p->ck.blocks ? &p->ck : NULL, p->sp, p->cp, NULL};
+        const tp_options o = {p->ck.blocks ? &p->ck : NULL, p->sp, p->cp, p->ep};
         if (tp_workspace_create_opts(&ws, &p->cfg, p->grid.tp,
                                      (int)(tp_workspace_tokens(p->ws[c]) / (size_t)p->cfg.seq_len), p->cfg.seq_len, b,
                                      e, need, &o) != ZERO_OK ||

@@ -27,6 +27,10 @@ typedef struct train_parallel train_parallel;
  * cp > 1: Ulysses context parallelism over cp ranks nested between tp and
  * dp (tp_cp_groups_create), the engine over the dp x cp ranks;
  * sequence_parallel: Megatron SP over tp (tp_gpt.h's tp_options).
+ * cfg->moe_ep > 1 (MoE, tp 1, no cp): expert parallelism nested in the
+ * stage's dp group, ep fastest (DeepSpeed-MoE's order); the engine runs over
+ * the ranks holding the same experts (edp), the dense gradients are summed
+ * over ep each step, the norm's group is pp x ep (docs/moe.md).
  * *engine is owned by the returned object. */
 int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_config *cfg, int tp, int pp, int chunks,
                           int cp, int sequence_parallel, int micro, int micro_batches, uint64_t seed,
@@ -53,9 +57,12 @@ int train_parallel_comms(const train_parallel *p, const char **names, zero_comm 
 int train_parallel_dp_size(const train_parallel *p);
 int train_parallel_tp_rank(const train_parallel *p);
 int train_parallel_pp_rank(const train_parallel *p);
-/* The grid's dp group (MPI, host memory): the comm of this rank's checkpoints. */
+/* The engine's group (MPI, host memory): the grid's dp group, or the
+ * expert-data-parallel group with model.moe.ep > 1; the comm of this rank's checkpoints. */
 zero_comm *train_parallel_dp_comm(const train_parallel *p);
-/* "<dir>/tp<T>-pp<P>": where this rank's tp/pp position keeps its checkpoints. */
+/* This rank's ep rank (model.moe.ep > 1; else 0). */
+int train_parallel_ep_rank(const train_parallel *p);
+/* "<dir>/tp<T>-pp<P>" ("-ep<E>" with model.moe.ep > 1): where this rank's position keeps its checkpoints. */
 void train_parallel_ckpt_dir(const train_parallel *p, const char *dir, char *out, size_t out_size);
 int train_parallel_dp_rank(const train_parallel *p);
 /* The stage's activation workspace by kind: as allocated, and without checkpointing. */
