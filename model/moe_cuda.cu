@@ -15,6 +15,10 @@
  * ready buffers); at ep 1 a device-to-device copy. Row layouts are the CPU's
  * (moe_cpu.c): send layout, source-major, expert-major.
  *
+ * Experts: one gemm per local expert on its expert-major rows, or, when
+ * every local expert got the same number of rows, strided-batched gemms
+ * over all of them at once (moe_uniform_rows).
+ *
  * Reductions over rows use cuBLAS (gemm for weights, gemv with a ones vector
  * for biases), so results are deterministic for a given cuBLAS and GPU but
  * differ from the CPU's in the last bits; routing can differ only where two
@@ -223,6 +227,23 @@ static zero_status moe_gemm(moe_cuda *d, int ta, int tb, int M, int N, int K, co
     return gpt_cuda_gemm(d->blas, d->bf16, "MoE cuda", ta, tb, M, N, K, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
 }
 
+/* The same over `batch` experts at once (strided batched): operand i of
+ * expert e at base + e * stride. */
+static zero_status moe_gemm_batched(moe_cuda *d, int ta, int tb, int M, int N, int K, const float *A, int lda,
+                                    long long sa, const float *B, int ldb, long long sb, float beta, float *C, int ldc,
+                                    long long sc, int batch)
+{
+    return gpt_cuda_gemm(d->blas, d->bf16, "MoE cuda", ta, tb, M, N, K, A, lda, sa, B, ldb, sb, beta, C, ldc, sc,
+                         batch);
+}
+
+/* out (El x r x OC, expert-major) = expert e's bias row in each of its r rows. */
+static __global__ void moe_bias_rows_kernel(float *out, const float *bias, size_t r, int OC, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = bias[(i / (r * OC)) * OC + i % OC];
+}
+
 /* out (R x OC) = inp (R x IC) w^T + bias; w is OC x IC (nn.Linear). */
 static zero_status moe_linear_forward(moe_cuda *d, float *out, const float *inp, const float *w, const float *bias,
                                       int R, int IC, int OC)
@@ -420,6 +441,56 @@ static zero_status moe_exchange_counts(moe_cuda *d, moe_plan *pl)
 
 /* ------------------------------------------------------------ forward */
 
+/* The rows every local expert got when they all got the same number (> 0)
+ * and there are several: then their expert-major blocks lie at a fixed
+ * stride and each matmul runs once for all of them (cublasGemmStridedBatchedEx)
+ * instead of once per expert; 0 otherwise (the per-expert loop). Uniform
+ * counts are what a binding capacity gives once every expert is full. */
+static int moe_uniform_rows(const moe_cuda *d, const moe_plan *pl)
+{
+    if (d->El < 2 || pl->erows[0] == 0 || pl->erows[0] > (size_t)INT32_MAX) return 0;
+    for (int el = 1; el < d->El; el++)
+        if (pl->erows[el] != pl->erows[0]) return 0;
+    return (int)pl->erows[0];
+}
+
+/* The experts' forward on uniform blocks of r rows: fc, GELU, proj, each once for all El. */
+static zero_status moe_experts_forward_batched(moe_cuda *d, int r, const gpt_moe_params *p)
+{
+    const int C = d->C, H = d->H, El = d->El;
+    const long long rC = (long long)r * C, rH = (long long)r * H, HC = (long long)H * C;
+    size_t nh = (size_t)El * rH, nc = (size_t)El * rC;
+    moe_bias_rows_kernel<<<blocks_for(nh, 256), 256, 0, d->stream>>>(d->fch, p->fc_b, (size_t)r, H, nh);
+    MOE_LAUNCH_CHECK();
+    GPT_TRY(moe_gemm_batched(d, 0, 1, r, H, C, d->xin, C, rC, p->fc_w, C, HC, 1.0f, d->fch, H, rH, El));
+    MOE_CUDA_TRY(gpt_cuda_gelu_forward(d->fch_gelu, d->fch, nh, d->stream));
+    moe_bias_rows_kernel<<<blocks_for(nc, 256), 256, 0, d->stream>>>(d->eout, p->proj_b, (size_t)r, C, nc);
+    MOE_LAUNCH_CHECK();
+    return moe_gemm_batched(d, 0, 1, r, C, H, d->fch_gelu, H, rH, p->proj_w, H, HC, 1.0f, d->eout, C, rC, El);
+}
+
+/* Their backward likewise: d(expert output) in eout, d(expert input) back into eout. */
+static zero_status moe_experts_backward_batched(moe_cuda *d, int r, const gpt_moe_params *p, gpt_moe_params *g)
+{
+    const int C = d->C, H = d->H, El = d->El;
+    const long long rC = (long long)r * C, rH = (long long)r * H, HC = (long long)H * C;
+    const float one = 1.0f;
+    /* proj: dfch = dY proj_w; dproj_w += dY^T gelu(fc); dproj_b += column sums of dY */
+    GPT_TRY(moe_gemm_batched(d, 0, 0, r, H, C, d->eout, C, rC, p->proj_w, H, HC, 0.0f, d->dfch, H, rH, El));
+    GPT_TRY(moe_gemm_batched(d, 1, 0, C, H, r, d->eout, C, rC, d->fch_gelu, H, rH, 1.0f, g->proj_w, H, HC, El));
+    for (int el = 0; el < El; el++)
+        MOE_CUBLAS_TRY(cublasSgemv(d->blas, CUBLAS_OP_N, C, r, &one, d->eout + el * rC, C, d->ones, 1, &one,
+                                   g->proj_b + (size_t)el * C, 1));
+    MOE_CUDA_TRY(gpt_cuda_gelu_backward(d->dfch, d->fch, d->dfch, (size_t)El * rH, d->stream));
+    /* fc: dX = dfch fc_w (over dY, read by now); dfc_w += dfch^T x; dfc_b += column sums of dfch */
+    GPT_TRY(moe_gemm_batched(d, 0, 0, r, C, H, d->dfch, H, rH, p->fc_w, C, HC, 0.0f, d->eout, C, rC, El));
+    GPT_TRY(moe_gemm_batched(d, 1, 0, H, C, r, d->dfch, H, rH, d->xin, C, rC, 1.0f, g->fc_w, C, HC, El));
+    for (int el = 0; el < El; el++)
+        MOE_CUBLAS_TRY(cublasSgemv(d->blas, CUBLAS_OP_N, H, r, &one, d->dfch + el * rH, H, d->ones, 1, &one,
+                                   g->fc_b + (size_t)el * H, 1));
+    return ZERO_OK;
+}
+
 zero_status moe_cuda_forward(moe_cuda *d, moe_plan *pl, int32_t *sel_e, int32_t *sel_slot, float *sel_w,
                              const float *x, const float *init, float *out, const gpt_moe_params *p, float *aux)
 {
@@ -454,7 +525,9 @@ zero_status moe_cuda_forward(moe_cuda *d, moe_plan *pl, int32_t *sel_e, int32_t 
     MOE_LAUNCH_CHECK();
     GPT_TRY(moe_exchange(d, d->sendbuf, pl->sc, pl->sd, d->recvbuf, pl->rc, pl->rd, "dispatch"));
     GPT_TRY(moe_permute(d, pl, d->xin, 1));
-    for (int el = 0; el < d->El; el++) {
+    const int uniform = moe_uniform_rows(d, pl);
+    if (uniform) GPT_TRY(moe_experts_forward_batched(d, uniform, p));
+    for (int el = 0; el < d->El && !uniform; el++) {
         int r = (int)pl->erows[el];
         if (!r) continue;
         size_t f = pl->efirst[el];
@@ -486,7 +559,9 @@ zero_status moe_cuda_backward(moe_cuda *d, moe_plan *pl, float dloss, const floa
     MOE_LAUNCH_CHECK();
     GPT_TRY(moe_exchange(d, d->sendbuf, pl->sc, pl->sd, d->recvbuf, pl->rc, pl->rd, "dispatch (backward)"));
     GPT_TRY(moe_permute(d, pl, d->eout, 1));
-    for (int el = 0; el < d->El; el++) {
+    const int uniform = moe_uniform_rows(d, pl);
+    if (uniform) GPT_TRY(moe_experts_backward_batched(d, uniform, p, g));
+    for (int el = 0; el < d->El && !uniform; el++) {
         int r = (int)pl->erows[el];
         if (!r) continue;
         size_t f = pl->efirst[el];
