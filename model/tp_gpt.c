@@ -89,7 +89,8 @@ static gpt_acts_shape shape_of(const gpt_config *cfg, int tp_size, int cp_size, 
     const gpt_checkpointing *ck = o ? o->ck : NULL;
     gpt_acts_shape s = {B, T, cfg->d_model, cfg->n_head, cfg->vocab, tp_size, begin, end, slots,
                         end == cfg->n_layer, gpt_checkpointing_below(cfg, ck), 0, ck && ck->partition ? tp_size : 1,
-                        64, o && o->sequence_parallel, cp_size, 0, 4, 0 /* no MoE: tp_params.c refuses it */};
+                        64, o && o->sequence_parallel, cp_size, 0, 4,
+                        0 /* MoE blocks here still carve the dense MLP buffers; their layers are not in the report */};
     return s; /* cpu_offload: host memory already */
 }
 
