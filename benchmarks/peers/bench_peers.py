@@ -125,14 +125,23 @@ def run_peer(a, spec, work, system, stage):
     return out
 
 
+# Not a peer: plain PyTorch on 2 processes at once, each training its own
+# micro-batch with its own AdamW, no communication. What two ranks cost in
+# CPU seconds over one process doing both micro-batches, before any ZeRO
+# system adds anything (the cores' shared caches and memory bandwidth): the
+# floor of every 2-rank system's CPU s/step against PyTorch 1 process. Its
+# losses are its own (half the data each), so the same-job check skips it.
+CONTROL = "PyTorch 2 processes, no comm (control)"
+
+
 def systems(a, size):
     out = [("zero-train ZeRO-3", "zero-train", 3), ("zero-train ZeRO-1", "zero-train", 1)]
     out += [(f"zero.torch ZeRO-{s}", "zero_torch", s) for s in (1, 2, 3)]
     out += [(f"DeepSpeed ZeRO-{s}", "deepspeed", s) for s in (1, 2, 3)]
-    out += [("FSDP2 fully_shard", "fsdp2", 0), ("PyTorch 1 process", "torch", 0)]
+    out += [("FSDP2 fully_shard", "fsdp2", 0), ("PyTorch 1 process", "torch", 0), (CONTROL, "torch_2proc", 0)]
     keep = set(a.systems.split(",")) if a.systems else None
     if size == "large":  # the goals' systems only, to keep the run short
-        out = [s for s in out if s[0] not in ("zero-train ZeRO-1", "zero.torch ZeRO-3")]
+        out = [s for s in out if s[0] not in ("zero-train ZeRO-1", "zero.torch ZeRO-3", CONTROL)]
     return [s for s in out if keep is None or s[1] in keep]
 
 
@@ -157,7 +166,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps-large", type=int, default=4, help="steps at the large size (warm-up 1)")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--systems", default="", help="comma list of zero-train,zero_torch,deepspeed,fsdp2,torch")
+    ap.add_argument("--systems", default="",
+                    help="comma list of zero-train,zero_torch,deepspeed,fsdp2,torch,torch_2proc (the control)")
     ap.add_argument("--loss-tol", type=float, default=1e-3, help="max |loss - PyTorch's| to count as the same job")
     ap.add_argument("--json", default=None, help="default: BUILD/bench_peers.json")
     a = ap.parse_args()
@@ -194,7 +204,7 @@ def main():
                     ref = runs["PyTorch 1 process"][0]
                     for name in runs:
                         r = runs[name][0]
-                        if "error" in r or "error" in ref:
+                        if "error" in r or "error" in ref or name == CONTROL:
                             continue
                         r["loss_max_diff"] = max(abs(x - y) for x, y in zip(r["losses"], ref["losses"]))
                         print(f"  same job: {name}: max |loss - PyTorch| over {len(ref['losses'])} steps = "
@@ -232,6 +242,12 @@ def ratios(t):
         c = get(f"zero.torch ZeRO-{s}", "cpu_s_per_step")
         if c and pt_cpu:
             out[f"zero_torch_z{s}_vs_torch_cpu_s"] = c / pt_cpu
+        c2 = get(CONTROL, "cpu_s_per_step")
+        if c and c2:
+            out[f"zero_torch_z{s}_vs_torch_2proc_cpu_s"] = c / c2
+    c2 = get(CONTROL, "cpu_s_per_step")
+    if c2 and pt_cpu:
+        out["torch_2proc_vs_torch_cpu_s"] = c2 / pt_cpu
     return out
 
 

@@ -3,7 +3,8 @@
     [mpirun -np 2] VENV/bin/python peer_worker.py SYSTEM STAGE SPEC.json OUT_DIR
 
 SYSTEM: torch (one process: both ranks' micro-batches accumulated), zero_torch,
-deepspeed, fsdp2 (two ranks each). Every system trains the same job as
+deepspeed, fsdp2 (two ranks each); torch_2proc (two ranks, each plain torch on
+its own micro-batch, no communication: bench_peers' control). Every system trains the same job as
 zero-train: tests/python/model_torch_ref.GPT (zero-train's model: GPT-2
 layout, tied head), initialised with zero-train's values (gpt_param_init_spec
 through zero.init.generate), fed zero-train's samples in zero-train's order
@@ -145,24 +146,26 @@ def dist_init():
 def run():
     model = init_model()
     losses, wall, cpu = [], [], []
-    if SYSTEM == "torch":
+    if SYSTEM in ("torch", "torch_2proc"):
+        # torch_2proc (bench_peers' control): each of 2 processes trains its own micro-batch, no communication
+        mine = range(DP) if SYSTEM == "torch" else [RANK]
         opt = adamw(model.parameters())
         for s in range(STEPS):
             t0, c0 = time.perf_counter(), time.process_time()
             set_lr(opt, lr_at(s))
             tot = 0.0
-            for r in range(DP):
+            for r in mine:
                 _, loss = model(*micro_batch(s, r))
                 loss.backward()
                 tot += float(loss)
             for p in model.parameters():
-                p.grad.mul_(1.0 / DP)
+                p.grad.mul_(1.0 / len(mine))
             torch.nn.utils.clip_grad_norm_(model.parameters(), spec["clip"])
             opt.step()
             opt.zero_grad(set_to_none=True)
             wall.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
-            losses.append(tot / DP)
+            losses.append(tot / len(mine))
     elif SYSTEM == "zero_torch":
         import zero.torch as zt
         cfg = {"zero_optimization": dict(spec["zero_optimization"], stage=STAGE),

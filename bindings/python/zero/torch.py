@@ -104,6 +104,7 @@ class _Unit:
         self.depth = 0              # forward gathers in flight (stage 3)
         self.bw_gathered = False    # gathered for backward (stage 3)
         self.grads_installed = False
+        self.grad_views = []        # per entry of params: a tensor over its param_grad (installed); cleared in place
         self.done = 0               # params whose gradient arrived this micro-step
         self.ready = False          # grads_ready called this micro-step
 
@@ -200,7 +201,6 @@ class ZeroModule(torch.nn.Module):
         self._follow_stream()
         self._empty = torch.empty(0, dtype=self._dtype, device=self.device)
         self._data = {}        # Parameter -> torch tensor over param_data (stage 0-2, persistent)
-        self._grad_views = {}  # Parameter -> torch tensor over param_grad (installed)
         self._gathered = {}    # storage ptr -> Parameter, stage 3 gathered views
         self._attach()
 
@@ -294,11 +294,12 @@ class ZeroModule(torch.nn.Module):
         self._acc_nodes = []
         with torch.enable_grad():
             for u in self._units:
-                for _, p in u.params:
+                u.grad_views = [None] * len(u.params)
+                for i, (_, p) in enumerate(u.params):
                     if self._cuda:
                         p.data = torch.zeros((), dtype=p.dtype, device=self.device).expand(p.shape)
                     node = p.expand_as(p).grad_fn.next_functions[0][0]
-                    node.register_hook(self._make_grad_hook(p))
+                    node.register_hook(self._make_grad_hook(u, i, p))
                     self._acc_nodes.append(node)
         eng.finalize()
 
@@ -424,31 +425,35 @@ class ZeroModule(torch.nn.Module):
     def _install_grads(self, u):
         if u.grads_installed or u.ready:
             return
-        eng = self.engine
-        for (_, p), ep in zip(u.params, u.eng_params):
-            t = self._grad_views.get(p)
-            if t is None or self.stage >= 2:
-                t = self._grad_tensor(ep, p)
-                self._grad_views[p] = t
-            p.grad = t
+        views = u.grad_views
+        for i, ((_, p), ep) in enumerate(zip(u.params, u.eng_params)):
+            if views[i] is None:  # stages 0-1: made once; 2-3: a fresh buffer each micro-step
+                views[i] = self._grad_tensor(ep, p)
+            p.grad = views[i]
         u.grads_installed = True
 
-    def _make_grad_hook(self, p):
+    def _make_grad_hook(self, u, i, p):
+        # Runs once per parameter per backward: the unit, the slot and the
+        # count are bound here, so the hot path does no dict lookup (a
+        # Tensor's __hash__ is a Python call) and no method call when nothing
+        # is unusual (docs/python.md, "Overhead").
+        views, n = u.grad_views, len(u.params)
+
         def hook(grad_inputs, grad_outputs):
-            u = self._unit_of[p]
             if u.ready:
                 raise ZeroInvalidStateError(
                     f"zero.torch: a gradient of '{u.name}' arrived after its grads_ready; call step() (or "
                     f"backward once per micro-step) before another backward")
-            self._begin_backward()
-            if not u.grads_installed or p.grad is not self._grad_views.get(p):
+            if not self._in_backward:
+                self._begin_backward()
+            if not u.grads_installed or p.grad is not views[i]:
                 # autograd made its own gradient (a path around the unit's outputs): add it in.
                 own = p.grad
                 self._install_grads(u)
-                self._grad_views[p].add_(own)
-                p.grad = self._grad_views[p]
+                views[i].add_(own)
+                p.grad = views[i]
             u.done += 1
-            if u.done == len(u.params):
+            if u.done == n:
                 self._grads_ready(u)
         return hook
 
@@ -456,8 +461,7 @@ class ZeroModule(torch.nn.Module):
         for _, p in u.params:
             p.grad = None
         if self.stage >= 2:
-            for _, p in u.params:
-                self._grad_views.pop(p, None)
+            u.grad_views[:] = [None] * len(u.params)  # in place: the hooks hold the list
         u.grads_installed = False
         self.engine.grads_ready(u.eng_module)
         u.ready = True
@@ -547,7 +551,8 @@ class ZeroModule(torch.nn.Module):
                 p.grad = None
                 p.data = self._empty
         self._data.clear()
-        self._grad_views.clear()
+        for u in self._units:
+            u.grad_views[:] = [None] * len(u.params)
         self._gathered.clear()
         self.engine.close()
         if self._own_comm:
