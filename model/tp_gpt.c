@@ -90,7 +90,7 @@ static gpt_acts_shape shape_of(const gpt_config *cfg, int tp_size, int cp_size, 
     gpt_acts_shape s = {B, T, cfg->d_model, cfg->n_head, cfg->vocab, tp_size, begin, end, slots,
                         end == cfg->n_layer, gpt_checkpointing_below(cfg, ck), 0, ck && ck->partition ? tp_size : 1,
                         64, o && o->sequence_parallel, cp_size, 0, 4,
-                        0 /* MoE blocks here still carve the dense MLP buffers; their layers are not in the report */};
+                        cfg->moe_experts > 0 /* MoE blocks: no dense MLP buffers; the layers hold their own */};
     return s; /* cpu_offload: host memory already */
 }
 
@@ -182,6 +182,13 @@ zero_status tp_activation_bytes_opts(const gpt_config *cfg, int tp_size, int cp_
     gpt_carver_init(&c, s.align, NULL, NULL);
     layout(NULL, &s, max_threads(), &c);
     gpt_carver_report(&c, out);
+    if (cfg->moe_experts > 0) { /* one layer per (slot, block of the range): the sizes create_moe allocates */
+        gpt_moe_config mc = gpt_moe_config_of(cfg);
+        size_t one;
+        GPT_TRY(gpt_moe_bytes_for(&mc, batch * seq, cfg->moe_ep > 1 ? cfg->moe_ep : 1, 0, &one));
+        out->moe = (size_t)slots * (size_t)(layer_end - layer_begin) * one;
+        out->total += out->moe;
+    }
     return ZERO_OK;
 }
 
@@ -195,11 +202,14 @@ static zero_status create_moe(tp_workspace *ws, zero_comm *ep)
     ws->moe = calloc(n, sizeof *ws->moe);
     ws->moe_aux = calloc(n, sizeof *ws->moe_aux);
     if (!ws->moe || !ws->moe_aux) return gpt_fail(ZERO_OUT_OF_MEMORY, "tp_workspace_create: out of memory (MoE)");
-    gpt_moe_config mc = {cfg->d_model, 4 * cfg->d_model, cfg->moe_experts, cfg->moe_top_k, cfg->moe_capacity_factor,
-                         cfg->moe_aux_loss_coef};
+    gpt_moe_config mc = gpt_moe_config_of(cfg);
     for (int sl = 0; sl < ws->nslots; sl++)
-        for (int l = ws->begin; l < ws->end; l++)
-            GPT_TRY(gpt_moe_create(&ws->moe[(size_t)sl * cfg->n_layer + l], &mc, ws->B * ws->T, ep));
+        for (int l = ws->begin; l < ws->end; l++) {
+            gpt_moe **layer = &ws->moe[(size_t)sl * cfg->n_layer + l];
+            GPT_TRY(gpt_moe_create(layer, &mc, ws->B * ws->T, ep));
+            ws->bytes.moe += gpt_moe_bytes(*layer); /* what each layer allocated */
+        }
+    ws->bytes.total += ws->bytes.moe;
     return ZERO_OK;
 }
 
@@ -321,6 +331,12 @@ void tp_workspace_destroy(tp_workspace *ws)
 }
 
 size_t tp_workspace_bytes(const tp_workspace *ws) { return ws ? ws->bytes.total : 0; }
+
+struct gpt_moe *tp_workspace_moe_layer(const tp_workspace *ws, int slot, int layer)
+{
+    if (!ws || !ws->moe || slot < 0 || slot >= ws->nslots || layer < ws->begin || layer >= ws->end) return NULL;
+    return ws->moe[(size_t)slot * ws->cfg.n_layer + layer];
+}
 
 void tp_workspace_activation_bytes(const tp_workspace *ws, gpt_activation_bytes *out)
 {

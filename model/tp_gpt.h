@@ -157,6 +157,9 @@ zero_status tp_workspace_create_opts(tp_workspace **out, const gpt_config *cfg, 
 void tp_workspace_destroy(tp_workspace *ws); /* NULL accepted */
 /* Bytes of the activation allocation; by kind; and for a shape without allocating. */
 size_t tp_workspace_bytes(const tp_workspace *ws);
+/* The MoE layer of block `layer` in slot `slot` (NULL: a dense model, or
+ * outside the workspace's range): for reports and tests. */
+struct gpt_moe *tp_workspace_moe_layer(const tp_workspace *ws, int slot, int layer);
 void tp_workspace_activation_bytes(const tp_workspace *ws, gpt_activation_bytes *out);
 zero_status tp_activation_bytes_for(const gpt_config *cfg, int tp_size, int batch, int seq, int layer_begin,
                                     int layer_end, int slots, const gpt_checkpointing *ck, gpt_activation_bytes *out);

@@ -30,6 +30,7 @@
 
 #include "check.h"
 #include "gpt.h"
+#include "moe.h"
 #include "pp_gpt.h"
 #include "tp_gpt.h"
 
@@ -89,6 +90,34 @@ static float pipeline(model *m, zero_grid *grid, zero_comm *ep, zero_comm *embed
     float loss = -1;
     CHECK_OK(pp_train_step(ws, grid->pp, kind, &a, &loss));
     CHECK_OK(pp_tied_grad_allreduce(embed, &m->cfg, &m->g[GPT_MODULE_EMBED]));
+    /* The activation report is exact with MoE blocks: the workspace's bytes are
+     * what tp_activation_bytes_opts counts, the MoE layers' own buffers (one
+     * layer per slot and block) included, and an MoE block carves none of the
+     * dense MLP's buffers (fp32 activations: the dense block's two N x 4C sets
+     * and its N x 4C backward scratch are gone). */
+    const int slots = pp_slots_needed(kind, M, grid->pp_size, grid->pp_rank);
+    gpt_activation_bytes have, want, dense;
+    tp_workspace_activation_bytes(ws, &have);
+    CHECK_OK(tp_activation_bytes_opts(&m->cfg, 1, 1, B, T, b, e, slots, &o, &want));
+    CHECK(memcmp(&have, &want, sizeof have) == 0);
+    const gpt_moe_config mc = {m->cfg.d_model, 4 * m->cfg.d_model, m->cfg.moe_experts, m->cfg.moe_top_k,
+                               m->cfg.moe_capacity_factor, m->cfg.moe_aux_loss_coef};
+    size_t one = 0, layers = 0;
+    CHECK_OK(gpt_moe_bytes_for(&mc, B * T, m->cfg.moe_ep > 1 ? m->cfg.moe_ep : 1, 0, &one));
+    for (int sl = 0; sl < slots; sl++)
+        for (int l = b; l < e; l++) layers += gpt_moe_bytes(tp_workspace_moe_layer(ws, sl, l));
+    CHECK_MSG(have.moe == (size_t)slots * (size_t)(e - b) * one && have.moe == layers && one > 0,
+              "moe: %zu bytes, formula %zu, the layers hold %zu", have.moe, (size_t)slots * (size_t)(e - b) * one, layers);
+    CHECK(have.total == have.inputs + have.blocks + have.recompute + have.head + have.scratch + have.moe);
+    gpt_config dcfg = m->cfg;
+    dcfg.moe_experts = 0, dcfg.moe_ep = 0;
+    const tp_options dense_o = {NULL, 0, NULL, NULL};
+    CHECK_OK(tp_activation_bytes_opts(&dcfg, 1, 1, B, T, b, e, slots, &dense_o, &dense));
+    const size_t set = (((size_t)B * T * 4 * m->cfg.d_model * 4) + 63) / 64 * 64; /* one N x 4C fp32 buffer */
+    CHECK_MSG(dense.blocks - have.blocks == (size_t)slots * (size_t)(e - b) * 2 * set &&
+                  dense.scratch - have.scratch == set && dense.moe == 0,
+              "dense minus MoE: blocks %zu (want %zu), scratch %zu (want %zu)", dense.blocks - have.blocks,
+              (size_t)slots * (size_t)(e - b) * 2 * set, dense.scratch - have.scratch, set);
     tp_workspace_destroy(ws);
     return loss;
 }

@@ -295,6 +295,7 @@ static void add_bytes(gpt_activation_bytes *sum, const gpt_activation_bytes *a)
     sum->head += a->head;
     sum->scratch += a->scratch;
     sum->host += a->host;
+    sum->moe += a->moe;
     sum->total += a->total;
 }
 
