@@ -4,7 +4,7 @@
  * so the ratio says how close it gets to what the memory system gives).
  *
  *   zero-bench-device [--device cpu|cuda] [--n ELEMENTS] [--iters N] [--json FILE]
- *                     [--optim-only]
+ *                     [--optim-only] [--clock wall|cpu]
  *
  * GB/s counts bytes read plus bytes written. Each op's output is checked
  * against the scalar reference on a sample of 4096 elements (#wrong).
@@ -16,7 +16,12 @@
  * the widest vector ISA the CPU has, split over the same threads the same
  * way: in cache (arrays of 64 Ki elements, 1 MiB for AdamW, which fits a
  * core's L2) and out of cache (32 Mi elements, 512 MiB), at 1 and 2
- * threads, kernel and peer alternated, best of 5 rounds each. */
+ * threads, kernel and peer alternated, best of 5 rounds each. Then, in
+ * cache at one thread: the AdamW kernel with bc2 = 1 (where it skips that
+ * division), and the divider bound: a loop of only AdamW's square root and
+ * two divisions per element, at 256 and 512 bits, in the same GB/s (28
+ * bytes an element), the ceiling of the in-cache AdamW row. --clock cpu
+ * times by process CPU time (one-thread rows) on a shared machine. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,10 +37,15 @@
 #include <omp.h>
 #endif
 
+/* --clock cpu: the process's CPU time (all threads) instead of the wall
+ * clock, so that on a shared machine the time spent waiting for a core does
+ * not count; meaningful for one-thread rows (two threads sum their time). */
+static int g_cpu_clock;
+
 static double now(void)
 {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(g_cpu_clock ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
@@ -161,6 +171,34 @@ static void peer_base(float *restrict p, const float *restrict g, float *restric
     PEER_BODY
 }
 
+/* The divider bound: AdamW's correctly rounded square root and two
+ * divisions per element (denom = sqrt(v) / bc2 + eps, p = m / denom: what
+ * torch's bits need), and nothing else, on in-cache arrays: how fast the
+ * kernel could be if memory and every other instruction were free. */
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+PEER_AVX512 static void divider_512(float *restrict p, const float *restrict m, const float *restrict v, size_t n)
+{
+    const __m512 bc2 = _mm512_set1_ps(0.5f), eps = _mm512_set1_ps(1e-8f);
+    for (size_t i = 0; i + 16 <= n; i += 16) {
+        __m512 d = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(_mm512_loadu_ps(v + i)), bc2), eps);
+        _mm512_storeu_ps(p + i, _mm512_div_ps(_mm512_loadu_ps(m + i), d));
+    }
+}
+__attribute__((target("avx"))) static void divider_256(float *restrict p, const float *restrict m,
+                                                        const float *restrict v, size_t n)
+{
+    const __m256 bc2 = _mm256_set1_ps(0.5f), eps = _mm256_set1_ps(1e-8f);
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        __m256 d = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(_mm256_loadu_ps(v + i)), bc2), eps);
+        _mm256_storeu_ps(p + i, _mm256_div_ps(_mm256_loadu_ps(m + i), d));
+    }
+}
+#define HAVE_DIVIDER_LOOPS 1
+#else
+#define HAVE_DIVIDER_LOOPS 0
+#endif
+
 typedef struct optim_arrays {
     float *p, *g, *m1, *m2;
     size_t n;
@@ -197,6 +235,70 @@ static double optim_time(optim_arrays *A, int kind, int peer, const zero_optim_h
     double t0 = now();
     for (int r = 0; r < reps; r++) optim_pass(A, kind, peer, h, wide);
     return (now() - t0) / reps;
+}
+
+/* The divider loops (256- and 512-bit) at the in-cache size, one thread,
+ * printed as AdamW-equivalent GB/s (28 bytes an element): the ceiling of
+ * the in-cache AdamW row above. */
+static int bench_divider(FILE *f, int first_row, optim_arrays *A, const zero_optim_hyper *h)
+{
+    int rows = 0;
+    /* Fresh values: the SGD rows left momentum in m1 that AdamW's m * beta1
+     * would decay into subnormals (slow microcode assists on every op). */
+    for (size_t i = 0; i < A->n; i++)
+        A->p[i] = 1.0f, A->g[i] = 1e-3f * (float)(i % 7), A->m1[i] = 0.0f, A->m2[i] = 0.0f;
+    /* First the AdamW kernel once bc2 = sqrt(1 - beta2^t) has rounded to 1
+     * (past ~17,400 steps at beta2 0.999), where it skips that division. */
+    {
+#if ZERO_HAVE_OPENMP
+        omp_set_num_threads(1);
+#endif
+        zero_optim_hyper h1 = *h;
+        h1.bc2_sqrt = 1.0f;
+        double best = 1e30;
+        for (int round = 0; round < 5; round++) {
+            double t = optim_time(A, 0, 0, &h1, 1, 2000);
+            best = t < best ? t : best;
+        }
+        double g = 28.0 * (double)A->n / best / 1e9;
+        printf("%-6s %-13s %7d %10.2f %10s %10.1f %7s   (bc2 = 1: one division per element fewer)\n", "adamw",
+               "in cache", 1, g, "-", best * 1e6, "-");
+        if (f)
+            fprintf(f, "%s  {\"kernel\": \"adamw_bc2_one\", \"n\": %zu, \"threads\": 1, \"kernel_gbps\": %.4f}",
+                    first_row + rows ? ",\n" : "", A->n, g);
+        rows++;
+    }
+#if HAVE_DIVIDER_LOOPS
+#if ZERO_HAVE_OPENMP
+    omp_set_num_threads(1);
+#endif
+    for (int w = 0; w < 2; w++) {
+        if (w == 1 && !__builtin_cpu_supports("avx512f")) break;
+        if (w == 0 && !__builtin_cpu_supports("avx")) continue;
+        const int reps = 2000;
+        double best = 1e30;
+        for (int round = 0; round < 5; round++) {
+            double t0 = now();
+            for (int r = 0; r < reps; r++) {
+                if (w) divider_512(A->p, A->m1, A->m2, A->n);
+                else divider_256(A->p, A->m1, A->m2, A->n);
+            }
+            double t = (now() - t0) / reps;
+            best = t < best ? t : best;
+        }
+        double g = 28.0 * (double)A->n / best / 1e9;
+        printf("%-6s %-13s %7d %10.2f %10s %10.1f %7s   (sqrt + 2 div per element, %d-bit)\n", "divide", "in cache", 1, g,
+               "-", best * 1e6, "-", w ? 512 : 256);
+        if (f)
+            fprintf(f, "%s  {\"kernel\": \"divider\", \"bits\": %d, \"n\": %zu, \"threads\": 1, "
+                       "\"kernel_gbps\": %.4f}",
+                    first_row + rows ? ",\n" : "", w ? 512 : 256, A->n, g);
+        rows++;
+    }
+#else
+    (void)f, (void)first_row, (void)A;
+#endif
+    return rows;
 }
 
 /* Prints the table and appends JSON rows to f; returns the number of rows. */
@@ -254,6 +356,7 @@ static int bench_optim(FILE *f, int first_row)
                 rows++;
             }
         }
+        if (si == 0) rows += bench_divider(f, first_row + rows, &A, &h);
         free(A.p), free(A.g), free(A.m1), free(A.m2);
     }
     return rows;
@@ -270,8 +373,11 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         else if (!strcmp(argv[i], "--optim-only")) optim_only = 1;
+        else if (!strcmp(argv[i], "--clock") && i + 1 < argc && !strcmp(argv[i + 1], "cpu")) g_cpu_clock = 1, i++;
+        else if (!strcmp(argv[i], "--clock") && i + 1 < argc && !strcmp(argv[i + 1], "wall")) g_cpu_clock = 0, i++;
         else {
-            fprintf(stderr, "usage: %s [--device cpu|cuda] [--n ELEMENTS] [--iters N] [--json FILE] [--optim-only]\n",
+            fprintf(stderr, "usage: %s [--device cpu|cuda] [--n ELEMENTS] [--iters N] [--json FILE] [--optim-only]"
+                            " [--clock wall|cpu]\n",
                     argv[0]);
             return 2;
         }

@@ -2,8 +2,9 @@
  * of the scalar reference (optim/cpu_optim.c), on every element: random
  * values over many magnitudes, with zeros of both signs, subnormals,
  * infinities and NaNs mixed in; sizes and start offsets that leave vector
- * remainders and misaligned loads; SGD with and without momentum, nesterov
- * and the first step; and the threaded entry points (zero_cpu_adamw/sgd,
+ * remainders and misaligned loads; steps 1-3 and 20000 (where the bias
+ * correction sqrt(1 - beta2^t) is 1 in float and the vector loops skip its
+ * division); SGD with and without momentum, nesterov and the first step; and the threaded entry points (zero_cpu_adamw/sgd,
  * whatever variant is active) give the same bits as one scalar pass.
  * Variants the CPU cannot run are reported and skipped; on this project's
  * x86-64 CI every variant but avx512 (where the CPU lacks it) runs. */
@@ -117,7 +118,12 @@ int main(void)
             continue;
         }
         tested++;
-        for (int step = 1; step <= 3; step++) {
+        /* step 20000: bc2_sqrt rounds to 1, where the vector loops leave
+         * its division out (x / 1 == x); the scalar reference divides */
+        const int steps[] = {1, 2, 3, 20000};
+        CHECK(hyper(20000, 0, 0).bc2_sqrt == 1.0f && hyper(3, 0, 0).bc2_sqrt != 1.0f);
+        for (size_t sti = 0; sti < sizeof steps / sizeof *steps; sti++) {
+            const int step = steps[sti];
             for (int wd = 0; wd <= 1; wd++) {
                 zero_optim_hyper h = hyper(step, 0, wd);
                 for (size_t oi = 0; oi < sizeof offsets / sizeof *offsets; oi++) {
