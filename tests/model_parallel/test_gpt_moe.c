@@ -20,38 +20,15 @@
 
 #include "check.h"
 #include "gpt.h"
+#include "moe_test_model.h"
 
 enum { B = 2, T = 8 };
 static int rank, size;
 static zero_comm *world;
 
-typedef struct model {
-    gpt_config cfg;
-    int nmod;
-    gpt_tensors *p, *g;
-} model;
-
 static void model_init(model *m, gpt_config cfg, int ep_rank)
 {
-    m->cfg = cfg;
-    m->nmod = gpt_num_modules(&cfg);
-    m->p = calloc((size_t)m->nmod, sizeof *m->p);
-    m->g = calloc((size_t)m->nmod, sizeof *m->g);
-    for (size_t i = 0; i < gpt_num_params(&cfg); i++) {
-        gpt_param_info pi;
-        gpt_param_info_get(&cfg, i, &pi);
-        float *v = malloc(pi.numel * 4);
-        gpt_param_init_ep(&pi, 7, ep_rank, v);
-        m->p[pi.module].t[pi.index] = v;
-        m->g[pi.module].t[pi.index] = calloc(pi.numel, 4);
-    }
-}
-
-static void model_free(model *m)
-{
-    for (int k = 0; k < m->nmod; k++)
-        for (int i = 0; i < GPT_MAX_MODULE_TENSORS; i++) free(m->p[k].t[i]), free(m->g[k].t[i]);
-    free(m->p), free(m->g);
+    model_init_stage(m, cfg, 7, ep_rank, 1, 0);
 }
 
 static void batch(int r, int32_t *tok, int32_t *tgt, int vocab)

@@ -30,42 +30,19 @@
 
 #include "check.h"
 #include "gpt.h"
+#include "gpt_internal.h"
 #include "moe.h"
+#include "moe_test_model.h"
 #include "pp_gpt.h"
 #include "tp_gpt.h"
 
 enum { B = 2, T = 8, M = 3 };
 static const uint64_t SEED = 11;
 
-typedef struct model {
-    gpt_config cfg;
-    int nmod;
-    gpt_tensors *p, *g;
-} model;
-
-/* The tensors of `cfg` that `holds` says this rank keeps (NULL: all), ep rank `ep_rank`'s experts. */
+/* The tensors this rank keeps (pp stage pp_rank of pp; pp 1: all), ep rank `ep_rank`'s experts. */
 static void model_init(model *m, gpt_config cfg, int ep_rank, int pp, int pp_rank)
 {
-    m->cfg = cfg;
-    m->nmod = gpt_num_modules(&cfg);
-    m->p = calloc((size_t)m->nmod, sizeof *m->p);
-    m->g = calloc((size_t)m->nmod, sizeof *m->g);
-    for (size_t i = 0; i < gpt_num_params(&cfg); i++) {
-        gpt_param_info pi;
-        gpt_param_info_get(&cfg, i, &pi);
-        if (pp > 1 && !pp_stage_holds(&cfg, pp, pp_rank, pi.module, pi.index)) continue;
-        float *v = malloc(pi.numel * 4);
-        gpt_param_init_ep(&pi, SEED, ep_rank, v);
-        m->p[pi.module].t[pi.index] = v;
-        m->g[pi.module].t[pi.index] = calloc(pi.numel, 4);
-    }
-}
-
-static void model_free(model *m)
-{
-    for (int k = 0; k < m->nmod; k++)
-        for (int i = 0; i < GPT_MAX_MODULE_TENSORS; i++) free(m->p[k].t[i]), free(m->g[k].t[i]);
-    free(m->p), free(m->g);
+    model_init_stage(m, cfg, SEED, ep_rank, pp, pp_rank);
 }
 
 /* Micro-batch m of ep rank r: its own tokens, so the experts see different rows from each rank. */
@@ -100,8 +77,7 @@ static float pipeline(model *m, zero_grid *grid, zero_comm *ep, zero_comm *embed
     tp_workspace_activation_bytes(ws, &have);
     CHECK_OK(tp_activation_bytes_opts(&m->cfg, 1, 1, B, T, b, e, slots, &o, &want));
     CHECK(memcmp(&have, &want, sizeof have) == 0);
-    const gpt_moe_config mc = {m->cfg.d_model, 4 * m->cfg.d_model, m->cfg.moe_experts, m->cfg.moe_top_k,
-                               m->cfg.moe_capacity_factor, m->cfg.moe_aux_loss_coef};
+    const gpt_moe_config mc = gpt_moe_config_of(&m->cfg);
     size_t one = 0, layers = 0;
     CHECK_OK(gpt_moe_bytes_for(&mc, B * T, m->cfg.moe_ep > 1 ? m->cfg.moe_ep : 1, 0, &one));
     for (int sl = 0; sl < slots; sl++)
