@@ -1,14 +1,18 @@
 /* Test helpers shared by the CUDA GPT tests (test_gpt_cuda.c,
- * test_gpt_cuda_split.c, test_gpt_moe_cuda.c): every module's tensors in one
- * flat buffer, and that buffer with its gradients on the device. One copy of
- * the set-up each test used to write out for itself. */
+ * test_gpt_cuda_split.c, test_gpt_moe_cuda.c, test_moe_cuda.c): every
+ * module's tensors in one flat buffer, that buffer with its gradients on the
+ * device, and the fp32 GPU-vs-CPU tolerance. One copy of the set-up each test
+ * used to write out for itself. */
 #ifndef ZERO_TESTS_MODEL_GPT_TEST_PARAMS_H
 #define ZERO_TESTS_MODEL_GPT_TEST_PARAMS_H
 
+#include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "gpt.h"
 #include "zero_build_config.h"
 #include <zero/device.h> /* zero_f32_to_bf16, zero_bf16_to_f32 */
@@ -26,8 +30,51 @@ static inline void gpt_test_layout(const gpt_config *cfg, void *base, size_t ele
     }
 }
 
+/* fp32 on both sides, only the summation order (cuBLAS blocking) and expf
+ * differ (~1e-6 relative): |gpu - cpu| <= 1e-4 max|cpu| + 1e-3 |cpu|
+ * elementwise, as tests/model/test_gpt_cuda.c. Host arrays; the worst error
+ * is printed when `print`. */
+static inline void gpt_test_compare(const char *what, const float *gpu, const float *cpu, size_t n, int print)
+{
+    double scale = 0, worst = 0;
+    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(cpu[i]));
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)gpu[i] - cpu[i]);
+        worst = fmax(worst, d);
+        if (!(d <= 1e-4 * scale + 1e-3 * fabs(cpu[i]))) bad++;
+    }
+    CHECK_MSG(bad == 0, "%s: %zu of %zu elements outside tolerance (max abs err %.3g, scale %.3g)", what, bad, n,
+              worst, scale);
+    if (print) printf("  %-32s max abs err %.3g (scale %.3g)\n", what, worst, scale);
+}
+
 #if ZERO_HAVE_CUDA
 #include <cuda_runtime_api.h>
+#include <zero/comm.h>
+
+/* The MoE tests' `staged` mode (under mpirun, ranks sharing GPU 0: NCCL
+ * refuses two ranks on one GPU): a STAGED world comm, this rank and the size.
+ * 0; 77 (skip) when the build has no STAGED backend; 1 on another failure. */
+static inline int gpt_test_staged_world(zero_comm **world, int *rank, int *size)
+{
+    zero_comm_config cfg = ZERO_COMM_CONFIG_INIT;
+    cfg.timeout_s = 60;
+    cfg.backend = ZERO_BACKEND_STAGED;
+    cfg.device = 0; /* every rank on GPU 0 */
+    zero_status st = zero_comm_create_world(world, &cfg);
+    if (st == ZERO_UNSUPPORTED) {
+        fprintf(stderr, "SKIP: STAGED backend: %s\n", zero_last_error());
+        return 77;
+    }
+    if (st != ZERO_OK) {
+        fprintf(stderr, "STAGED world: %s\n", zero_last_error());
+        return 1;
+    }
+    *rank = zero_comm_get_rank(*world), *size = zero_comm_get_size(*world);
+    check_set_rank(*rank);
+    return 0;
+}
 
 /* A model's parameters and gradients on the device, `total` elements each of dt. */
 typedef struct gpt_test_dev {

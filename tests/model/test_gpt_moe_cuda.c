@@ -71,20 +71,9 @@ static float uniform(void)
     return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-/* |gpu - cpu| <= 1e-4 max|cpu| + 1e-3 |cpu| elementwise */
 static void compare(const char *what, const float *gpu, const float *cpu, size_t n)
 {
-    double scale = 0, worst = 0;
-    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(cpu[i]));
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)gpu[i] - cpu[i]);
-        worst = fmax(worst, d);
-        if (!(d <= 1e-4 * scale + 1e-3 * fabs(cpu[i]))) bad++;
-    }
-    CHECK_MSG(bad == 0, "%s: %zu of %zu elements outside tolerance (max abs err %.3g, scale %.3g)", what, bad, n,
-              worst, scale);
-    if (rank == 0) printf("  %-32s max abs err %.3g (scale %.3g)\n", what, worst, scale);
+    gpt_test_compare(what, gpu, cpu, n, rank == 0);
 }
 
 /* The routing of the N_ x top_k choices of every block (expert, slot). */
@@ -301,18 +290,8 @@ int main(int argc, char **argv)
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) CHECK_SKIP("no CUDA device");
     if (argc > 1 && !strcmp(argv[1], "staged")) {
-        zero_comm_config cfg = ZERO_COMM_CONFIG_INIT;
-        cfg.timeout_s = 60;
-        cfg.backend = ZERO_BACKEND_STAGED;
-        cfg.device = 0; /* every rank on GPU 0 */
-        zero_status st = zero_comm_create_world(&world, &cfg);
-        if (st == ZERO_UNSUPPORTED) CHECK_SKIP("STAGED backend: %s", zero_last_error());
-        if (st != ZERO_OK) {
-            fprintf(stderr, "STAGED world: %s\n", zero_last_error());
-            return 1;
-        }
-        rank = zero_comm_get_rank(world), size = zero_comm_get_size(world);
-        check_set_rank(rank);
+        int rc = gpt_test_staged_world(&world, &rank, &size);
+        if (rc) return rc;
     }
     const gpt_cuda_options fp32 = {GPT_CUDA_MATH_FP32, ZERO_F32, GPT_CUDA_ATTN_UNFUSED};
     const gpt_cuda_options flash = {GPT_CUDA_MATH_FP32, ZERO_F32, GPT_CUDA_ATTN_FLASH};

@@ -30,7 +30,9 @@
 
 #include "check.h"
 #include "gpt.h"
+#include "gpt_test_params.h"
 #include "moe.h"
+#include "moe_layer_test.h"
 #include "zero_build_config.h"
 
 #if ZERO_HAVE_CUDA
@@ -38,18 +40,6 @@
 
 static int rank, size;
 static zero_comm *world;
-
-static float urand(uint64_t *s)
-{
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((*s >> 40) & 0xffffff) / 16777216.0f - 0.5f;
-}
-
-static void fill(float *p, size_t n, uint64_t seed, float scale)
-{
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-    for (size_t i = 0; i < n; i++) p[i] = scale * urand(&s);
-}
 
 static float *to_dev(const float *h, size_t n)
 {
@@ -64,21 +54,12 @@ static float *to_dev(const float *h, size_t n)
 
 static void from_dev(float *h, const float *d, size_t n) { cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost); }
 
+/* gpt_test_compare of a device array */
 static void compare(const char *what, const float *gpu_dev, const float *cpu, size_t n)
 {
     float *gpu = malloc(n * 4 + 4);
     from_dev(gpu, gpu_dev, n);
-    double scale = 0, worst = 0;
-    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(cpu[i]));
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)gpu[i] - cpu[i]);
-        worst = fmax(worst, d);
-        if (!(d <= 1e-4 * scale + 1e-3 * fabs(cpu[i]))) bad++;
-    }
-    CHECK_MSG(bad == 0, "%s: %zu of %zu elements outside tolerance (max abs err %.3g, scale %.3g)", what, bad, n,
-              worst, scale);
-    if (rank == 0) printf("  %-14s max abs err %.3g (scale %.3g)\n", what, worst, scale);
+    gpt_test_compare(what, gpu, cpu, n, rank == 0);
     free(gpu);
 }
 
@@ -88,30 +69,25 @@ static void run_case(int E, int K, float cf, int N)
                         .aux_loss_coef = 0.01f};
     size_t C = c.d_model, H = c.d_ff, NC = (size_t)N * C, El = (size_t)E / size, e0 = (size_t)rank * El;
     if (rank == 0) printf("E %d top-%d capacity_factor %g, %d tokens a rank, ep %d\n", E, K, (double)cf, N, size);
-    /* the whole model and every rank's tokens, from seeds */
-    float *gate = malloc(E * C * 4), *fc_w = malloc(E * H * C * 4), *fc_b = malloc(E * H * 4);
-    float *proj_w = malloc(E * C * H * 4), *proj_b = malloc(E * C * 4);
-    fill(gate, E * C, 11, 2.0f), fill(fc_w, E * H * C, 12, 0.5f), fill(fc_b, E * H, 13, 0.1f);
-    fill(proj_w, E * C * H, 14, 0.5f), fill(proj_b, E * C, 15, 0.1f);
-    float *x = malloc(NC * 4 * size), *init = malloc(NC * 4 * size), *dout = malloc(NC * 4 * size);
-    for (int r = 0; r < size; r++) {
-        fill(x + r * NC, NC, 100 + r, 2.0f);
-        fill(init + r * NC, NC, 200 + r, 1.0f);
-        fill(dout + r * NC, NC, 300 + r, 1.0f);
-    }
+    /* the whole model and every rank's tokens, from seeds (as tests/model_parallel/test_moe.c) */
+    moe_test_model f;
+    moe_test_model_alloc(&f, &c, 1);
+    float *x, *init, *dout;
+    moe_test_tokens(&c, N, size, &x, &init, &dout);
 
     /* CPU reference: all experts, every rank's tokens; the router's gradient of this rank's tokens apart */
-    float *g_gate_all = calloc(E * C, 4), *g_gate_own = calloc(E * C, 4), *g_fc_w = calloc(E * H * C, 4);
-    float *g_fc_b = calloc(E * H, 4), *g_proj_w = calloc(E * C * H, 4), *g_proj_b = calloc(E * C, 4);
+    float *g_gate_own = calloc(E * C, 4);
     float *out_ref = malloc(NC * 4), *dx_ref = malloc(NC * 4), *o = malloc(NC * 4), *d = malloc(NC * 4);
     float aux_ref = 0, *w_ref = malloc(sizeof(float) * N * K);
     int32_t *exp_ref = malloc(sizeof(int32_t) * N * K), *slot_ref = malloc(sizeof(int32_t) * N * K);
     long drop_ref = 0;
     gpt_moe *cpu = NULL;
     CHECK_OK(gpt_moe_create(&cpu, &c, N, NULL));
-    gpt_moe_params p = {gate, fc_w, fc_b, proj_w, proj_b};
+    gpt_moe_params p, g_all;
+    moe_test_view(&f, &c, 0, &p, &g_all);
     for (int r = 0; r < size; r++) {
-        gpt_moe_params g = {r == rank ? g_gate_own : g_gate_all, g_fc_w, g_fc_b, g_proj_w, g_proj_b};
+        gpt_moe_params g = g_all;
+        if (r == rank) g.gate_w = g_gate_own;
         float aux = 0;
         CHECK_OK(gpt_moe_forward(cpu, x + r * NC, init + r * NC, o, &p, &aux));
         CHECK_OK(gpt_moe_backward(cpu, 1.0f, x + r * NC, dout + r * NC, d, &p, &g));
@@ -126,9 +102,9 @@ static void run_case(int E, int K, float cf, int N)
     gpt_moe_destroy(cpu);
 
     /* the CUDA layer: this rank's experts and tokens, device buffers */
-    float *dgate = to_dev(gate, E * C), *dfc_w = to_dev(fc_w + e0 * H * C, El * H * C);
-    float *dfc_b = to_dev(fc_b + e0 * H, El * H), *dproj_w = to_dev(proj_w + e0 * C * H, El * C * H);
-    float *dproj_b = to_dev(proj_b + e0 * C, El * C);
+    float *dgate = to_dev(f.gate, E * C), *dfc_w = to_dev(f.fc_w + e0 * H * C, El * H * C);
+    float *dfc_b = to_dev(f.fc_b + e0 * H, El * H), *dproj_w = to_dev(f.proj_w + e0 * C * H, El * C * H);
+    float *dproj_b = to_dev(f.proj_b + e0 * C, El * C);
     float *gg = to_dev(NULL, E * C), *gfc_w = to_dev(NULL, El * H * C), *gfc_b = to_dev(NULL, El * H);
     float *gproj_w = to_dev(NULL, El * C * H), *gproj_b = to_dev(NULL, El * C);
     float *dx_in = to_dev(x + rank * NC, NC), *dinit = to_dev(init + rank * NC, NC);
@@ -163,10 +139,10 @@ static void run_case(int E, int K, float cf, int N)
         CHECK_OK(gpt_moe_backward(m, 1.0f, dx_in, ddout, ddx, &dp, &dg));
         compare("d x", ddx, dx_ref, NC);
         compare("d gate", gg, g_gate_own, E * C);
-        compare("d fc_w", gfc_w, g_fc_w + e0 * H * C, El * H * C);
-        compare("d fc_b", gfc_b, g_fc_b + e0 * H, El * H);
-        compare("d proj_w", gproj_w, g_proj_w + e0 * C * H, El * C * H);
-        compare("d proj_b", gproj_b, g_proj_b + e0 * C, El * C);
+        compare("d fc_w", gfc_w, f.g_fc_w + e0 * H * C, El * H * C);
+        compare("d fc_b", gfc_b, f.g_fc_b + e0 * H, El * H);
+        compare("d proj_w", gproj_w, f.g_proj_w + e0 * C * H, El * C * H);
+        compare("d proj_b", gproj_b, f.g_proj_b + e0 * C, El * C);
         /* in place: out == init gives the same output */
         CHECK_OK(gpt_moe_forward(m, dx_in, dinit, dinit, &dp, NULL));
         compare("out (in place)", dinit, out_ref, NC);
@@ -175,8 +151,7 @@ static void run_case(int E, int K, float cf, int N)
     float *devs[] = {dgate, dfc_w, dfc_b, dproj_w, dproj_b, gg, gfc_w, gfc_b, gproj_w, gproj_b, dx_in, dinit,
                      ddout, dout_buf, ddx};
     for (size_t i = 0; i < sizeof devs / sizeof *devs; i++) cudaFree(devs[i]);
-    free(gate), free(fc_w), free(fc_b), free(proj_w), free(proj_b), free(x), free(init), free(dout);
-    free(g_gate_all), free(g_gate_own), free(g_fc_w), free(g_fc_b), free(g_proj_w), free(g_proj_b);
+    moe_test_model_free(&f), free(x), free(init), free(dout), free(g_gate_own);
     free(out_ref), free(dx_ref), free(o), free(d), free(w_ref), free(exp_ref), free(slot_ref);
 }
 
@@ -187,18 +162,8 @@ int main(int argc, char **argv)
     int staged = argc > 1 && !strcmp(argv[1], "staged");
     size = 1;
     if (staged) {
-        zero_comm_config cfg = ZERO_COMM_CONFIG_INIT;
-        cfg.timeout_s = 60;
-        cfg.backend = ZERO_BACKEND_STAGED;
-        cfg.device = 0; /* every rank on GPU 0 */
-        zero_status st = zero_comm_create_world(&world, &cfg);
-        if (st == ZERO_UNSUPPORTED) CHECK_SKIP("STAGED backend: %s", zero_last_error());
-        if (st != ZERO_OK) {
-            fprintf(stderr, "STAGED world: %s\n", zero_last_error());
-            return 1;
-        }
-        rank = zero_comm_get_rank(world), size = zero_comm_get_size(world);
-        check_set_rank(rank);
+        int rc = gpt_test_staged_world(&world, &rank, &size);
+        if (rc) return rc;
     }
     run_case(4 * size, 1, 1.0f, 37);  /* top-1, capacity 10 of 37: drops */
     run_case(4 * size, 2, 0.75f, 40); /* top-2 with dropping */

@@ -24,56 +24,10 @@
 
 #include "check.h"
 #include "moe.h"
+#include "moe_layer_test.h"
 
 static int rank, size;
 static zero_comm *world;
-
-static float urand(uint64_t *s)
-{
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((*s >> 40) & 0xffffff) / 16777216.0f - 0.5f;
-}
-
-static void fill(float *p, size_t n, uint64_t seed, float scale)
-{
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-    for (size_t i = 0; i < n; i++) p[i] = scale * urand(&s);
-}
-
-typedef struct full_model {
-    float *gate, *fc_w, *fc_b, *proj_w, *proj_b;   /* all E experts */
-    float *g_gate, *g_fc_w, *g_fc_b, *g_proj_w, *g_proj_b;
-} full_model;
-
-static void model_alloc(full_model *f, const gpt_moe_config *c, int fill_values)
-{
-    size_t E = c->experts, C = c->d_model, H = c->d_ff;
-    f->gate = calloc(E * C, 4), f->fc_w = calloc(E * H * C, 4), f->fc_b = calloc(E * H, 4);
-    f->proj_w = calloc(E * C * H, 4), f->proj_b = calloc(E * C, 4);
-    f->g_gate = calloc(E * C, 4), f->g_fc_w = calloc(E * H * C, 4), f->g_fc_b = calloc(E * H, 4);
-    f->g_proj_w = calloc(E * C * H, 4), f->g_proj_b = calloc(E * C, 4);
-    if (!fill_values) return;
-    fill(f->gate, E * C, 11, 2.0f);
-    fill(f->fc_w, E * H * C, 12, 0.5f);
-    fill(f->fc_b, E * H, 13, 0.1f);
-    fill(f->proj_w, E * C * H, 14, 0.5f);
-    fill(f->proj_b, E * C, 15, 0.1f);
-}
-
-static void model_free(full_model *f)
-{
-    free(f->gate), free(f->fc_w), free(f->fc_b), free(f->proj_w), free(f->proj_b);
-    free(f->g_gate), free(f->g_fc_w), free(f->g_fc_b), free(f->g_proj_w), free(f->g_proj_b);
-}
-
-/* Views of experts [first, first + n) of f. */
-static void view(const full_model *f, const gpt_moe_config *c, int first, gpt_moe_params *p, gpt_moe_params *g)
-{
-    size_t C = c->d_model, H = c->d_ff, e = (size_t)first;
-    *p = (gpt_moe_params){f->gate, f->fc_w + e * H * C, f->fc_b + e * H, f->proj_w + e * C * H, f->proj_b + e * C};
-    *g = (gpt_moe_params){f->g_gate, f->g_fc_w + e * H * C, f->g_fc_b + e * H, f->g_proj_w + e * C * H,
-                          f->g_proj_b + e * C};
-}
 
 static void expect_close(const float *got, const float *want, size_t n, const char *what)
 {
@@ -151,16 +105,12 @@ static void run_case(int E, int K, float cf, int N)
     gpt_moe_config c = {.d_model = 24, .d_ff = 40, .experts = E, .top_k = K, .capacity_factor = cf,
                         .aux_loss_coef = 0.01f};
     int C = c.d_model;
-    full_model ref, ep;
-    model_alloc(&ref, &c, 1);
-    model_alloc(&ep, &c, 1);
+    moe_test_model ref, ep;
+    moe_test_model_alloc(&ref, &c, 1);
+    moe_test_model_alloc(&ep, &c, 1);
     size_t NC = (size_t)N * C;
-    float *x = malloc(NC * 4 * (size_t)size), *init = malloc(NC * 4 * (size_t)size), *dout = malloc(NC * 4 * (size_t)size);
-    for (int r = 0; r < size; r++) {
-        fill(x + r * NC, NC, 100 + r, 2.0f);
-        fill(init + r * NC, NC, 200 + r, 1.0f);
-        fill(dout + r * NC, NC, 300 + r, 1.0f);
-    }
+    float *x, *init, *dout;
+    moe_test_tokens(&c, N, size, &x, &init, &dout);
     float *out_ref = malloc(NC * 4), *dx_ref = malloc(NC * 4), *out = malloc(NC * 4), *dx = malloc(NC * 4);
     int32_t *rexp = malloc(sizeof(int32_t) * N * K), *rslot = malloc(sizeof(int32_t) * N * K);
     long rdrop = 0;
@@ -171,7 +121,7 @@ static void run_case(int E, int K, float cf, int N)
     gpt_moe *one = NULL;
     CHECK_OK(gpt_moe_create(&one, &c, N, NULL));
     gpt_moe_params p, g;
-    view(&ref, &c, 0, &p, &g);
+    moe_test_view(&ref, &c, 0, &p, &g);
     for (int r = 0; r < size; r++) {
         float aux = 0, *o = malloc(NC * 4), *d = malloc(NC * 4);
         CHECK_OK(gpt_moe_forward(one, x + r * NC, init + r * NC, o, &p, &aux));
@@ -200,7 +150,7 @@ static void run_case(int E, int K, float cf, int N)
     int first = 0, El = 0;
     gpt_moe_local_experts(m, &first, &El);
     CHECK(first == rank * (E / size) && El == E / size);
-    view(&ep, &c, first, &p, &g);
+    moe_test_view(&ep, &c, first, &p, &g);
     float aux = 0;
     zero_comm_counters c0, c1, c2;
     CHECK_OK(zero_comm_get_counters(world, &c0));
@@ -258,7 +208,7 @@ static void run_case(int E, int K, float cf, int N)
         fprintf(stderr, "%scapacity %d, %ld of %d choices dropped on rank 0\n", what, gpt_moe_capacity(m), rt.dropped,
                 N * K);
     gpt_moe_destroy(m);
-    model_free(&ref), model_free(&ep);
+    moe_test_model_free(&ref), moe_test_model_free(&ep);
     free(x), free(init), free(dout), free(out_ref), free(dx_ref), free(out), free(dx), free(rexp), free(rslot);
     free(rows);
 }
