@@ -73,10 +73,12 @@ names=$(timeout 60 bash -c "$(declare -f launch); $(declare -p A work here); lau
 [ "$names" = "$A $B " ] || fail "ranks ran on [$names], expected one on each of $A and $B"
 echo "ranks on two hosts: $names"
 
-# 1. bitwise equal to one host, with 1 and 2 ranks per host
+# 1. bitwise equal to one host, with 1 and 2 ranks per host; on the frozen corpus
+# (tests/python/train_helpers.py corpus()), not a live source file an edit would change
+gzip -dc "$src/tests/python/data/corpus.txt.gz" > "$work/corpus.txt"
 args=(--plain --set model.n_layer=2 --set model.n_head=2 --set model.d_model=32 --set model.seq_len=16
       --micro-batch 4 --set optimizer.params.lr=0.01 --set scheduler.params.warmup_num_steps=2
-      --set scheduler.params.total_num_steps=40 --data "$src/zero/config.c" --stage 3 --steps 8)
+      --set scheduler.params.total_num_steps=40 --data "$work/corpus.txt" --stage 3 --steps 8)
 # each step's loss and grad norm as printed (17 significant digits)
 steps() { sed -E 's/.*("loss": [^,]*).*("grad_norm": [^,]*).*/\1 \2/' "$1"; }
 for per_host in 1 2; do
