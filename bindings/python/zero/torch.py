@@ -288,16 +288,19 @@ class ZeroModule(torch.nn.Module):
                 kw = {"group": group_of[p]} if p in group_of else {}
                 u.eng_params.append(eng.add_param(u.eng_module, n, init=init, **kw))
         # AccumulateGrad nodes are made now, while every parameter has its
-        # full shape (their input metadata is that shape, and the device:
-        # CUDA parameters get a zero-stride stand-in on the GPU first, which
-        # _attach replaces), and kept alive.
+        # full shape (their input metadata is that shape), and kept alive.
+        # They are made with the dtype and device _attach gives the data:
+        # torch drops a parameter's AccumulateGrad when .data changes dtype
+        # or device (and makes another, without our hook), so a bf16/fp16
+        # engine or a CUDA one gets a zero-stride stand-in of that dtype on
+        # that device first, which _attach replaces.
         self._acc_nodes = []
         with torch.enable_grad():
             for u in self._units:
                 u.grad_views = [None] * len(u.params)
                 for i, (_, p) in enumerate(u.params):
-                    if self._cuda:
-                        p.data = torch.zeros((), dtype=p.dtype, device=self.device).expand(p.shape)
+                    if self._cuda or p.dtype != self._dtype:
+                        p.data = torch.zeros((), dtype=self._dtype, device=self.device).expand(p.shape)
                     node = p.expand_as(p).grad_fn.next_functions[0][0]
                     node.register_hook(self._make_grad_hook(u, i, p))
                     self._acc_nodes.append(node)
@@ -335,6 +338,8 @@ class ZeroModule(torch.nn.Module):
         if self._cuda:  # __cuda_array_interface__; the DeviceArray (and its lease) lives as long as the storage
             t = torch.as_tensor(arr, device=self.device)
         else:
+            if arr.dtype == "uint16":  # bf16 bits: torch.from_numpy takes int16, not uint16
+                arr = arr.view("int16")
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 t = torch.from_numpy(arr)
