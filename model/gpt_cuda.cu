@@ -17,7 +17,16 @@
  *
  * Reductions over rows (bias and LayerNorm weight gradients, embedding
  * gradients) use fp32 atomics, so the CUDA path is not bitwise reproducible
- * run to run; the CPU path is the reference. */
+ * run to run; the CPU path is the reference.
+ *
+ * Tensor parallelism (gpt_cuda_workspace_create_tp): the blocks of one tp
+ * rank hold the shards tp_params.c lays out (the CPU tp GPT's: whole heads
+ * of c_attn, rows of c_fc, columns of the two projections), so the
+ * column-parallel matmuls produce Cl = C/P channels of NHl = n_head/P heads
+ * and Hl = 4C/P MLP units, and Megatron's all-reduces of N x C fp32 sums go
+ * over the tp comm on device buffers: after each row-parallel projection
+ * (forward; tp rank 0 alone adds the residual and the bias) and on the input
+ * gradient of each column-parallel one (backward). */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -33,6 +42,8 @@
 #include "gpt_flash.h"
 #include "gpt_internal.h"
 #include "moe.h"
+#include "tp_gpt.h"
+#include <zero/zero_cuda.h>
 
 typedef __nv_bfloat16 bf16;
 
@@ -85,6 +96,14 @@ struct gpt_cuda_workspace {
      * workspaces: [0, n_layer), one slot. */
     int lb, le, slots, slot;
     struct gpt_cuda_slot_state *saved;
+    /* tensor parallelism (1 / rank 0 / NULL without): the comm, its size and
+     * this rank, the local widths; tp_on_stream: the comm's ops are ordered
+     * on this workspace's stream (zero_comm_set_stream), else the host waits
+     * for the stream before each all-reduce. tp_dx: bf16 activations at P > 1,
+     * the column-parallel layers' input gradient in fp32 (N x C), summed in fp32 */
+    zero_comm *tp;
+    int P, tp_rank, Cl, NHl, Hl, tp_on_stream;
+    float *tp_dx;
     int32_t *host_targets;          /* host copy, for the valid count */
     float *host_losses;             /* host, N */
     int has_targets;
@@ -134,23 +153,32 @@ static size_t wstash_floats(const gpt_cuda_workspace *ws)
     return (size_t)ws->B * ws->T * 9 * ws->cfg.d_model;
 }
 
-static size_t module_numel(const gpt_config *cfg, int module)
+/* Elements of tensor k of `module` on a rank of a tp group of P: the
+ * shard's (tp_params.c, the layout the CPU tp GPT uses; P = 1: the tensor). */
+static size_t tensor_numel(const gpt_config *cfg, int P, int module, int k)
+{
+    const size_t i = gpt_param_position(cfg, module, k);
+    if (P <= 1) { /* gpt_param_info's own count (an MoE expert stack: this ep rank's experts) */
+        gpt_param_info info;
+        return gpt_param_info_get(cfg, i, &info) == ZERO_OK ? info.numel : 0;
+    }
+    tp_param_info ti;
+    return tp_param_info_get(cfg, P, 0, i, &ti) == ZERO_OK ? ti.numel : 0;
+}
+
+static size_t module_numel(const gpt_config *cfg, int P, int module)
 {
     size_t n = 0;
-    gpt_param_info info;
-    for (int k = 0; k < gpt_module_num_tensors(cfg, module); k++) {
-        gpt_param_info_get(cfg, gpt_param_position(cfg, module, k), &info);
-        n += info.numel;
-    }
+    for (int k = 0; k < gpt_module_num_tensors(cfg, module); k++) n += tensor_numel(cfg, P, module, k);
     return n;
 }
 
 #define LT_WS_BYTES ((size_t)32 << 20) /* cuBLASLt's recommended workspace on Hopper */
 
-static gpt_acts_shape cuda_shape(const gpt_config *cfg, int B, int T, const gpt_checkpointing *ck,
+static gpt_acts_shape cuda_shape(const gpt_config *cfg, int P, int B, int T, const gpt_checkpointing *ck,
                                  const gpt_cuda_options *o, int lb, int le, int slots)
 {
-    gpt_acts_shape s = {B, T, cfg->d_model, cfg->n_head, cfg->vocab, 1, lb, le, slots, le == cfg->n_layer,
+    gpt_acts_shape s = {B, T, cfg->d_model, cfg->n_head, cfg->vocab, P, lb, le, slots, le == cfg->n_layer,
                         gpt_checkpointing_below(cfg, ck), ck && ck->cpu_offload, 1, 256, 0, 1,
                         o->attention == GPT_CUDA_ATTN_FLASH, o->act_dtype == ZERO_BF16 ? 2 : 4,
                         cfg->moe_experts > 0};
@@ -163,30 +191,32 @@ static void cuda_layout(gpt_cuda_workspace *ws, const gpt_config *cfg, const gpt
                         gpt_carver *c)
 {
     const int bf16_acts = s->act_elem == 2;
-    const size_t N = (size_t)s->B * s->T, C = (size_t)s->C, f = sizeof(float);
-    const size_t att = (size_t)s->B * s->n_head * s->T * s->T;
+    const size_t N = (size_t)s->B * s->T, C = (size_t)s->C, f = sizeof(float), P = (size_t)s->tp_size;
+    const size_t Cl = C / P, NHl = (size_t)s->n_head / P; /* this tp rank's channels and heads */
+    const size_t att = (size_t)s->B * NHl * s->T * s->T;
     gpt_cuda_workspace scratch;
     gpt_acts_layout(ws ? &ws->acts : NULL, s, c);
     if (!ws) ws = &scratch;
     const int S = GPT_ACT_SCRATCH;
     ws->losses = (float *)gpt_carve(c, S, N, f);
     float **nc[] = {&ws->q, &ws->k, &ws->v, &ws->y, &ws->dq, &ws->dk, &ws->dv, &ws->dy};
-    for (size_t i = 0; i < sizeof nc / sizeof nc[0]; i++) *nc[i] = s->flash ? NULL : (float *)gpt_carve(c, S, N * C, f);
+    for (size_t i = 0; i < sizeof nc / sizeof nc[0]; i++) *nc[i] = s->flash ? NULL : (float *)gpt_carve(c, S, N * Cl, f);
     ws->datt = s->flash ? NULL : (float *)gpt_carve(c, S, att, f);
-    ws->D = s->flash ? (float *)gpt_carve(c, S, (size_t)s->B * s->n_head * s->T, f) : NULL;
+    ws->D = s->flash ? (float *)gpt_carve(c, S, (size_t)s->B * NHl * s->T, f) : NULL;
     ws->dres16 = bf16_acts ? (bf16 *)gpt_carve(c, S, N * C, sizeof(bf16)) : NULL;
     ws->bgrad = bf16_acts ? (float *)gpt_carve(c, S, 4 * C, f) : NULL;
+    ws->tp_dx = bf16_acts && P > 1 ? (float *)gpt_carve(c, S, N * C, f) : NULL;
     ws->embed_p = ws->embed_g = ws->module_p = ws->module_g = NULL;
     ws->embed_p16 = ws->module_p16 = NULL;
     if (bf16_acts && dt == ZERO_F32) {
-        size_t m = module_numel(cfg, gpt_module_block(0));
-        ws->embed_p16 = (bf16 *)gpt_carve(c, S, module_numel(cfg, GPT_MODULE_EMBED), sizeof(bf16));
+        size_t m = module_numel(cfg, s->tp_size, gpt_module_block(0));
+        ws->embed_p16 = (bf16 *)gpt_carve(c, S, module_numel(cfg, 1, GPT_MODULE_EMBED), sizeof(bf16));
         ws->module_p16 = (bf16 *)gpt_carve(c, S, m, sizeof(bf16)); /* the final module has no matmul */
     }
     if (dt == ZERO_BF16) {
-        size_t e = module_numel(cfg, GPT_MODULE_EMBED);
-        size_t m = module_numel(cfg, gpt_module_block(0));
-        size_t fm = module_numel(cfg, gpt_module_final(cfg));
+        size_t e = module_numel(cfg, 1, GPT_MODULE_EMBED);
+        size_t m = module_numel(cfg, s->tp_size, gpt_module_block(0));
+        size_t fm = module_numel(cfg, 1, gpt_module_final(cfg));
         m = m > fm ? m : fm;
         ws->embed_p = (float *)gpt_carve(c, S, e, f);
         ws->embed_g = (float *)gpt_carve(c, S, e, f);
@@ -484,20 +514,21 @@ static zero_status layernorm_forward(gpt_cuda_workspace *ws, void *out, float *m
     return ZERO_OK;
 }
 
-/* dinp (fp32, the residual gradient) += ...; dout: the activation type */
-static zero_status layernorm_backward(gpt_cuda_workspace *ws, float *dinp, float *dw, float *db,
+/* dinp (fp32, the residual gradient) += ...; dout: the activation type
+ * (dout_act), else fp32 (a tp all-reduced gradient in the bf16 mode) */
+static zero_status layernorm_backward(gpt_cuda_workspace *ws, float *dinp, float *dw, float *db, int dout_act,
                                       const void *dout, const float *inp, const float *w, const float *mean,
                                       const float *rstd, int N, int C)
 {
     unsigned g = blocks_for((size_t)N * 32, 256);
-    if (ws->act_bf16)
+    if (ws->act_bf16 && dout_act)
         layernorm_backward_dinp_kernel<bf16><<<g, 256, 0, ws->stream>>>(dinp, (const bf16 *)dout, inp, w, mean, rstd, N, C);
     else
         layernorm_backward_dinp_kernel<float><<<g, 256, 0, ws->stream>>>(dinp, (const float *)dout, inp, w, mean, rstd,
                                                                         N, C);
     LAUNCH_CHECK("layernorm_backward");
-    GPT_TRY(column_sums(ws, dw, dout, 1, inp, mean, rstd, N, C));
-    return column_sums(ws, db, dout, 1, NULL, NULL, NULL, N, C);
+    GPT_TRY(column_sums(ws, dw, dout, dout_act, inp, mean, rstd, N, C));
+    return column_sums(ws, db, dout, dout_act, NULL, NULL, NULL, N, C);
 }
 
 /* ------------------------------------------------------------ linear layers, both modes */
@@ -552,10 +583,12 @@ static zero_status linear_forward(gpt_cuda_workspace *ws, void *out, int out_act
  * column sums of dout (bk -1: none). dout and inp are activations.
  * stash (the split backward's B, fp32 activations only): dinp only, dout
  * kept in the stash for W (gpt_cuda_backward_block_weight), which then runs
- * matmul_backward's weight half - the same gemms in the same order. */
-static zero_status linear_backward(gpt_cuda_workspace *ws, float *stash, void *dinp, const module_view *pv, int wk,
-                                   float *const *g, int bk, const void *dout, const void *inp, int N, int C, int OC,
-                                   const void *gelu_aux)
+ * matmul_backward's weight half - the same gemms in the same order.
+ * dinp_f32 (bf16 activations, no gelu_aux): dinp is written fp32, not bf16 -
+ * a tp rank's partial input gradient, summed over tp in fp32. */
+static zero_status linear_backward(gpt_cuda_workspace *ws, float *stash, void *dinp, int dinp_f32,
+                                   const module_view *pv, int wk, float *const *g, int bk, const void *dout,
+                                   const void *inp, int N, int C, int OC, const void *gelu_aux)
 {
     if (stash) {
         CUDA_TRY(cudaMemcpyAsync(stash, dout, sizeof(float) * (size_t)N * OC, cudaMemcpyDeviceToDevice, ws->stream));
@@ -575,7 +608,7 @@ static zero_status linear_backward(gpt_cuda_workspace *ws, float *stash, void *d
     memset(&m, 0, sizeof m); /* dinp = dout W */
     m.ta = 0, m.tb = 0, m.M = N, m.N = C, m.K = OC;
     m.A = dout, m.lda = OC, m.B = pv->h[wk], m.ldb = C, m.ab_type = CUDA_R_16BF;
-    m.D = dinp, m.ldd = C, m.d_type = CUDA_R_16BF;
+    m.D = dinp, m.ldd = C, m.d_type = dinp_f32 ? CUDA_R_32F : CUDA_R_16BF;
     int dgelu_done = 0;
     if (gelu_aux && !ws->no_dgelu_epi) {
         m.epilogue = GPT_LT_DGELU, m.aux = (void *)gelu_aux, m.ldaux = C;
@@ -616,27 +649,27 @@ static zero_status linear_backward(gpt_cuda_workspace *ws, float *stash, void *d
 static zero_status stage_params(gpt_cuda_workspace *ws, int module, const gpt_tensors *in, float *scratch,
                                 bf16 *scratch16, module_view *out)
 {
-    gpt_param_info info;
     memset(out, 0, sizeof *out);
+    const int P = ws->P; /* tp shards; the embed and final modules are whole on every tp rank */
     for (int k = 0; k < gpt_module_num_tensors(&ws->cfg, module); k++) {
-        gpt_param_info_get(&ws->cfg, gpt_param_position(&ws->cfg, module, k), &info);
+        const size_t numel = tensor_numel(&ws->cfg, P, module, k); /* this tp rank's shard */
         if (ws->param_dtype == ZERO_F32) {
             out->f[k] = (float *)in->t[k];
             if (ws->act_bf16) {
-                f32_to_bf16_kernel<<<blocks_for(info.numel, 256), 256, 0, ws->stream>>>(
-                    scratch16, (const float *)in->t[k], info.numel);
+                f32_to_bf16_kernel<<<blocks_for(numel, 256), 256, 0, ws->stream>>>(
+                    scratch16, (const float *)in->t[k], numel);
                 LAUNCH_CHECK("f32_to_bf16");
                 out->h[k] = scratch16;
-                scratch16 += info.numel;
+                scratch16 += numel;
             }
             continue;
         }
-        bf16_to_f32_kernel<<<blocks_for(info.numel, 256), 256, 0, ws->stream>>>(
-            scratch, (const __nv_bfloat16 *)in->t[k], info.numel);
+        bf16_to_f32_kernel<<<blocks_for(numel, 256), 256, 0, ws->stream>>>(
+            scratch, (const __nv_bfloat16 *)in->t[k], numel);
         LAUNCH_CHECK("bf16_to_f32");
         out->f[k] = scratch;
         out->h[k] = (bf16 *)in->t[k];
-        scratch += info.numel;
+        scratch += numel;
     }
     return ZERO_OK;
 }
@@ -645,16 +678,16 @@ static zero_status stage_params(gpt_cuda_workspace *ws, int module, const gpt_te
 static zero_status stage_grads(gpt_cuda_workspace *ws, int module, const gpt_tensors *in, float *scratch,
                                float *out[GPT_MAX_MODULE_TENSORS])
 {
-    if (ws->param_dtype == ZERO_BF16) CUDA_TRY(cudaMemsetAsync(scratch, 0, sizeof(float) * module_numel(&ws->cfg, module), ws->stream));
-    gpt_param_info info;
+    const int P = ws->P; /* tp shards; the embed and final modules are whole on every tp rank */
+    if (ws->param_dtype == ZERO_BF16)
+        CUDA_TRY(cudaMemsetAsync(scratch, 0, sizeof(float) * module_numel(&ws->cfg, P, module), ws->stream));
     for (int k = 0; k < gpt_module_num_tensors(&ws->cfg, module); k++) {
         if (ws->param_dtype == ZERO_F32) {
             out[k] = (float *)in->t[k];
             continue;
         }
-        gpt_param_info_get(&ws->cfg, gpt_param_position(&ws->cfg, module, k), &info);
         out[k] = scratch;
-        scratch += info.numel;
+        scratch += tensor_numel(&ws->cfg, P, module, k);
     }
     return ZERO_OK;
 }
@@ -663,13 +696,13 @@ static zero_status stage_grads(gpt_cuda_workspace *ws, int module, const gpt_ten
 static zero_status unstage_grads(gpt_cuda_workspace *ws, int module, gpt_tensors *g, float *scratch)
 {
     if (ws->param_dtype == ZERO_F32) return ZERO_OK;
-    gpt_param_info info;
+    const int P = ws->P; /* tp shards; the embed and final modules are whole on every tp rank */
     for (int k = 0; k < gpt_module_num_tensors(&ws->cfg, module); k++) {
-        gpt_param_info_get(&ws->cfg, gpt_param_position(&ws->cfg, module, k), &info);
-        bf16_accumulate_kernel<<<blocks_for(info.numel, 256), 256, 0, ws->stream>>>((__nv_bfloat16 *)g->t[k],
-                                                                                    scratch, info.numel);
+        const size_t numel = tensor_numel(&ws->cfg, P, module, k);
+        bf16_accumulate_kernel<<<blocks_for(numel, 256), 256, 0, ws->stream>>>((__nv_bfloat16 *)g->t[k], scratch,
+                                                                               numel);
         LAUNCH_CHECK("bf16_accumulate");
-        scratch += info.numel;
+        scratch += numel;
     }
     return ZERO_OK;
 }
@@ -703,11 +736,15 @@ static const gpt_cuda_options *default_options(gpt_cuda_options *o, gpt_cuda_mat
     return o;
 }
 
-static zero_status check_args(const gpt_config *cfg, int batch, int seq, zero_dtype param_dtype,
+static zero_status check_args(const gpt_config *cfg, int P, int batch, int seq, zero_dtype param_dtype,
                               const gpt_checkpointing *ck, const gpt_cuda_options *o, const char *op)
 {
     GPT_TRY(gpt_config_validate(cfg));
+    GPT_TRY(tp_config_validate(cfg, P)); /* P divides n_head; no MoE at P > 1 */
     GPT_TRY(gpt_checkpointing_validate(ck, op));
+    if (P > 1 && ck && ck->partition)
+        return gpt_fail(ZERO_UNSUPPORTED, "%s: partitioned activation checkpoints (partition_activations) over tp are "
+                                          "the CPU stage's only; the CUDA GPT keeps recomputed inputs whole", op);
     if (batch < 1 || seq < 1 || seq > cfg->seq_len)
         return gpt_fail(ZERO_INVALID_ARGUMENT, "%s: batch %d x seq %d is invalid (seq_len %d)", op, batch, seq,
                         cfg->seq_len);
@@ -742,11 +779,24 @@ extern "C" zero_status gpt_cuda_activation_bytes_for_opts(const gpt_config *cfg,
                                                           const gpt_checkpointing *ck, gpt_activation_bytes *out)
 {
     if (!out) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_activation_bytes_for: out is NULL");
+    if (!cfg) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_activation_bytes_for: config is NULL");
+    return gpt_cuda_activation_bytes_stage(cfg, 1, batch, seq, param_dtype, opts, ck, 0, cfg->n_layer, 1, out);
+}
+
+extern "C" zero_status gpt_cuda_activation_bytes_stage(const gpt_config *cfg, int tp_size, int batch, int seq,
+                                                       zero_dtype param_dtype, const gpt_cuda_options *opts,
+                                                       const gpt_checkpointing *ck, int layer_begin, int layer_end,
+                                                       int slots, gpt_activation_bytes *out)
+{
+    if (!out) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_activation_bytes_for: out is NULL");
     memset(out, 0, sizeof *out);
     gpt_cuda_options dflt;
     if (!opts) opts = default_options(&dflt, GPT_CUDA_MATH_BF16);
-    GPT_TRY(check_args(cfg, batch, seq, param_dtype, ck, opts, "gpt_cuda_activation_bytes_for"));
-    gpt_acts_shape s = cuda_shape(cfg, batch, seq, ck, opts, 0, cfg->n_layer, 1);
+    GPT_TRY(check_args(cfg, tp_size, batch, seq, param_dtype, ck, opts, "gpt_cuda_activation_bytes_for"));
+    if (layer_begin < 0 || layer_end > cfg->n_layer || layer_begin >= layer_end || slots < 1)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_activation_bytes_stage: blocks [%d, %d) with %d slots (the "
+                        "model has %d blocks)", layer_begin, layer_end, slots, cfg->n_layer);
+    gpt_acts_shape s = cuda_shape(cfg, tp_size, batch, seq, ck, opts, layer_begin, layer_end, slots);
     gpt_carver c;
     gpt_carver_init(&c, s.align, NULL, NULL);
     cuda_layout(NULL, cfg, &s, param_dtype, &c);
@@ -787,7 +837,7 @@ extern "C" zero_status gpt_cuda_workspace_create_opts(gpt_cuda_workspace **out, 
 static zero_status create_workspace(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
                                     zero_dtype param_dtype, const gpt_cuda_options *opts, void *cuda_stream,
                                     const gpt_checkpointing *ck, int layer_begin, int layer_end, int slots,
-                                    zero_comm *ep);
+                                    zero_comm *ep, zero_comm *tp);
 
 /* One CUDA MoE layer per block, over `ep`, as the CPU workspace's create_moe. */
 static zero_status create_moe(gpt_cuda_workspace *ws, zero_comm *ep)
@@ -818,13 +868,22 @@ extern "C" zero_status gpt_cuda_workspace_create_moe(gpt_cuda_workspace **out, c
     if (!out) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_create: out is NULL");
     *out = NULL;
     GPT_TRY(gpt_config_validate(cfg));
-    return create_workspace(out, cfg, batch, seq, param_dtype, opts, cuda_stream, ck, 0, cfg->n_layer, 1, ep);
+    return create_workspace(out, cfg, batch, seq, param_dtype, opts, cuda_stream, ck, 0, cfg->n_layer, 1, ep, NULL);
 }
 
 extern "C" zero_status gpt_cuda_workspace_create_stage(gpt_cuda_workspace **out, const gpt_config *cfg, int batch,
                                                        int seq, zero_dtype param_dtype, const gpt_cuda_options *opts,
                                                        void *cuda_stream, const gpt_checkpointing *ck, int layer_begin,
                                                        int layer_end, int slots)
+{
+    return gpt_cuda_workspace_create_tp(out, cfg, batch, seq, param_dtype, opts, cuda_stream, ck, layer_begin,
+                                        layer_end, slots, NULL);
+}
+
+extern "C" zero_status gpt_cuda_workspace_create_tp(gpt_cuda_workspace **out, const gpt_config *cfg, int batch,
+                                                    int seq, zero_dtype param_dtype, const gpt_cuda_options *opts,
+                                                    void *cuda_stream, const gpt_checkpointing *ck, int layer_begin,
+                                                    int layer_end, int slots, zero_comm *tp)
 {
     if (!out) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_create_stage: out is NULL");
     *out = NULL;
@@ -834,7 +893,57 @@ extern "C" zero_status gpt_cuda_workspace_create_stage(gpt_cuda_workspace **out,
                                           "keeps one activation set, so MoE blocks have no pipeline stages on CUDA "
                                           "yet", cfg->moe_experts);
     return create_workspace(out, cfg, batch, seq, param_dtype, opts, cuda_stream, ck, layer_begin, layer_end, slots,
-                            NULL);
+                            NULL, tp);
+}
+
+/* The tp comm of a workspace: its size and rank, a device comm at P > 1,
+ * and whether its ops are ordered on the workspace's stream. */
+static zero_status bind_tp(gpt_cuda_workspace *ws, zero_comm *tp)
+{
+    const char *op = "gpt_cuda_workspace_create_tp";
+    ws->tp = tp;
+    ws->P = tp ? zero_comm_get_size(tp) : 1;
+    ws->tp_rank = tp ? zero_comm_get_rank(tp) : 0;
+    if (ws->P < 1 || ws->tp_rank < 0)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "%s: the tp comm is not a live comm (size %d, rank %d)", op, ws->P,
+                        ws->tp_rank);
+    ws->Cl = ws->cfg.d_model / ws->P, ws->NHl = ws->cfg.n_head / ws->P, ws->Hl = 4 * ws->cfg.d_model / ws->P;
+    if (ws->P == 1) return ZERO_OK;
+    zero_backend b = zero_comm_get_backend(tp);
+    if (b != ZERO_BACKEND_NCCL && b != ZERO_BACKEND_STAGED)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "%s: the tp comm '%s' takes host buffers (backend %d); the CUDA GPT "
+                        "all-reduces device buffers and needs an NCCL or STAGED comm", op, zero_comm_get_name(tp), (int)b);
+    zero_stream *s = zero_comm_get_stream(tp);
+    if (s && zero_stream_get_cuda(s) != ws->stream)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "%s: the tp comm '%s' is ordered on another stream than the "
+                        "workspace's (zero_comm_set_stream with a stream wrapping the workspace's, or none)", op,
+                        zero_comm_get_name(tp));
+    ws->tp_on_stream = s != NULL;
+    return ZERO_OK;
+}
+
+/* Megatron's all-reduce over tp of an N x C fp32 device buffer, in place:
+ * stream-ordered when the comm is on the workspace's stream (NCCL runs it
+ * there; STAGED waits for the stream and runs it in the call), else after
+ * the host waited for the work queued before it (the MoE layer's rule). */
+static zero_status tp_allreduce(gpt_cuda_workspace *ws, float *buf, const char *what, int layer)
+{
+    if (ws->P == 1) return ZERO_OK;
+    if (!ws->tp_on_stream) CUDA_TRY(cudaStreamSynchronize(ws->stream));
+    zero_status st = zero_allreduce(ws->tp, buf, buf, (size_t)ws->B * ws->T * ws->cfg.d_model, ZERO_F32, ZERO_SUM);
+    if (st != ZERO_OK)
+        return gpt_fail(st, "gpt cuda: tp all-reduce of %s of block %d: %s", what, layer, zero_comm_last_error(ws->tp));
+    return ZERO_OK;
+}
+
+/* The host waits for the stream and, when the tp comm is on it, for its ops
+ * (a failed stream-ordered all-reduce is reported here). */
+static zero_status ws_sync(gpt_cuda_workspace *ws)
+{
+    CUDA_TRY(cudaStreamSynchronize(ws->stream));
+    if (ws->tp_on_stream && zero_comm_sync(ws->tp) != ZERO_OK)
+        return gpt_fail(ZERO_BACKEND, "gpt cuda: tp all-reduce: %s", zero_comm_last_error(ws->tp));
+    return ZERO_OK;
 }
 
 /* The workspace of blocks [layer_begin, layer_end) with `slots` activation
@@ -842,11 +951,12 @@ extern "C" zero_status gpt_cuda_workspace_create_stage(gpt_cuda_workspace **out,
 static zero_status create_workspace(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
                                     zero_dtype param_dtype, const gpt_cuda_options *opts, void *cuda_stream,
                                     const gpt_checkpointing *ck, int layer_begin, int layer_end, int slots,
-                                    zero_comm *ep)
+                                    zero_comm *ep, zero_comm *tp)
 {
     gpt_cuda_options dflt;
     if (!opts) opts = default_options(&dflt, GPT_CUDA_MATH_BF16);
-    GPT_TRY(check_args(cfg, batch, seq, param_dtype, ck, opts, "gpt_cuda_workspace_create"));
+    const int P = tp ? zero_comm_get_size(tp) : 1;
+    GPT_TRY(check_args(cfg, P < 1 ? 1 : P, batch, seq, param_dtype, ck, opts, "gpt_cuda_workspace_create"));
     if (layer_begin < 0 || layer_end > cfg->n_layer || layer_begin >= layer_end || slots < 1)
         return gpt_fail(ZERO_INVALID_ARGUMENT,
                         "gpt_cuda_workspace_create_stage: blocks [%d, %d) with %d slots (the model has %d blocks; "
@@ -867,14 +977,14 @@ static zero_status create_workspace(gpt_cuda_workspace **out, const gpt_config *
     ws->stream = (cudaStream_t)cuda_stream;
     ws->lb = layer_begin, ws->le = layer_end, ws->slots = slots, ws->slot = 0;
     size_t N = (size_t)batch * seq;
-    gpt_acts_shape shape = cuda_shape(cfg, batch, seq, ck, opts, layer_begin, layer_end, slots);
+    gpt_acts_shape shape = cuda_shape(cfg, P < 1 ? 1 : P, batch, seq, ck, opts, layer_begin, layer_end, slots);
     ws->host_targets = (int32_t *)malloc(sizeof(int32_t) * N);
     ws->host_losses = (float *)malloc(sizeof(float) * N);
     ws->saved = (struct gpt_cuda_slot_state *)calloc((size_t)slots, sizeof *ws->saved);
-    zero_status st = ZERO_OK;
-    if (!ws->host_targets || !ws->host_losses || !ws->saved) {
+    zero_status st = bind_tp(ws, tp);
+    if (st == ZERO_OK && (!ws->host_targets || !ws->host_losses || !ws->saved)) {
         st = gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_cuda_workspace_create: no host memory");
-    } else if ((st = gpt_acts_init(&ws->acts, &shape)) == ZERO_OK) {
+    } else if (st == ZERO_OK && (st = gpt_acts_init(&ws->acts, &shape)) == ZERO_OK) {
         gpt_carver c;
         gpt_carver_init(&c, shape.align, NULL, NULL);
         cuda_layout(NULL, cfg, &shape, param_dtype, &c);
@@ -1141,15 +1251,15 @@ extern "C" zero_status gpt_cuda_backward_begin_input(gpt_cuda_workspace *ws, flo
 extern "C" zero_status gpt_cuda_workspace_sync(gpt_cuda_workspace *ws)
 {
     if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_sync: workspace is NULL");
-    CUDA_TRY(cudaStreamSynchronize(ws->stream));
-    return ZERO_OK;
+    return ws_sync(ws);
 }
 
 /* The attention of one block: a->atty from a->qkv (flash: a->att_lse kept;
- * unfused: a->att, the probabilities). */
+ * unfused: a->att, the probabilities); over this tp rank's NHl heads, Cl
+ * channels (all of them at tp 1). */
 static zero_status attention_forward(gpt_cuda_workspace *ws, gpt_block_acts *a)
 {
-    const int B = ws->B, T = ws->T, C = ws->cfg.d_model, NH = ws->cfg.n_head, hs = C / NH, N = B * T;
+    const int B = ws->B, T = ws->T, C = ws->Cl, NH = ws->NHl, hs = C / NH, N = B * T;
     size_t nh = (size_t)N * C;
     if (ws->flash) {
         cudaError_t e = ws->act_bf16 ? gpt_cuda_flash_forward<bf16>((bf16 *)a->atty, a->att_lse, (const bf16 *)a->qkv, B, T,
@@ -1178,7 +1288,7 @@ static zero_status attention_forward(gpt_cuda_workspace *ws, gpt_block_acts *a)
 /* dqkv from dout (the gradient of atty) through the attention of block `a`. */
 static zero_status attention_backward(gpt_cuda_workspace *ws, gpt_block_acts *a, void *dqkv, const void *dout)
 {
-    const int B = ws->B, T = ws->T, C = ws->cfg.d_model, NH = ws->cfg.n_head, hs = C / NH, N = B * T;
+    const int B = ws->B, T = ws->T, C = ws->Cl, NH = ws->NHl, hs = C / NH, N = B * T;
     size_t nh = (size_t)N * C;
     if (ws->flash) {
         cudaError_t e =
@@ -1236,15 +1346,19 @@ static zero_status moe_input(gpt_cuda_workspace *ws, gpt_block_acts *a, const fl
  * out == NULL recomputes (everything but the last matmul, whose output is
  * kept), as gpt_block.c does on the CPU. An MoE block's recomputation stops
  * after ln_2 (and its fp32 copy): the layer kept its own state and must not
- * route or exchange again. */
+ * route or exchange again. Under tp the two projections are row-parallel:
+ * tp rank 0 starts from residual + bias, the others from zero, and the sum
+ * over tp is the block's (a recomputation repeats the first all-reduce). */
 static zero_status block_forward(gpt_cuda_workspace *ws, int layer, gpt_block_acts *a, const float *x, float *out,
                                  const module_view *pv)
 {
-    const int C = ws->cfg.d_model, N = ws->B * ws->T;
+    const int C = ws->cfg.d_model, N = ws->B * ws->T, Cl = ws->Cl, Hl = ws->Hl, r0 = ws->tp_rank == 0;
     GPT_TRY(layernorm_forward(ws, a->ln1, a->ln1_mean, a->ln1_rstd, x, pv->f[GPT_LN1_W], pv->f[GPT_LN1_B], N, C));
-    GPT_TRY(linear_forward(ws, a->qkv, 1, NULL, a->ln1, pv, GPT_QKV_W, GPT_QKV_B, N, C, 3 * C, NULL));
+    GPT_TRY(linear_forward(ws, a->qkv, 1, NULL, a->ln1, pv, GPT_QKV_W, GPT_QKV_B, N, C, 3 * Cl, NULL));
     GPT_TRY(attention_forward(ws, a));
-    GPT_TRY(linear_forward(ws, a->res2, 0, x, a->atty, pv, GPT_ATTPROJ_W, GPT_ATTPROJ_B, N, C, C, NULL));
+    GPT_TRY(linear_forward(ws, a->res2, 0, r0 ? x : NULL, a->atty, pv, GPT_ATTPROJ_W, r0 ? GPT_ATTPROJ_B : -1, N, Cl,
+                           C, NULL));
+    GPT_TRY(tp_allreduce(ws, a->res2, "the attention output", layer));
     GPT_TRY(layernorm_forward(ws, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, pv->f[GPT_LN2_W], pv->f[GPT_LN2_B], N,
                               C));
     if (ws->moe) { /* out = res2 + MoE(ln_2(res2)) */
@@ -1254,9 +1368,11 @@ static zero_status block_forward(gpt_cuda_workspace *ws, int layer, gpt_block_ac
         gpt_moe_params mp = moe_tensors(pv->f);
         return gpt_moe_forward(ws->moe[layer], mx, a->res2, out, &mp, &ws->moe_aux[layer]);
     }
-    GPT_TRY(linear_forward(ws, a->fch_gelu, 1, NULL, a->ln2, pv, GPT_FC_W, GPT_FC_B, N, C, 4 * C, a->fch));
+    GPT_TRY(linear_forward(ws, a->fch_gelu, 1, NULL, a->ln2, pv, GPT_FC_W, GPT_FC_B, N, C, Hl, a->fch));
     if (!out) return ZERO_OK;
-    return linear_forward(ws, out, 0, a->res2, a->fch_gelu, pv, GPT_FCPROJ_W, GPT_FCPROJ_B, N, 4 * C, C, NULL);
+    GPT_TRY(linear_forward(ws, out, 0, r0 ? a->res2 : NULL, a->fch_gelu, pv, GPT_FCPROJ_W, r0 ? GPT_FCPROJ_B : -1, N,
+                           Hl, C, NULL));
+    return tp_allreduce(ws, out, "the MLP output", layer);
 }
 
 extern "C" zero_status gpt_cuda_forward_block(gpt_cuda_workspace *ws, int layer, const gpt_tensors *block)
@@ -1304,7 +1420,7 @@ extern "C" zero_status gpt_cuda_forward_end(gpt_cuda_workspace *ws, const gpt_te
     LAUNCH_CHECK("crossentropy_forward");
     if (loss) {
         CUDA_TRY(cudaMemcpyAsync(ws->host_losses, ws->losses, sizeof(float) * N, cudaMemcpyDeviceToHost, ws->stream));
-        CUDA_TRY(cudaStreamSynchronize(ws->stream));
+        GPT_TRY(ws_sync(ws));
         double total = 0.0;
         for (int i = 0; i < N; i++) total += ws->host_losses[i];
         /* with MoE blocks the loss adds their weighted aux losses, as the CPU model's */
@@ -1360,9 +1476,10 @@ extern "C" zero_status gpt_cuda_backward_end(gpt_cuda_workspace *ws, float dloss
         crossentropy_backward_kernel<float><<<g, 256, 0, ws->stream>>>(ws->acts.dlogits, io->logits, io->lse,
                                                                        io->targets, N, V, scale);
     LAUNCH_CHECK("crossentropy_backward");
-    GPT_TRY(linear_backward(ws, NULL, ws->acts.dln, &pe, GPT_WTE, ge, -1, ws->acts.dlogits, io->lnf, N, C, V, NULL));
+    GPT_TRY(linear_backward(ws, NULL, ws->acts.dln, 0, &pe, GPT_WTE, ge, -1, ws->acts.dlogits, io->lnf, N, C, V,
+                            NULL));
     CUDA_TRY(cudaMemsetAsync(ws->acts.dres, 0, sizeof(float) * (size_t)N * C, ws->stream));
-    GPT_TRY(layernorm_backward(ws, ws->acts.dres, gf[GPT_LNF_W], gf[GPT_LNF_B], ws->acts.dln,
+    GPT_TRY(layernorm_backward(ws, ws->acts.dres, gf[GPT_LNF_W], gf[GPT_LNF_B], 1, ws->acts.dln,
                                io->resid[ws->le - ws->lb], pf.f[GPT_LNF_W], io->lnf_mean, io->lnf_rstd, N, C));
     GPT_TRY(unstage_grads(ws, fm, final_grads, ws->module_g));
     GPT_TRY(unstage_grads(ws, GPT_MODULE_EMBED, embed_grads, ws->embed_g));
@@ -1384,7 +1501,7 @@ static zero_status block_backward(gpt_cuda_workspace *ws, const char *op, int la
     int m = gpt_module_block(layer);
     GPT_TRY(check_set(ws, op, block, m, "parameter"));
     GPT_TRY(check_set(ws, op, block_grads, m, "gradient"));
-    const int C = ws->cfg.d_model, N = ws->B * ws->T;
+    const int C = ws->cfg.d_model, N = ws->B * ws->T, Cl = ws->Cl, Hl = ws->Hl;
     const size_t nh = (size_t)N * C;
     gpt_block_acts *a = ws->io->block[layer - ws->lb];
     const float *x = ws->io->resid[layer - ws->lb];
@@ -1398,6 +1515,13 @@ static zero_status block_backward(gpt_cuda_workspace *ws, const char *op, int la
     }
     GPT_TRY(stage_grads(ws, m, block_grads, ws->module_g, g));
     float *dres = ws->acts.dres, *dln = ws->acts.dln, *dqkv = ws->acts.dqkv, *dfch = ws->acts.dfch;
+    /* the column-parallel layers' input gradient (d ln_2, d ln_1): partial on
+     * each tp rank, summed over tp before the LayerNorm backward - in place
+     * in dln with fp32 activations; with bf16 ones written fp32 into tp_dx
+     * and summed in fp32 (as the CPU tp GPT; no bf16 rounding of the
+     * partials before the sum, at twice the bytes of a bf16 all-reduce) */
+    const int dx_f32 = ws->tp_dx != NULL;
+    float *dx = dx_f32 ? ws->tp_dx : dln;
     /* the stash of this block (input_only): fc_proj, fc, attn proj, qkv upstream gradients */
     float *st = input_only ? wstash_of(ws, layer) : NULL;
     float *st_fcproj = st, *st_fc = st ? st + nh : NULL, *st_proj = st ? st + 5 * nh : NULL,
@@ -1419,19 +1543,22 @@ static zero_status block_backward(gpt_cuda_workspace *ws, const char *op, int la
         }
     } else {
         GPT_TRY(residual_grad_as_act(ws, &dres_act));
-        GPT_TRY(linear_backward(ws, st_fcproj, dfch, &pv, GPT_FCPROJ_W, g, GPT_FCPROJ_B, dres_act, a->fch_gelu, N,
-                                4 * C, C, a->fch));
-        GPT_TRY(linear_backward(ws, st_fc, dln, &pv, GPT_FC_W, g, GPT_FC_B, dfch, a->ln2, N, C, 4 * C, NULL));
+        GPT_TRY(linear_backward(ws, st_fcproj, dfch, 0, &pv, GPT_FCPROJ_W, g, GPT_FCPROJ_B, dres_act, a->fch_gelu, N,
+                                Hl, C, a->fch));
+        GPT_TRY(linear_backward(ws, st_fc, dx, dx_f32, &pv, GPT_FC_W, g, GPT_FC_B, dfch, a->ln2, N, C, Hl, NULL));
+        GPT_TRY(tp_allreduce(ws, dx, "d ln_2", layer));
     }
-    GPT_TRY(layernorm_backward(ws, dres, g[GPT_LN2_W], g[GPT_LN2_B], dln, a->res2, pv.f[GPT_LN2_W], a->ln2_mean,
-                               a->ln2_rstd, N, C));
+    GPT_TRY(layernorm_backward(ws, dres, g[GPT_LN2_W], g[GPT_LN2_B], !dx_f32, dx, a->res2,
+                               pv.f[GPT_LN2_W], a->ln2_mean, a->ln2_rstd, N, C));
 
     /* attention half */
     GPT_TRY(residual_grad_as_act(ws, &dres_act));
-    GPT_TRY(linear_backward(ws, st_proj, dln, &pv, GPT_ATTPROJ_W, g, GPT_ATTPROJ_B, dres_act, a->atty, N, C, C, NULL));
+    GPT_TRY(linear_backward(ws, st_proj, dln, 0, &pv, GPT_ATTPROJ_W, g, GPT_ATTPROJ_B, dres_act, a->atty, N, Cl, C,
+                            NULL));
     GPT_TRY(attention_backward(ws, a, dqkv, dln));
-    GPT_TRY(linear_backward(ws, st_qkv, dln, &pv, GPT_QKV_W, g, GPT_QKV_B, dqkv, a->ln1, N, C, 3 * C, NULL));
-    GPT_TRY(layernorm_backward(ws, dres, g[GPT_LN1_W], g[GPT_LN1_B], dln, x, pv.f[GPT_LN1_W], a->ln1_mean,
+    GPT_TRY(linear_backward(ws, st_qkv, dx, dx_f32, &pv, GPT_QKV_W, g, GPT_QKV_B, dqkv, a->ln1, N, C, 3 * Cl, NULL));
+    GPT_TRY(tp_allreduce(ws, dx, "d ln_1", layer));
+    GPT_TRY(layernorm_backward(ws, dres, g[GPT_LN1_W], g[GPT_LN1_B], !dx_f32, dx, x, pv.f[GPT_LN1_W], a->ln1_mean,
                                a->ln1_rstd, N, C));
     GPT_TRY(unstage_grads(ws, m, block_grads, ws->module_g));
     if (input_only) ws->w_due[w_index(ws, layer)] = 1;
@@ -1450,6 +1577,10 @@ extern "C" zero_status gpt_cuda_workspace_split_backward(gpt_cuda_workspace *ws)
 {
     if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_split_backward: workspace is NULL");
     if (ws->wstash) return ZERO_OK;
+    if (ws->P > 1)
+        return gpt_fail(ZERO_UNSUPPORTED, "gpt_cuda_workspace_split_backward: the workspace is one rank of a tp group "
+                                          "of %d, whose W stash is not laid out for local widths yet: use an unsplit "
+                                          "schedule (gpipe, 1f1b, interleaved)", ws->P);
     if (ws->moe)
         return gpt_fail(ZERO_UNSUPPORTED, "gpt_cuda_workspace_split_backward: the model has MoE blocks (moe experts = %d), "
                                           "which compute their weight gradients with their input's: no deferred W",

@@ -31,6 +31,7 @@
 #ifndef ZERO_MODEL_GPT_CUDA_H
 #define ZERO_MODEL_GPT_CUDA_H
 
+#include <zero/comm.h>
 #include <zero/dtype.h>
 
 #include "gpt.h"
@@ -167,6 +168,37 @@ zero_status gpt_cuda_backward_block_weight(gpt_cuda_workspace *ws, int layer, gp
 zero_status gpt_cuda_workspace_create_stage(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
                                             zero_dtype param_dtype, const gpt_cuda_options *opts, void *cuda_stream,
                                             const gpt_checkpointing *ck, int layer_begin, int layer_end, int slots);
+/* Tensor parallelism: the stage workspace of one rank of the tp group `tp`
+ * (borrowed, outlives the workspace; NULL or size 1: gpt_cuda_workspace_create_stage).
+ * Its block parameter and gradient sets are this rank's SHARDS as
+ * tp_param_info_get (tp_gpt.h) lays them out - the CPU tp GPT's layout:
+ * c_attn's heads [r NH/P, (r+1) NH/P) of q, k and v, c_fc's rows, the two
+ * projections' columns; LayerNorms, the projections' biases, the embedding
+ * and ln_f whole, their gradients computed redundantly on every tp rank.
+ * Per block, 2 all-reduces of batch x seq x d_model fp32 floats forward
+ * (after each row-parallel projection: tp rank 0 adds residual and bias)
+ * and 2 backward (d ln_1, d ln_2, the column-parallel layers' input
+ * gradients; with bf16 activations those are computed and summed in fp32).
+ * `tp` must take device buffers (NCCL, or STAGED: several ranks on one GPU).
+ * Ordering: when tp has a stream set (zero_comm_set_stream) it must wrap
+ * this workspace's stream, and the all-reduces are stream-ordered on it
+ * (gpt_cuda_workspace_sync and the loss also wait for them and report a
+ * failed one); without a stream the host waits for the workspace's stream
+ * before each all-reduce, which then completes in the call.
+ * Every rank of the group must make the same calls (the all-reduces pair
+ * up in order). Refused: P not dividing n_head, MoE blocks (ZERO_UNSUPPORTED,
+ * tp_config_validate), ck->partition, the split backward
+ * (gpt_cuda_workspace_split_backward: ZERO_UNSUPPORTED at P > 1). */
+zero_status gpt_cuda_workspace_create_tp(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
+                                         zero_dtype param_dtype, const gpt_cuda_options *opts, void *cuda_stream,
+                                         const gpt_checkpointing *ck, int layer_begin, int layer_end, int slots,
+                                         zero_comm *tp);
+/* The activation bytes of such a workspace (tp_size 1: a stage of
+ * gpt_cuda_workspace_create_stage), without a GPU. */
+zero_status gpt_cuda_activation_bytes_stage(const gpt_config *cfg, int tp_size, int batch, int seq,
+                                            zero_dtype param_dtype, const gpt_cuda_options *opts,
+                                            const gpt_checkpointing *ck, int layer_begin, int layer_end, int slots,
+                                            gpt_activation_bytes *out);
 zero_status gpt_cuda_workspace_select_slot(gpt_cuda_workspace *ws, int slot);
 int gpt_cuda_workspace_slots(const gpt_cuda_workspace *ws);
 void gpt_cuda_workspace_range(const gpt_cuda_workspace *ws, int *layer_begin, int *layer_end);

@@ -166,6 +166,28 @@ zero_status gpt_cuda_workspace_create_stage(gpt_cuda_workspace **out, const gpt_
     return NO_CUDA("gpt_cuda_workspace_create_stage");
 }
 
+zero_status gpt_cuda_workspace_create_tp(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
+                                         zero_dtype param_dtype, const gpt_cuda_options *opts, void *cuda_stream,
+                                         const gpt_checkpointing *ck, int layer_begin, int layer_end, int slots,
+                                         zero_comm *tp)
+{
+    (void)cfg, (void)batch, (void)seq, (void)param_dtype, (void)opts, (void)cuda_stream, (void)ck;
+    (void)layer_begin, (void)layer_end, (void)slots, (void)tp;
+    if (out) *out = NULL;
+    return NO_CUDA("gpt_cuda_workspace_create_tp");
+}
+
+zero_status gpt_cuda_activation_bytes_stage(const gpt_config *cfg, int tp_size, int batch, int seq,
+                                            zero_dtype param_dtype, const gpt_cuda_options *opts,
+                                            const gpt_checkpointing *ck, int layer_begin, int layer_end, int slots,
+                                            gpt_activation_bytes *out)
+{
+    (void)cfg, (void)tp_size, (void)batch, (void)seq, (void)param_dtype, (void)opts, (void)ck;
+    (void)layer_begin, (void)layer_end, (void)slots;
+    if (out) memset(out, 0, sizeof *out);
+    return NO_CUDA("gpt_cuda_activation_bytes_stage");
+}
+
 zero_status gpt_cuda_workspace_select_slot(gpt_cuda_workspace *ws, int slot)
 {
     (void)ws, (void)slot;

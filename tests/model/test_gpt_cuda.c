@@ -222,6 +222,72 @@ static void check_cuda_bytes_bf16_acts(void)
         }
 }
 
+/* A tensor-parallel stage's report (gpt_cuda_activation_bytes_stage, the
+ * workspaces of gpt_cuda_workspace_create_tp): docs/model.md's formula at tp
+ * P = 2 (Cl = C/P channels, NHl = NH/P heads, Hl = 4C/P MLP units in the
+ * column-parallel buffers and the attention scratch; the bf16 staging sized
+ * by the SHARD of a block module, tp_params.c's layout; with bf16
+ * activations r(4NC) more scratch: the fp32 input gradient summed over tp),
+ * for stages with and without the embedding and the head, 1 to 3 slots,
+ * both activation modes and parameter dtypes. P = 1 is check_cuda_bytes. */
+static void check_cuda_bytes_tp(void)
+{
+    const gpt_config cfg = {.n_layer = 3, .n_head = 4, .d_model = 48, .seq_len = 24, .vocab = 101};
+    const size_t B = 2, T = 13, N = B * T, C = 48, V = 101, P = 2, Cl = C / P, Hl = 4 * C / P, NHl = 4 / P;
+    const size_t e = V * C + 24 * C, m = 4 * C + 3 * Cl * C + 3 * Cl + C * Cl + C + Hl * C + Hl + C * Hl + C;
+    const int ranges[][3] = {{0, 3, 1}, {1, 3, 2}, {0, 2, 3}};
+    const gpt_cuda_options fp32 = {GPT_CUDA_MATH_BF16, ZERO_F32, GPT_CUDA_ATTN_UNFUSED}, bf16 = GPT_CUDA_OPTIONS_BF16;
+    for (int acts = 0; acts < 2; acts++)
+        for (int dt = 0; dt < 2; dt++)
+            for (int k = 0; k < 3; k++) {
+                const zero_dtype d = dt ? ZERO_BF16 : ZERO_F32;
+                const size_t L = (size_t)(ranges[k][1] - ranges[k][0]), S = (size_t)ranges[k][2];
+                const int head = ranges[k][1] == 3;
+                size_t set, scratch, headb;
+                if (!acts) {
+                    set = 3 * r256(4 * N * C) + r256(4 * N * Cl) + 4 * r256(4 * N) + r256(12 * N * Cl) +
+                          r256(4 * B * NHl * T * T) + 2 * r256(4 * N * Hl);
+                    scratch = 2 * r256(4 * N * C) + r256(12 * N * Cl) + r256(4 * N * Hl) + (head ? r256(4 * N * V) : 0) +
+                              r256(4 * N) + 8 * r256(4 * N * Cl) + r256(4 * B * NHl * T * T);
+                    if (d == ZERO_BF16) scratch += 2 * r256(4 * e) + 2 * r256(4 * m);
+                    headb = r256(4 * N * C);
+                } else {
+                    set = r256(2 * N * C) + 4 * r256(4 * N) + r256(6 * N * Cl) + r256(4 * B * NHl * T) +
+                          r256(2 * N * Cl) + r256(4 * N * C) + r256(2 * N * C) + 2 * r256(2 * N * Hl);
+                    scratch = r256(4 * N * C) + r256(2 * N * C) + r256(6 * N * Cl) + r256(2 * N * Hl) +
+                              (head ? r256(2 * N * V) : 0) + r256(4 * N) + r256(4 * B * NHl * T) + r256(2 * N * C) +
+                              r256(16 * C) + r256(4 * N * C);
+                    scratch += d == ZERO_BF16 ? 2 * r256(4 * e) + 2 * r256(4 * m) : r256(2 * e) + r256(2 * m);
+                    headb = r256(2 * N * C);
+                }
+                size_t inputs = S * (L + 1) * r256(4 * N * C);
+                size_t hd = S * (2 * r256(4 * N) + (head ? headb + 3 * r256(4 * N) + r256(4 * N * V) : 0));
+                size_t total = inputs + S * L * set + hd + scratch;
+                gpt_activation_bytes b;
+                CHECK_OK(gpt_cuda_activation_bytes_stage(&cfg, (int)P, (int)B, (int)T, d, acts ? &bf16 : &fp32, NULL,
+                                                         ranges[k][0], ranges[k][1], (int)S, &b));
+                CHECK_MSG(b.total == total && b.inputs == inputs && b.blocks == S * L * set && b.head == hd &&
+                              b.scratch == scratch && b.recompute == 0,
+                          "cuda bytes at tp 2 (%s activations, %s params, blocks [%d, %d), %zu slots): %zu (blocks %zu "
+                          "head %zu scratch %zu), formula %zu (%zu, %zu, %zu)",
+                          acts ? "bf16" : "fp32", zero_dtype_name(d), ranges[k][0], ranges[k][1], S, b.total, b.blocks,
+                          b.head, b.scratch, total, S * L * set, hd, scratch);
+            }
+    /* the tp layout's rules, named without a GPU: P must divide n_head; no MoE blocks at P > 1 */
+    gpt_activation_bytes b;
+    CHECK(gpt_cuda_activation_bytes_stage(&cfg, 3, (int)B, (int)T, ZERO_F32, &fp32, NULL, 0, 3, 1, &b) == ZERO_CONFIG &&
+          strstr(gpt_last_error(), "does not divide n_head"));
+    gpt_config moe = cfg;
+    moe.moe_experts = 4, moe.moe_top_k = 1, moe.moe_capacity_factor = 1.0f, moe.moe_ep = 1;
+    CHECK(gpt_cuda_activation_bytes_stage(&moe, 2, (int)B, (int)T, ZERO_F32, &fp32, NULL, 0, 3, 1, &b) ==
+              ZERO_UNSUPPORTED &&
+          strstr(gpt_last_error(), "moe experts"));
+    const gpt_checkpointing part = {1, 0, 1};
+    CHECK(gpt_cuda_activation_bytes_stage(&cfg, 2, (int)B, (int)T, ZERO_F32, &fp32, &part, 0, 3, 1, &b) ==
+              ZERO_UNSUPPORTED &&
+          strstr(gpt_last_error(), "partition_activations"));
+}
+
 /* An MoE model's CUDA report (docs/moe.md), for fp32 and bf16 activations
  * and parameters, ep 1 and 2, with and without recomputation: the block
  * sets lose fch_gelu and fch (kept only as the bf16 path's fp32 copy of the
@@ -318,6 +384,7 @@ int main(void)
     check_cuda_bytes();
     check_cuda_bytes_bf16_acts();
     check_cuda_bytes_moe();
+    check_cuda_bytes_tp();
     if (!gpt_cuda_available() && check_exit() != 0) return 1; /* a wrong formula fails even without a GPU */
 #endif
     if (!gpt_cuda_available()) CHECK_SKIP("no CUDA GPU visible (or this build has no CUDA path)");
