@@ -117,7 +117,7 @@ void pp_cuda_stage_destroy(pp_cuda_stage *s)
 
 zero_status pp_cuda_stage_create(pp_cuda_stage **out, const gpt_config *cfg, zero_device *dev, int batch,
                                  zero_dtype param_dtype, const gpt_cuda_options *opts, int pp_size, int pp_rank,
-                                 int chunks, const int *slots_of)
+                                 int chunks, const int *slots_of, zero_comm *tp)
 {
     if (!out || !cfg || !dev || !slots_of || chunks < 1)
         return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_cuda_stage_create: out, config, device or slots is NULL");
@@ -136,8 +136,8 @@ zero_status pp_cuda_stage_create(pp_cuda_stage **out, const gpt_config *cfg, zer
         int b, e;
         st = pp_chunk_layers(cfg, pp_size, chunks, pp_rank, c, &b, &e);
         if (st == ZERO_OK)
-            st = gpt_cuda_workspace_create_stage(&s->ws[c], cfg, batch, cfg->seq_len, param_dtype, opts, NULL, NULL, b,
-                                                 e, slots_of[c]);
+            st = gpt_cuda_workspace_create_tp(&s->ws[c], cfg, batch, cfg->seq_len, param_dtype, opts, NULL, NULL, b, e,
+                                              slots_of[c], tp);
         has_embed |= b == 0, has_head |= e == cfg->n_layer;
     }
     if (st == ZERO_OK && has_head && !has_embed) {

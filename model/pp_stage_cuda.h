@@ -21,6 +21,12 @@
  * mode has no split backward): pp_cuda_stage_create then takes `opts` with
  * act_dtype F32 from the caller (train_parallel.c says so in its note).
  *
+ * Tensor parallelism: with a tp comm of P > 1 ranks (a device comm, as pp's)
+ * each chunk's workspace is gpt_cuda_workspace_create_tp's - this rank's
+ * shards, Megatron's all-reduces over tp inside the blocks; each tp rank of
+ * a stage runs the same schedule and sends its (replicated) activations to
+ * the same tp rank of the next stage, as the CPU stage does.
+ *
  * Builds without CUDA: creation is ZERO_UNSUPPORTED (gpt_cuda_stub.c). */
 #ifndef ZERO_MODEL_PP_STAGE_CUDA_H
 #define ZERO_MODEL_PP_STAGE_CUDA_H
@@ -38,10 +44,11 @@ typedef struct pp_cuda_stage pp_cuda_stage;
 
 /* slots[c]: activation sets of chunk c (the plan's plan.slots[pp_rank * chunks + c]).
  * `dev` is borrowed (a CUDA device; the current device is the one the
- * workspaces are made on) and must outlive the stage. */
+ * workspaces are made on) and must outlive the stage; so must `tp` (the
+ * stage's tp group; NULL or size 1: none). */
 zero_status pp_cuda_stage_create(pp_cuda_stage **out, const gpt_config *cfg, zero_device *dev, int batch,
                                  zero_dtype param_dtype, const gpt_cuda_options *opts, int pp_size, int pp_rank,
-                                 int chunks, const int *slots);
+                                 int chunks, const int *slots, zero_comm *tp);
 void pp_cuda_stage_destroy(pp_cuda_stage *s); /* NULL accepted */
 /* The runtime's view (valid while *s lives). */
 void pp_cuda_stage_view(pp_cuda_stage *s, pp_stage *out);

@@ -383,6 +383,11 @@ gpu_check train_cuda tests/train/train_cuda_check.sh "$build"
 # bf16, losses against the single-rank CUDA run: tests/train/train_cuda_pp_check.sh) runs in the
 # meson suite 'gpu' above as train_cuda_pp2_staged_np2 (not repeated here), as does the stage
 # workspaces' check against the whole-model workspace, gpt_cuda_stage (tests/model/test_gpt_cuda_stage.c).
+# Tensor parallelism on CUDA (written without a GPU, never run yet) also runs there:
+# gpt_cuda_tp2_staged_np2 (tests/model/test_gpt_cuda_tp.c: the CUDA GPT's tp blocks at tp 2 on 2 ranks
+# over STAGED against the single-rank CUDA GPT, loss and every gradient gathered from the shards, fp32
+# tight and bf16 loosely) and train_cuda_tp2_staged_np4 (tests/train/train_cuda_tp_check.sh:
+# zero-train tp 2 x pp 2 and tp 2 x dp 2 on 4 ranks against the single-rank CUDA run, fp32 and bf16).
 
 # ---------------------------------------------------------------- model: bf16 activations, flash attention, MFU
 # (issue 9 item 3; written without a GPU: never run yet)

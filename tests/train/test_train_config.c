@@ -38,18 +38,25 @@ int main(void)
     expect_reject("{\"train_batch_sise\": 8}", 1, "train_batch_sise: unknown key");
     expect_reject("{\"model\": {\"n_layers\": 2}}", 1, "model.n_layers: unknown key");
     expect_reject("{\"data\": {\"paht\": \"x\"}}", 1, "data.paht: unknown key");
-    /* --device cuda runs model.pp (the CUDA stage); tp and cp are the CPU stage's only, refused by name */
-    expect_reject("{\"train\": {\"device\": \"cuda\"}, \"model\": {\"tp\": 2, \"n_head\": 4}}", 2,
-                  "model.tp > 1 runs on the CPU only");
+    /* --device cuda runs model.pp and model.tp (the CUDA stage, the CUDA GPT's tp blocks); cp and sequence
+     * parallelism are the CPU stage's only, refused by name */
     expect_reject("{\"train\": {\"device\": \"cuda\"}, \"model\": {\"cp\": 2, \"n_head\": 4}}", 2,
                   "model.cp > 1 runs on the CPU only");
+    expect_reject("{\"train\": {\"device\": \"cuda\"}, \"model\": {\"tp\": 2, \"n_head\": 4, "
+                  "\"sequence_parallel\": true}}", 2, "model.sequence_parallel runs on the CPU only");
     {
-        train_config c;
-        char err[512];
-        CHECK_MSG(parse("{\"train\": {\"device\": \"cuda\"}, \"model\": {\"pp\": 2, \"n_layer\": 4}}", 2, &c, err,
-                        sizeof err) == 0,
-                  "--device cuda with model.pp 2 refused: %s", err);
-        train_config_free(&c);
+        static const char *const ok[] = {
+            "{\"train\": {\"device\": \"cuda\"}, \"model\": {\"pp\": 2, \"n_layer\": 4}}",
+            "{\"train\": {\"device\": \"cuda\"}, \"model\": {\"tp\": 2, \"n_head\": 4}}",
+            "{\"train\": {\"device\": \"cuda\"}, \"model\": {\"tp\": 2, \"pp\": 2, \"n_head\": 4, \"n_layer\": 4}}",
+        };
+        for (int i = 0; i < 3; i++) {
+            train_config c;
+            char err[512];
+            int dp = i == 2 ? 4 : 2;
+            CHECK_MSG(parse(ok[i], dp, &c, err, sizeof err) == 0, "--device cuda: %s refused: %s", ok[i], err);
+            train_config_free(&c);
+        }
     }
     expect_reject("{\"train\": {\"checkpoint\": {\"dri\": \"x\"}}}", 1, "train.checkpoint.dri: unknown key");
     expect_reject("{\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"warmup_max_lr\": 1}}}", 1,

@@ -899,17 +899,17 @@ static int parse_clean(train_config *c, json_t *root, int world, char *err, size
             return cfail(err, n, "train.steps: %lld steps * train_batch_size %lld * model.seq_len %d tokens overflow "
                          "64 bits", (long long)c->steps, (long long)c->train_batch_size, c->seq_len);
     }
-    /* --device cuda runs pipelines (the CUDA stage, docs/pipeline.md); the tensor- and context-parallel
-     * splits are the CPU stage's only (tp_gpt.h: the CUDA GPT has no sharded blocks) */
+    /* --device cuda runs pipelines and tensor parallelism (the CUDA stage, docs/pipeline.md; the CUDA GPT's tp
+     * blocks, gpt_cuda_workspace_create_tp); context and sequence parallelism are the CPU stage's only */
     if (strcmp(c->device, "cpu") != 0 && c->moe_experts && c->pp > 1)
         return cfail(err, n, "train.device: \"%s\": model.moe with model.pp > 1 runs on the CPU only (the CUDA "
                      "pipeline stage has no MoE blocks)", c->device);
-    if (strcmp(c->device, "cpu") != 0 && c->tp > 1)
-        return cfail(err, n, "train.device: \"%s\": model.tp > 1 runs on the CPU only (the CUDA GPT has no "
-                     "tensor-parallel blocks; model.pp > 1 runs on CUDA)", c->device);
     if (strcmp(c->device, "cpu") != 0 && c->cp > 1)
         return cfail(err, n, "train.device: \"%s\": model.cp > 1 runs on the CPU only (the CUDA GPT has no "
-                     "context-parallel attention; model.pp > 1 runs on CUDA)", c->device);
+                     "context-parallel attention; model.tp and model.pp > 1 run on CUDA)", c->device);
+    if (strcmp(c->device, "cpu") != 0 && c->sequence_parallel)
+        return cfail(err, n, "train.device: \"%s\": model.sequence_parallel runs on the CPU only (the CUDA tp "
+                     "blocks keep the residual stream whole; model.tp > 1 without it runs on CUDA)", c->device);
     if (parse_actckpt(c, root, err, n)) return -1;
     json_t *spp = json_object_get(root, "steps_per_print");
     if (spp) {

@@ -152,10 +152,10 @@ int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_conf
         pfail(err, en, "model parallel: out of memory");
         goto fail;
     }
-    if (p->cuda && (tp > 1 || cp > 1 || sequence_parallel || (ck && ck->blocks > 0))) {
-        pfail(err, en, "--device cuda with model.pp > 1: %s is not offered on the CUDA stage (model.pp alone is)",
-              tp > 1 ? "model.tp > 1" : cp > 1 ? "model.cp > 1" : sequence_parallel ? "model.sequence_parallel"
-                                                                                      : "activation_checkpointing");
+    if (p->cuda && (cp > 1 || sequence_parallel || (ck && ck->blocks > 0))) {
+        pfail(err, en, "--device cuda with model.tp / model.pp > 1: %s is not offered on the CUDA stage (model.tp and "
+                       "model.pp are)",
+              cp > 1 ? "model.cp > 1" : sequence_parallel ? "model.sequence_parallel" : "activation_checkpointing");
         goto fail;
     }
     /* the grid's "dp" group spans dp x cp (the engine's group: gradients summed over cp there) */
@@ -395,6 +395,11 @@ static int cuda_stage_for(train_parallel *p, pp_plan *plan, const char *schedule
     gpt_cuda_options o = GPT_CUDA_OPTIONS_BF16;
     if (p->dtype != ZERO_BF16) o.act_dtype = ZERO_F32, o.attention = GPT_CUDA_ATTN_UNFUSED;
     p->note[0] = 0;
+    if (plan->split && p->grid.tp_size > 1) {
+        pp_plan_free(plan);
+        return pfail(err, en, "model.pp_schedule \"%s\" splits B and W: not with model.tp > 1 on CUDA yet (the CUDA "
+                              "tp blocks have no W stash); use gpipe, 1f1b or interleaved", schedule);
+    }
     if (p->dtype == ZERO_BF16 && plan->split) {
         o.act_dtype = ZERO_F32;
         snprintf(p->note, sizeof p->note,
@@ -409,7 +414,8 @@ static int cuda_stage_for(train_parallel *p, pp_plan *plan, const char *schedule
     for (int c = 0; c < p->chunks; c++) slots[c] = plan->slots[p->grid.pp_rank * p->chunks + c];
     pp_cuda_stage *s = NULL;
     zero_status st = pp_cuda_stage_create(&s, &p->cfg, p->dev, (int)(p->micro_tokens / (size_t)p->cfg.seq_len),
-                                          p->dtype, &o, p->grid.pp_size, p->grid.pp_rank, p->chunks, slots);
+                                          p->dtype, &o, p->grid.pp_size, p->grid.pp_rank, p->chunks, slots,
+                                          p->grid.tp);
     free(slots);
     if (st != ZERO_OK) {
         pp_plan_free(plan);

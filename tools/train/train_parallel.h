@@ -20,9 +20,9 @@ typedef struct train_parallel train_parallel;
  * whose gradient_accumulation_steps is forced to 1: the pipeline
  * accumulates the micro-batches itself) on `dev` (fp32 or bf16 compute),
  * registers and finalizes. A CUDA `dev` runs the CUDA stage (pp_stage_cuda.h;
- * model.pp only: tp, cp, sequence parallelism and activation checkpointing
- * are refused by name) and `world` must then be the device world (NCCL or
- * STAGED). `chunks` (model.pp_virtual, >= 1): chunks per
+ * model.tp and model.pp: cp, sequence parallelism, activation checkpointing
+ * and, at tp > 1, a schedule that splits B and W are refused by name) and
+ * `world` must then be the device world (NCCL or STAGED). `chunks` (model.pp_virtual, >= 1): chunks per
  * stage - the stage holds the blocks of all its chunks (interleaved schedules).
  * cp > 1: Ulysses context parallelism over cp ranks nested between tp and
  * dp (tp_cp_groups_create), the engine over the dp x cp ranks;
