@@ -241,10 +241,15 @@ const char *coll_stream_error_msg(const zero_comm *c);
 
 typedef zero_status (*coll_test_fn)(void *ctx, int *done);
 /* Call fn until *done or `timeout_s` has passed (returns ZERO_TIMEOUT without
- * a message; the caller knows what was awaited). Backs off from yielding to
- * sleeps of at most ~1 ms so a long wait does not burn a core. */
+ * a message; the caller knows what was awaited). Polls back to back for the
+ * first `spin_s`, then sleeps between polls for 1/64 of the time waited, at
+ * most 1 ms, so a rank waiting for a straggler does not burn a core
+ * (deadline.c). coll_poll: the spin of an op of unknown size. */
+zero_status coll_poll_spin(coll_test_fn fn, void *ctx, double timeout_s, double spin_s);
 zero_status coll_poll(coll_test_fn fn, void *ctx, double timeout_s);
 double coll_now(void);
+/* The spin of an op moving `bytes` (ZERO_COLL_SPIN_US, ZERO_COLL_SPIN_GBPS). */
+double coll_spin_s(size_t bytes);
 
 /* Wait for one request until the comm's deadline; on expiry record the
  * timeout message, fail the comm and abandon the request. Does not free req. */
