@@ -462,6 +462,28 @@ class Engine(_Resource):
         scope = ("grad", p.module) if self.stage >= 2 else None
         return self._view(p, out[0], "gradient", scope, writable=True)
 
+    def _grad_block(self, params):
+        """Private (zero.torch, stages 2-3): one writable numpy view (1-D)
+        spanning the gradient buffers of `params`, all of one module (its
+        fresh buffer of this micro-step), and each one's element offset in
+        it. One lease for the lot, under param_grad's rule: grads_ready,
+        step and zero_grad refuse while the block or a slice of it is
+        referenced. Costs one view per module instead of one per parameter."""
+        h = self._live_handle()
+        out = ffi.new("void **")
+        addrs = []
+        for p in params:
+            self._check(lib.zero_engine_param_grad(h, p.id, out))
+            addrs.append(int(ffi.cast("uintptr_t", out[0])))
+        dt = ZERO_TO_NUMPY[self.config._c.compute_dtype]
+        base = min(addrs)
+        end = max(a + p.numel * dt.itemsize for a, p in zip(addrs, params))
+        first = params[addrs.index(base)]
+        lease = _Lease(self, "gradient", first.id, ("grad", first.module))
+        owner = ffi.gc(ffi.cast("char *", base), lease.dead)
+        arr = np.frombuffer(ffi.buffer(owner, end - base), dtype=dt)
+        return arr, [(a - base) // dt.itemsize for a in addrs]
+
     def add_grad(self, param, grad):
         """param_grad(param) += grad, without keeping a view. For bf16
         compute the sum is formed in fp32 and rounded to nearest even."""
