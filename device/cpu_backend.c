@@ -49,6 +49,8 @@ typedef struct kargs {
     zero_dtype dt, dt2;
     float alpha;
     double *partial; /* sumsq: one per block */
+    void *clear;     /* take: the source, zeroed after it is read (NULL: kept) */
+    int acc;         /* take: add into y instead of writing it */
     size_t span;     /* elements per call of the range function; 0: BLOCK */
 } kargs;
 
@@ -637,6 +639,42 @@ static zero_status cpu_cast(zero_device *dev, const void *src, zero_dtype sdt, v
     return launch(dev, s, n, cast_range, &a);
 }
 
+/* The gradient reduction's pass (device_internal.h, zero_take_grad_): per
+ * block, y = fp32(x) or y += fp32(x), then x = 0 while the block is still in
+ * cache - one pass over the trainer's gradients instead of a copy (or a
+ * cast) followed by a separate zeroing pass. The values are those of the
+ * cast / copy and axpy with alpha 1 it replaces (1 * x is x; the same
+ * widenings), so every stage taking this path or the old one agrees. */
+CLONES static void take_range(const kargs *a, size_t begin, size_t end)
+{
+    float *y = a->y;
+    const size_t es = zero_dtype_size(a->dt);
+    if (!a->acc) {
+        if (a->dt == ZERO_F32) memcpy(y + begin, (const float *)a->x + begin, (end - begin) * 4);
+        else cast_range(&(kargs){.x = a->x, .y = y, .dt = a->dt, .dt2 = ZERO_F32}, begin, end);
+    } else if (a->dt == ZERO_F32) {
+        const float *x = a->x;
+        SIMD
+        for (size_t i = begin; i < end; i++) y[i] = y[i] + x[i];
+    } else if (a->dt == ZERO_BF16) {
+        const uint16_t *x = a->x;
+        SIMD
+        for (size_t i = begin; i < end; i++) y[i] = y[i] + zero_cvt_bf16_to_f32(x[i]);
+    } else {
+        const uint16_t *x = a->x;
+        SIMD
+        for (size_t i = begin; i < end; i++) y[i] = y[i] + zero_cvt_f16_to_f32(x[i]);
+    }
+    if (a->clear) memset((char *)a->clear + begin * es, 0, (end - begin) * es);
+}
+
+static zero_status cpu_take(zero_device *dev, void *src, zero_dtype sdt, int clear, float *dst, int accumulate,
+                            size_t n, zero_stream *s)
+{
+    kargs a = {.x = src, .y = dst, .dt = sdt, .clear = clear ? src : NULL, .acc = accumulate};
+    return launch(dev, s, n, take_range, &a);
+}
+
 static zero_status cpu_sumsq(zero_device *dev, const void *x, zero_dtype dt, size_t n, double *out, int *nonfinite,
                              zero_stream *s)
 {
@@ -693,6 +731,7 @@ const zero_device_ops zero_cpu_device_ops = {
     .axpy = cpu_axpy,
     .cast = cpu_cast,
     .sumsq = cpu_sumsq,
+    .take = cpu_take,
 };
 
 /* ---------------------------------------------------------------- host functions in stream order */

@@ -351,6 +351,26 @@ zero_status zero_cast(zero_device *dev, const void *src, zero_dtype src_dtype, v
     return dev->ops->cast(dev, src, src_dtype, dst, dst_dtype, n, stream);
 }
 
+int zero_take_supported_(zero_device *dev) { return dev && dev->ops && dev->ops->take; }
+
+zero_status zero_take_grad_(zero_device *dev, void *src, zero_dtype sdt, int clear, float *dst, int accumulate,
+                            size_t n, zero_stream *stream)
+{
+    CHECK_DEV("zero_take_grad_");
+    ZERO_TRY(check_stream(dev, stream, "zero_take_grad_"));
+    ZERO_TRY(check_float_dtype(dev, sdt, "zero_take_grad_", "src_dtype"));
+    if (n == 0) return ZERO_OK;
+    ZERO_TRY(check_count(dev, sdt, n, "zero_take_grad_"));
+    CHECK_PTR(src, "zero_take_grad_", "src");
+    CHECK_PTR(dst, "zero_take_grad_", "dst");
+    if (!dev->ops->take)
+        return zero_fail(&dev->err, ZERO_UNSUPPORTED, "zero_take_grad_: not implemented on the %s device",
+                         dev->ops->name);
+    if ((const void *)src == (const void *)dst)
+        return zero_fail(&dev->err, ZERO_INVALID_ARGUMENT, "zero_take_grad_: src == dst");
+    return dev->ops->take(dev, src, sdt, clear, dst, accumulate, n, stream);
+}
+
 zero_status zero_sumsq(zero_device *dev, const void *x, zero_dtype dtype, size_t n, double *out,
                        int *nonfinite, zero_stream *stream)
 {

@@ -98,6 +98,10 @@ struct zero_device_ops {
                         size_t n, zero_stream *s);
     zero_status (*sumsq)(zero_device *dev, const void *x, zero_dtype dt, size_t n, double *out,
                          int *nonfinite, zero_stream *s);
+    /* Optional (NULL: the engine composes cast/copy/axpy and fill itself):
+     * see zero_take_grad_ below. */
+    zero_status (*take)(zero_device *dev, void *src, zero_dtype sdt, int clear, float *dst, int accumulate,
+                        size_t n, zero_stream *s);
 };
 
 extern const zero_device_ops zero_cpu_device_ops;
@@ -105,6 +109,18 @@ extern const zero_device_ops zero_cpu_device_ops;
 extern const zero_device_ops zero_cuda_device_ops;
 int zero_cuda_device_count_(void); /* <= 0 when none usable */
 #endif
+
+/* The gradient reduction's one pass (engine grads.c): dst = fp32(src)
+ * (accumulate 0) or dst = dst + fp32(src) (accumulate 1, the sum axpy with
+ * alpha 1 gives: 1 * x is x), and with `clear` src = 0 afterwards, block by
+ * block while the block is in cache. Stream-ordered on s. Used where a
+ * reduce-scatter over one rank (the identity) would copy, and to stage a
+ * bucket for a reduce-scatter while zeroing the trainer's buffer for the
+ * next micro-step. ZERO_UNSUPPORTED where the backend has no such kernel
+ * (zero_take_supported_ says so up front: CUDA today). */
+int zero_take_supported_(zero_device *dev);
+zero_status zero_take_grad_(zero_device *dev, void *src, zero_dtype sdt, int clear, float *dst, int accumulate,
+                            size_t n, zero_stream *s);
 
 /* Run fn(arg) in stream order on s (cudaLaunchHostFunc's idea, for the
  * collectives' stream-ordered mode): on the synchronous CPU device at once,

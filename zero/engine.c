@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/handle.h"
+#include "device/device_internal.h"
 #include "engine_internal.h"
 
 /* ---------------------------------------------------------------- helpers */
@@ -139,6 +140,10 @@ zero_status zero_engine_create(zero_engine **out, const zero_config *config, zer
      * as the gradients land (the reference of test_engine_norm; grad_norm.c). */
     const char *norm_at_step = getenv("ZERO_NORM_AT_STEP");
     e->norm_at_landing = !(norm_at_step && !strcmp(norm_at_step, "1"));
+    /* ZERO_GRAD_FOLD=0: the reduction's separate copy / cast and zeroing
+     * passes (grads.c), for the tests' and benchmarks' A/B. */
+    const char *grad_fold = getenv("ZERO_GRAD_FOLD");
+    e->grad_fold = zero_take_supported_(dev) && !(grad_fold && !strcmp(grad_fold, "0"));
     if (config->compute_dtype == ZERO_F16)
         e->loss_scale = config->loss_scale > 0 ? config->loss_scale : ldexp(1.0, config->initial_scale_power);
     else

@@ -11,10 +11,24 @@
  * and no extra copy of the first reduction. The values are the sums the old
  * "zero, then add" gave, except that a sum of -0 now stays -0 (0 + -0 was
  * +0); every stage and offload mode takes this same path, so they remain
- * bitwise identical to each other. */
+ * bitwise identical to each other.
+ *
+ * The trainer's buffer is read once (the fold, on the CPU device): at
+ * stages 0-1 the full gradient must be zero again for the next micro-step
+ * (the trainer accumulates with +=). Where the bucket is staged anyway (a
+ * cast from bf16/f16, or a copy for overlap_comm) the staging pass zeroes
+ * it block by block behind itself (zero_take_grad_), and over one rank,
+ * where a reduce-scatter is the identity, the whole reduction is that one
+ * pass straight into (or onto) the shard: no staging copy, no reduce-scatter
+ * copy, no slot, no separate zeroing. The values are those of the copy /
+ * cast, reduce-scatter and axpy it replaces, so every stage and mode (and
+ * ZERO_GRAD_FOLD=0, which turns the fold off) keeps the same bits. Only an
+ * fp32 bucket reduced synchronously over several ranks is read by the
+ * transport itself and zeroed in a pass of its own afterwards. */
 #include <stdio.h>
 #include <string.h>
 
+#include "device/device_internal.h"
 #include "engine_internal.h"
 
 /* Finish the reduce-scatter held by `slot` (if any) and accumulate it. */
@@ -54,27 +68,57 @@ zero_status grads_flush(zero_engine *e, const char *what)
 }
 
 /* last: the bucket's last reduction before the step (its module's
- * gradient_accumulation_steps-th grads_ready). */
-static zero_status reduce_bucket(zero_engine *e, const zero_bucket *b, const void *src, int last, const char *what)
+ * gradient_accumulation_steps-th grads_ready). *cleared: src was zeroed on
+ * the way (stages 0-1 ask for it: clear). */
+static zero_status reduce_bucket(zero_engine *e, const zero_bucket *b, void *src, int last, int clear, int *cleared,
+                                 const char *what)
 {
+    *cleared = 0;
     zero_slot *slot = &e->slots[e->next_slot];
     e->next_slot = (e->next_slot + 1) % e->num_slots;
     ZERO_TRY(slot_complete(e, slot, what));
+    const int bi = (int)(b - e->buckets);
+    zero_status st = ZERO_OK;
+
+    if (e->grad_fold && e->world == 1 && b->chunk == b->numel) {
+        /* One rank: the reduce-scatter is the identity, so the bucket goes
+         * into the shard (its first reduction of the step) or onto it in
+         * one pass, on the engine stream; nothing is in flight to overlap. */
+        const int acc = e->gacc_live[bi];
+        e->gacc_live[bi] = 1;
+        e->stats.reduce_scatters++;
+        st = zero_take_grad_(e->dev, src, e->cfg.compute_dtype, clear, e->gacc + b->shard_off, acc, b->numel,
+                             e->stream);
+        if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine grads_ready: reducing a bucket: ");
+        *cleared = clear;
+        if (last && grad_norm_at_landing(e)) {
+            /* The sum of squares waits for the stream without a deadline:
+             * wait here first, with one (as the staged path does). */
+            ZERO_TRY(engine_sync_stream(e, what));
+            ZERO_TRY(grad_norm_landed(e, b));
+        }
+        return ZERO_OK;
+    }
 
     /* fp32 gradients reduced synchronously need no staging copy: the
      * reduce-scatter only reads them, and they are not touched until it
      * returns. Otherwise (a cast, or the caller's buffer reused while the
-     * reduction is in flight) they are staged in the slot. */
+     * reduction is in flight) they are staged in the slot, and the staging
+     * pass zeroes them behind itself when asked. */
     const void *send = src;
-    zero_status st = ZERO_OK;
-    if (e->cfg.compute_dtype != ZERO_F32)
-        st = zero_cast(e->dev, src, e->cfg.compute_dtype, slot->send, ZERO_F32, b->numel, e->stream),
+    if (e->cfg.compute_dtype != ZERO_F32 || e->cfg.overlap_comm) {
+        if (e->grad_fold) {
+            st = zero_take_grad_(e->dev, src, e->cfg.compute_dtype, clear, slot->send, 0, b->numel, e->stream);
+            *cleared = clear;
+        } else if (e->cfg.compute_dtype != ZERO_F32) {
+            st = zero_cast(e->dev, src, e->cfg.compute_dtype, slot->send, ZERO_F32, b->numel, e->stream);
+        } else {
+            st = engine_memcpy(e, slot->send, src, b->numel * 4);
+        }
         send = slot->send;
-    else if (e->cfg.overlap_comm)
-        st = engine_memcpy(e, slot->send, src, b->numel * 4), send = slot->send;
+    }
     if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine grads_ready: staging a bucket: ");
     ZERO_TRY(engine_sync_stream(e, what));
-    const int bi = (int)(b - e->buckets);
     slot->bucket = bi;
     slot->direct = !e->gacc_live[bi];
     slot->last = last;
@@ -130,14 +174,19 @@ zero_status zero_engine_grads_ready(zero_engine *e, int module)
     for (int i = 0; i < m->num_buckets; i++) {
         const zero_bucket *b = &e->buckets[m->bucket_ids[i]];
         void *src = engine_bucket_grad(e, b);
-        ZERO_TRY(reduce_bucket(e, b, src, boundary, what));
-        if (e->cfg.stage < 2) {
-            /* Staged in fp32 already: ready for the next micro-step. */
+        int cleared = 0;
+        ZERO_TRY(reduce_bucket(e, b, src, boundary, e->cfg.stage < 2, &cleared, what));
+        if (e->cfg.stage < 2 && !cleared) {
+            /* Read by the reduction already: ready for the next micro-step. */
             zero_status st = zero_fill_value(e->dev, src, e->cfg.compute_dtype, b->numel, 0.0f, e->stream);
             if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine grads_ready: zeroing gradients: ");
         }
     }
     if (e->cfg.stage >= 2) {
+        /* The one-pass reduction over one rank is still queued on the engine
+         * stream of an asynchronous CPU device (the staged and the transport's
+         * paths waited for it): a buffer in the cache may be freed. */
+        if (e->grad_fold && e->world == 1) ZERO_TRY(engine_sync_stream(e, what));
         engine_transient_put(e, ZERO_MEM_GRADS, m->grad_numel * e->dsize, m->grad);
         m->grad = NULL;
     }
