@@ -287,4 +287,171 @@ static inline long eng_first_diff(const float *a, const float *b, uint64_t n)
     return -1;
 }
 
+/* ---------------------------------------------------------------- runs compared bitwise */
+/* The tests that run the same K steps two ways and compare the bits
+ * (test_engine_equiv, _offload, _param_offload, _fused, _norm) share their
+ * variant, config, step loop, outcome and comparison from here. */
+
+/* A variant: compute dtype, micro-steps per step, clipping, overlap_comm,
+ * optimizer, reduce bucket size (0: ENG_BUCKET). */
+typedef struct eng_variant {
+    const char *name;
+    zero_dtype dtype;
+    int gas;
+    double clip;
+    int overlap;
+    zero_optimizer_kind opt;
+    uint64_t bucket;
+} eng_variant;
+
+/* The variant's config at `stage`, for the synthetic model: its buckets,
+ * persistence threshold ENG_PERSIST, stage-3 prefetch 1500 and 6000 live
+ * elements; lr 0.01, momentum 0.9 (SGD), weight decay 0.01. */
+static inline zero_config eng_variant_config(const eng_variant *v, int stage)
+{
+    zero_config c = ZERO_CONFIG_INIT;
+    c.stage = stage;
+    c.reduce_bucket_size = v->bucket ? v->bucket : ENG_BUCKET;
+    c.stage3_param_persistence_threshold = ENG_PERSIST;
+    c.stage3_prefetch_bucket_size = 1500;
+    c.stage3_max_live_parameters = 6000;
+    c.overlap_comm = v->overlap;
+    c.compute_dtype = v->dtype;
+    c.gradient_accumulation_steps = v->gas;
+    c.gradient_clipping = v->clip;
+    c.optimizer = v->opt;
+    c.lr = 0.01;
+    c.momentum = 0.9;
+    c.weight_decay = 0.01;
+    return c;
+}
+
+#define ENG_MAX_STEPS 8
+
+/* What K steps leave: the full fp32 master weights and the compute-dtype
+ * params widened (eng_collect_master / _params; params NULL when not
+ * collected), and each step's result. */
+typedef struct eng_outcome {
+    float *master, *params;
+    uint64_t n;
+    int steps;
+    double norms[ENG_MAX_STEPS], clips[ENG_MAX_STEPS];
+    int skipped[ENG_MAX_STEPS];
+    uint64_t step_index[ENG_MAX_STEPS];
+    int ok;
+} eng_outcome;
+
+/* An engine on cfg with the synthetic model registered (eng_register(e, 1))
+ * and finalized. A failed create is a CHECK failure and leaves *e NULL; a
+ * failed registration or finalize is returned with the engine. */
+static inline zero_status eng_create_model(zero_engine **e, const zero_config *cfg, zero_comm *comm, zero_device *dev)
+{
+    *e = NULL;
+    CHECK_OK(zero_engine_create(e, cfg, comm, dev));
+    if (!*e) return ZERO_INVALID_STATE;
+    zero_status st = eng_register(*e, 1);
+    return st == ZERO_OK ? zero_engine_finalize(*e) : st;
+}
+
+/* `steps` (<= ENG_MAX_STEPS) eng_train_step calls on a finalized engine,
+ * each result recorded in o; after_step (NULL: none) runs after each one
+ * that succeeded (a test's change between steps). The first failure. */
+static inline zero_status eng_run_steps(zero_engine *e, zero_device *dev, const zero_config *cfg, const eng_run *r,
+                                        int steps, eng_outcome *o, zero_status (*after_step)(zero_engine *, int))
+{
+    zero_status st = ZERO_OK;
+    o->steps = steps;
+    for (int s = 1; st == ZERO_OK && s <= steps; s++) {
+        zero_step_result res = {0};
+        st = eng_train_step(e, dev, cfg, r, s, &res);
+        o->norms[s - 1] = res.grad_norm;
+        o->clips[s - 1] = res.clip_coef;
+        o->skipped[s - 1] = res.skipped;
+        o->step_index[s - 1] = res.step;
+        if (st == ZERO_OK && after_step) st = after_step(e, s);
+    }
+    return st;
+}
+
+/* A run that failed with st: one CHECK failure naming it and the engine's
+ * message; the engine destroyed. */
+static inline void eng_run_failed(const char *what, zero_status st, zero_engine *e)
+{
+    CHECK_MSG(0, "%s: run failed: %s: %s", what, zero_status_name(st), zero_engine_last_error(e));
+    zero_engine_destroy(e);
+}
+
+/* The master weights and (with_params) the compute-dtype params into o, which is then ok. */
+static inline void eng_outcome_collect(zero_engine *e, zero_device *dev, zero_dtype dt, int with_params,
+                                       eng_outcome *o)
+{
+    o->master = eng_collect_master(e, &o->n);
+    o->params = with_params ? eng_collect_params(e, dev, dt) : NULL;
+    o->ok = 1;
+}
+
+static inline void eng_outcome_free(eng_outcome *o)
+{
+    free(o->master);
+    free(o->params);
+    o->master = o->params = NULL;
+}
+
+/* got against ref, bitwise: master weights, params (where ref has them),
+ * and every step's gradient norm, clip coefficient and skip. */
+static inline void eng_expect_same(const char *what, const eng_outcome *got, const eng_outcome *ref)
+{
+    long d = eng_first_diff(got->master, ref->master, ref->n);
+    CHECK_MSG(d < 0, "%s: master differs at element %ld: %.9g vs %.9g", what, d, d < 0 ? 0.0 : got->master[d],
+              d < 0 ? 0.0 : ref->master[d]);
+    if (ref->params) {
+        d = eng_first_diff(got->params, ref->params, ref->n);
+        CHECK_MSG(d < 0, "%s: params differ at element %ld", what, d);
+    }
+    CHECK(got->steps == ref->steps);
+    for (int s = 0; s < ref->steps; s++) {
+        CHECK_MSG(!memcmp(&got->norms[s], &ref->norms[s], sizeof(double)),
+                  "%s: step %d: grad norm %.17g, the reference's %.17g", what, s + 1, got->norms[s], ref->norms[s]);
+        CHECK_MSG(!memcmp(&got->clips[s], &ref->clips[s], sizeof(double)),
+                  "%s: step %d: clip coefficient %.17g, the reference's %.17g", what, s + 1, got->clips[s],
+                  ref->clips[s]);
+        CHECK_MSG(got->skipped[s] == ref->skipped[s], "%s: step %d: skipped %d, the reference %d", what, s + 1,
+                  got->skipped[s], ref->skipped[s]);
+    }
+}
+
+/* Every param's owned part of the state kinds 0 .. kinds-1 (master, then
+ * moment 1, moment 2), concatenated; with fewer than 3 kinds, moment 2 must
+ * be ZERO_NOT_FOUND (or the rank owns nothing of the param). */
+static inline float *eng_collect_owned_state(zero_engine *e, int kinds, uint64_t *count)
+{
+    uint64_t n = 0;
+    for (int p = 0; p < zero_engine_get_num_params(e); p++) {
+        zero_param_info pi;
+        zero_engine_get_param_info(e, p, &pi);
+        n += (pi.owned_numel) * (uint64_t)kinds;
+    }
+    float *all = calloc(n ? n : 1, sizeof *all);
+    uint64_t off = 0;
+    for (int p = 0; p < zero_engine_get_num_params(e); p++) {
+        zero_param_info pi;
+        zero_engine_get_param_info(e, p, &pi);
+        for (int k = 0; k < kinds; k++) {
+            CHECK_OK(zero_engine_state_get(e, (zero_state_kind)k, p, all + off));
+            off += pi.owned_numel;
+        }
+        if (kinds < 3) {
+            float dummy[1];
+            zero_status st = zero_engine_state_get(e, ZERO_STATE_MOMENT2, p, dummy);
+            CHECK_MSG(st == ZERO_NOT_FOUND || pi.owned_numel == 0, "state_get of an absent moment2: %s",
+                      zero_status_name(st));
+        }
+    }
+    *count = n;
+    return all;
+}
+
+/* x rounded up to whole 4 KiB pages (host pool and swap-file granularity) */
+static inline uint64_t eng_round4k(uint64_t x) { return (x + 4095) / 4096 * 4096; }
+
 #endif

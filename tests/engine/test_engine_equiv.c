@@ -13,17 +13,7 @@
 
 #define STEPS 3
 
-typedef struct variant {
-    const char *name;
-    zero_dtype dtype;
-    int gas;
-    double clip;
-    int overlap;
-    zero_optimizer_kind opt;
-    uint64_t bucket; /* reduce_bucket_size; 0 = ENG_BUCKET */
-} variant;
-
-static const variant variants[] = {
+static const eng_variant variants[] = {
     {"f32 adamw", ZERO_F32, 1, 0.0, 0, ZERO_OPTIM_ADAMW, 0},
     {"f32 adamw gas2 clip overlap", ZERO_F32, 2, 0.05, 1, ZERO_OPTIM_ADAMW, 0},
     {"f32 sgd-momentum gas3 overlap", ZERO_F32, 3, 0.0, 1, ZERO_OPTIM_SGD, 0},
@@ -37,63 +27,30 @@ static const variant variants[] = {
     {"bf16 sgd-momentum clip, 64-element buckets", ZERO_BF16, 1, 0.02, 0, ZERO_OPTIM_SGD, 64},
 };
 
-static zero_config make_config(const variant *v, int stage)
+static zero_config make_config(const eng_variant *v, int stage)
 {
-    zero_config c = ZERO_CONFIG_INIT;
-    c.stage = stage;
-    c.reduce_bucket_size = v->bucket ? v->bucket : ENG_BUCKET;
-    c.stage3_param_persistence_threshold = ENG_PERSIST;
-    c.stage3_prefetch_bucket_size = 1500;
-    c.stage3_max_live_parameters = 6000;
+    zero_config c = eng_variant_config(v, stage);
     c.overlap_comm = stage == 0 ? 0 : v->overlap; /* the reference runs without overlap */
-    c.compute_dtype = v->dtype;
-    c.gradient_accumulation_steps = v->gas;
-    c.gradient_clipping = v->clip;
-    c.optimizer = v->opt;
-    c.lr = 0.01;
-    c.momentum = 0.9;
-    c.weight_decay = 0.01;
     return c;
 }
 
-typedef struct outcome {
-    float *master, *params;
-    uint64_t n;
-    double norms[STEPS], clips[STEPS];
-    int ok;
-} outcome;
-
-static outcome run(const zero_config *cfg, zero_comm *comm, zero_device *dev, const eng_run *r)
+static eng_outcome run(const zero_config *cfg, zero_comm *comm, zero_device *dev, const eng_run *r)
 {
-    outcome o = {0};
+    eng_outcome o = {0};
     zero_engine *e = NULL;
-    CHECK_OK(zero_engine_create(&e, cfg, comm, dev));
+    zero_status st = eng_create_model(&e, cfg, comm, dev);
     if (!e) return o;
-    zero_status st = eng_register(e, 1);
-    if (st == ZERO_OK) st = zero_engine_finalize(e);
-    for (int s = 1; st == ZERO_OK && s <= STEPS; s++) {
-        zero_step_result res;
-        st = eng_train_step(e, dev, cfg, r, s, &res);
-        o.norms[s - 1] = res.grad_norm;
-        o.clips[s - 1] = res.clip_coef;
-        if (st == ZERO_OK) CHECK(res.step == s && !res.skipped);
-    }
+    if (st == ZERO_OK) st = eng_run_steps(e, dev, cfg, r, STEPS, &o, NULL);
     if (st != ZERO_OK) {
-        CHECK_MSG(0, "stage %d run failed: %s: %s", cfg->stage, zero_status_name(st), zero_engine_last_error(e));
-        zero_engine_destroy(e);
+        char what[64];
+        snprintf(what, sizeof what, "stage %d", cfg->stage);
+        eng_run_failed(what, st, e);
         return o;
     }
-    o.master = eng_collect_master(e, &o.n);
-    o.params = eng_collect_params(e, dev, cfg->compute_dtype);
-    o.ok = 1;
+    for (int s = 0; s < STEPS; s++) CHECK(o.step_index[s] == (uint64_t)s + 1 && !o.skipped[s]);
+    eng_outcome_collect(e, dev, cfg->compute_dtype, 1, &o);
     zero_engine_destroy(e);
     return o;
-}
-
-static void outcome_free(outcome *o)
-{
-    free(o->master);
-    free(o->params);
 }
 
 /* One param large enough that the CPU optimizer splits it across OpenMP
@@ -148,25 +105,19 @@ int main(int argc, char **argv)
      * would only add seconds. */
     const int async_only_overlap = getenv("ZERO_CPU_ASYNC") && !strcmp(getenv("ZERO_CPU_ASYNC"), "1");
     for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
-        const variant *v = &variants[vi];
+        const eng_variant *v = &variants[vi];
         if (async_only_overlap && !v->overlap) continue;
         eng_run r = {{rank}, 1, 0, 0, 0};
-        outcome o[4];
+        eng_outcome o[4];
         for (int stage = 0; stage < 4; stage++) {
             zero_config cfg = make_config(v, stage);
             o[stage] = run(&cfg, world, dev, &r);
         }
         for (int stage = 1; stage < 4 && o[0].ok; stage++) {
             if (!o[stage].ok) continue;
-            long d = eng_first_diff(o[stage].master, o[0].master, o[0].n);
-            CHECK_MSG(d < 0, "%s: stage %d master differs from stage 0 at element %ld: %.9g vs %.9g", v->name, stage,
-                      d, d < 0 ? 0.0 : o[stage].master[d], d < 0 ? 0.0 : o[0].master[d]);
-            d = eng_first_diff(o[stage].params, o[0].params, o[0].n);
-            CHECK_MSG(d < 0, "%s: stage %d params differ from stage 0 at element %ld", v->name, stage, d);
-            CHECK_MSG(!memcmp(o[stage].norms, o[0].norms, sizeof o[0].norms), "%s: stage %d grad norms differ",
-                      v->name, stage);
-            CHECK_MSG(!memcmp(o[stage].clips, o[0].clips, sizeof o[0].clips), "%s: stage %d clip coefs differ",
-                      v->name, stage);
+            char what[160];
+            snprintf(what, sizeof what, "%s: stage %d vs stage 0", v->name, stage);
+            eng_expect_same(what, &o[stage], &o[0]);
         }
         if (o[0].ok) {
             /* the run moved the params, and clipping was active where asked */
@@ -180,7 +131,7 @@ int main(int argc, char **argv)
             cfg.gradient_accumulation_steps = v->gas * n;
             eng_run all = {{0}, n, 0, 0, 0};
             for (int k = 0; k < n; k++) all.ranks[k] = k;
-            outcome ref = run(&cfg, self, dev, &all);
+            eng_outcome ref = run(&cfg, self, dev, &all);
             if (ref.ok) {
                 /* Relative as vectors: ||a - b|| / ||b||. (Per element, AdamW
                  * turns a gradient that cancels to ~0 across ranks into an
@@ -201,9 +152,9 @@ int main(int argc, char **argv)
                     fprintf(stderr, "%s: world %d vs one process: relative difference %.3g (largest element %.3g)\n",
                             v->name, n, rel, worst);
             }
-            outcome_free(&ref);
+            eng_outcome_free(&ref);
         }
-        for (int stage = 0; stage < 4; stage++) outcome_free(&o[stage]);
+        for (int stage = 0; stage < 4; stage++) eng_outcome_free(&o[stage]);
     }
     if (!want_cuda) check_thread_split(world, dev);
     zero_comm_destroy(self);

@@ -11,52 +11,34 @@
  * step, whose stored sums must not leak into the next one). Then: a
  * parameter marked or unmarked duplicate between its grads_ready and the
  * step is counted as the step finds it (norms sqrt(410) and sqrt(2050),
- * within 1e-12). Run on the synchronous and the asynchronous CPU device
+ * within 1e-12). Variants, run and comparison: eng_util.h's (which also
+ * compares the clip coefficients). Run on the synchronous and the asynchronous CPU device
  * (meson test engine_norm_*). */
 #include "eng_util.h"
 
 #define STEPS 3
 
 typedef struct variant {
-    const char *name;
-    zero_dtype dtype;
-    int gas, overlap, local_acc;
-    uint64_t bucket;
+    eng_variant v;  /* clipping 0.05 in all: the norm scales the update */
+    int local_acc;
     int duplicate;  /* param 3 marked duplicate */
     int inf_step;   /* step whose grads get an inf on rank 0 (0: none) */
     int max_stage;
 } variant;
 
 static const variant variants[] = {
-    {"f32, one micro-step", ZERO_F32, 1, 0, 0, ENG_BUCKET, 0, 0, 3},
-    {"f32, two micro-steps, overlap_comm", ZERO_F32, 2, 1, 0, ENG_BUCKET, 0, 0, 3},
-    {"bf16, two micro-steps, local_accumulation", ZERO_BF16, 2, 0, 1, ENG_BUCKET, 0, 0, 1},
-    {"bf16, 64-element buckets, a duplicate", ZERO_BF16, 1, 0, 0, 64, 1, 0, 3},
-    {"fp16, two micro-steps, an overflow at step 2", ZERO_F16, 2, 0, 0, ENG_BUCKET, 0, 2, 3},
+    {{"f32, one micro-step", ZERO_F32, 1, 0.05, 0, ZERO_OPTIM_ADAMW, ENG_BUCKET}, 0, 0, 0, 3},
+    {{"f32, two micro-steps, overlap_comm", ZERO_F32, 2, 0.05, 1, ZERO_OPTIM_ADAMW, ENG_BUCKET}, 0, 0, 0, 3},
+    {{"bf16, two micro-steps, local_accumulation", ZERO_BF16, 2, 0.05, 0, ZERO_OPTIM_ADAMW, ENG_BUCKET}, 1, 0, 0, 1},
+    {{"bf16, 64-element buckets, a duplicate", ZERO_BF16, 1, 0.05, 0, ZERO_OPTIM_ADAMW, 64}, 0, 1, 0, 3},
+    {{"fp16, two micro-steps, an overflow at step 2", ZERO_F16, 2, 0.05, 0, ZERO_OPTIM_ADAMW, ENG_BUCKET}, 0, 0, 2, 3},
 };
 
-typedef struct outcome {
-    float *master;
-    uint64_t n;
-    double norms[STEPS];
-    int skipped[STEPS];
-    int ok;
-} outcome;
-
-static outcome run(const variant *v, int stage, int at_step, zero_comm *comm, zero_device *dev, int rank)
+static eng_outcome run(const variant *v, int stage, int at_step, zero_comm *comm, zero_device *dev, int rank)
 {
-    outcome o = {0};
-    zero_config c = ZERO_CONFIG_INIT;
-    c.stage = stage;
-    c.reduce_bucket_size = v->bucket;
-    c.allgather_bucket_size = v->bucket;
-    c.stage3_param_persistence_threshold = ENG_PERSIST;
-    c.compute_dtype = v->dtype;
-    c.lr = 0.01;
-    c.weight_decay = 0.01;
-    c.gradient_clipping = 0.05;
-    c.gradient_accumulation_steps = v->gas;
-    c.overlap_comm = v->overlap;
+    eng_outcome o = {0};
+    zero_config c = eng_variant_config(&v->v, stage);
+    c.allgather_bucket_size = c.reduce_bucket_size;
     c.local_accumulation = v->local_acc;
     if (at_step) setenv("ZERO_NORM_AT_STEP", "1", 1);
     else unsetenv("ZERO_NORM_AT_STEP");
@@ -68,41 +50,28 @@ static outcome run(const variant *v, int stage, int at_step, zero_comm *comm, ze
     if (st == ZERO_OK) st = zero_engine_finalize(e);
     if (st == ZERO_OK && v->duplicate) st = zero_engine_set_param_duplicate(e, 3, 1);
     eng_run r = {{rank}, 1, v->inf_step, 0, 0};
-    for (int s = 1; st == ZERO_OK && s <= STEPS; s++) {
-        zero_step_result res;
-        st = eng_train_step(e, dev, &c, &r, s, &res);
-        o.norms[s - 1] = res.grad_norm;
-        o.skipped[s - 1] = res.skipped;
-    }
+    if (st == ZERO_OK) st = eng_run_steps(e, dev, &c, &r, STEPS, &o, NULL);
     if (st != ZERO_OK) {
-        CHECK_MSG(0, "%s stage %d %s: %s: %s", v->name, stage, at_step ? "at step" : "at landing",
-                  zero_status_name(st), zero_engine_last_error(e));
-        zero_engine_destroy(e);
+        char what[160];
+        snprintf(what, sizeof what, "%s stage %d %s", v->v.name, stage, at_step ? "at step" : "at landing");
+        eng_run_failed(what, st, e);
         return o;
     }
-    o.master = eng_collect_master(e, &o.n);
-    o.ok = 1;
+    eng_outcome_collect(e, dev, c.compute_dtype, 0, &o);
     zero_engine_destroy(e);
     return o;
 }
 
-static void compare(const variant *v, int stage, const outcome *got, const outcome *ref)
+static void compare(const variant *v, int stage, const eng_outcome *got, const eng_outcome *ref)
 {
-    long d = eng_first_diff(got->master, ref->master, ref->n);
-    CHECK_MSG(d < 0, "%s stage %d: master differs at element %ld: %.9g vs %.9g", v->name, stage, d,
-              d < 0 ? 0.0 : got->master[d], d < 0 ? 0.0 : ref->master[d]);
-    for (int s = 0; s < STEPS; s++)
-        CHECK_MSG(!memcmp(&got->norms[s], &ref->norms[s], sizeof(double)),
-                  "%s stage %d step %d: grad norm %.17g, the step-time pass gives %.17g", v->name, stage, s + 1,
-                  got->norms[s], ref->norms[s]);
-    CHECK_MSG(!memcmp(got->skipped, ref->skipped, sizeof got->skipped), "%s stage %d: skipped steps differ", v->name,
-              stage);
+    char what[160];
+    snprintf(what, sizeof what, "%s stage %d, norm at landing vs the step-time pass", v->v.name, stage);
+    eng_expect_same(what, got, ref);
     /* Not vacuous: the norms are real and clipping applies (0.05 is below them). */
     int finite = 0;
     for (int s = 0; s < STEPS; s++) finite += isfinite(ref->norms[s]) && ref->norms[s] > 0.05;
-    CHECK_MSG(finite == STEPS - (v->inf_step ? 1 : 0), "%s stage %d: %d finite norms above the clip", v->name,
-              stage, finite);
-    if (v->inf_step) CHECK_MSG(ref->skipped[v->inf_step - 1], "%s stage %d: the overflow did not skip", v->name, stage);
+    CHECK_MSG(finite == STEPS - (v->inf_step ? 1 : 0), "%s: %d finite norms above the clip", what, finite);
+    if (v->inf_step) CHECK_MSG(ref->skipped[v->inf_step - 1], "%s: the overflow did not skip", what);
 }
 
 /* A duplicate mark changed after the bucket's gradients landed counts as
@@ -162,10 +131,10 @@ int main(void)
     for (size_t vi = 0; dev && vi < sizeof variants / sizeof variants[0]; vi++) {
         const variant *v = &variants[vi];
         for (int stage = 0; stage <= v->max_stage; stage++) {
-            outcome got = run(v, stage, 0, world, dev, rank), ref = run(v, stage, 1, world, dev, rank);
+            eng_outcome got = run(v, stage, 0, world, dev, rank), ref = run(v, stage, 1, world, dev, rank);
             if (got.ok && ref.ok) compare(v, stage, &got, &ref);
-            free(got.master);
-            free(ref.master);
+            eng_outcome_free(&got);
+            eng_outcome_free(&ref);
         }
     }
     if (dev) test_duplicate_after_landing(world, dev);

@@ -28,41 +28,19 @@
 #define STEPS 3
 #define SUBGROUP 173 /* elements per stored chunk: cuts buckets and params */
 
-typedef struct variant {
-    const char *name;
-    zero_dtype dtype;
-    int gas;
-    double clip;
-    int overlap;
-    zero_optimizer_kind opt;
-} variant;
-
-static const variant variants[] = {
-    {"f32 adamw", ZERO_F32, 1, 0.0, 0, ZERO_OPTIM_ADAMW},
-    {"bf16 adamw gas2 clip overlap", ZERO_BF16, 2, 0.05, 1, ZERO_OPTIM_ADAMW},
-    {"f32 sgd-momentum clip", ZERO_F32, 1, 0.05, 0, ZERO_OPTIM_SGD},
-    {"bf16 sgd-momentum gas2", ZERO_BF16, 2, 0.0, 1, ZERO_OPTIM_SGD},
+static const eng_variant variants[] = {
+    {"f32 adamw", ZERO_F32, 1, 0.0, 0, ZERO_OPTIM_ADAMW, 0},
+    {"bf16 adamw gas2 clip overlap", ZERO_BF16, 2, 0.05, 1, ZERO_OPTIM_ADAMW, 0},
+    {"f32 sgd-momentum clip", ZERO_F32, 1, 0.05, 0, ZERO_OPTIM_SGD, 0},
+    {"bf16 sgd-momentum gas2", ZERO_BF16, 2, 0.0, 1, ZERO_OPTIM_SGD, 0},
 };
 
 static char g_dir[200]; /* room for a suffix in offload_nvme_path[256] */
 static int g_cuda;     /* CUDA device: host master always, plus a gradient staging chunk */
 
-static zero_config make_config(const variant *v, int stage, zero_offload_device off, int buffer_count)
+static zero_config make_config(const eng_variant *v, int stage, zero_offload_device off, int buffer_count)
 {
-    zero_config c = ZERO_CONFIG_INIT;
-    c.stage = stage;
-    c.reduce_bucket_size = ENG_BUCKET;
-    c.stage3_param_persistence_threshold = ENG_PERSIST;
-    c.stage3_prefetch_bucket_size = 1500;
-    c.stage3_max_live_parameters = 6000;
-    c.overlap_comm = v->overlap;
-    c.compute_dtype = v->dtype;
-    c.gradient_accumulation_steps = v->gas;
-    c.gradient_clipping = v->clip;
-    c.optimizer = v->opt;
-    c.lr = 0.01;
-    c.momentum = 0.9;
-    c.weight_decay = 0.01;
+    zero_config c = eng_variant_config(v, stage);
     c.offload_optimizer_device = off;
     if (off == ZERO_OFFLOAD_NVME) {
         snprintf(c.offload_nvme_path, sizeof c.offload_nvme_path, "%s", g_dir);
@@ -75,13 +53,12 @@ static zero_config make_config(const variant *v, int stage, zero_offload_device 
 }
 
 typedef struct outcome {
-    float *master, *params, *state; /* state: every param's owned part of master, m1, m2 (absent: skipped) */
-    uint64_t n, nstate;
-    double norms[STEPS];
+    eng_outcome b;
+    float *state; /* every param's owned part of master, m1, m2 (absent: skipped) */
+    uint64_t nstate;
     zero_memory_report mem;
     zero_offload_report off;
     zero_plan_info plan;
-    int ok;
 } outcome;
 
 static int num_moments(const zero_config *c)
@@ -89,73 +66,33 @@ static int num_moments(const zero_config *c)
     return c->optimizer == ZERO_OPTIM_ADAMW ? 2 : (c->momentum > 0 ? 1 : 0);
 }
 
-static float *collect_state(zero_engine *e, const zero_config *c, uint64_t *count)
-{
-    uint64_t n = 0;
-    const int kinds = 1 + num_moments(c);
-    for (int p = 0; p < zero_engine_get_num_params(e); p++) {
-        zero_param_info pi;
-        zero_engine_get_param_info(e, p, &pi);
-        n += (pi.owned_numel) * (uint64_t)kinds;
-    }
-    float *all = calloc(n ? n : 1, sizeof *all);
-    uint64_t off = 0;
-    for (int p = 0; p < zero_engine_get_num_params(e); p++) {
-        zero_param_info pi;
-        zero_engine_get_param_info(e, p, &pi);
-        for (int k = 0; k < kinds; k++) {
-            CHECK_OK(zero_engine_state_get(e, (zero_state_kind)k, p, all + off));
-            off += pi.owned_numel;
-        }
-        if (kinds < 3) {
-            float dummy[1];
-            zero_status st = zero_engine_state_get(e, ZERO_STATE_MOMENT2, p, dummy);
-            CHECK_MSG(st == ZERO_NOT_FOUND || pi.owned_numel == 0,
-                      "state_get of an absent moment2: %s", zero_status_name(st));
-        }
-    }
-    *count = n;
-    return all;
-}
-
 static outcome run(const zero_config *cfg, zero_comm *comm, zero_device *dev, const eng_run *r)
 {
     outcome o = {0};
     zero_engine *e = NULL;
-    CHECK_OK(zero_engine_create(&e, cfg, comm, dev));
+    zero_status st = eng_create_model(&e, cfg, comm, dev);
     if (!e) return o;
-    zero_status st = eng_register(e, 1);
-    if (st == ZERO_OK) st = zero_engine_finalize(e);
-    for (int s = 1; st == ZERO_OK && s <= STEPS; s++) {
-        zero_step_result res;
-        st = eng_train_step(e, dev, cfg, r, s, &res);
-        o.norms[s - 1] = res.grad_norm;
-    }
+    if (st == ZERO_OK) st = eng_run_steps(e, dev, cfg, r, STEPS, &o.b, NULL);
     if (st != ZERO_OK) {
-        CHECK_MSG(0, "stage %d offload %d run failed: %s: %s", cfg->stage, (int)cfg->offload_optimizer_device,
-                  zero_status_name(st), zero_engine_last_error(e));
-        zero_engine_destroy(e);
+        char what[64];
+        snprintf(what, sizeof what, "stage %d offload %d", cfg->stage, (int)cfg->offload_optimizer_device);
+        eng_run_failed(what, st, e);
         return o;
     }
     CHECK_OK(zero_engine_get_memory_report(e, &o.mem));
     CHECK_OK(zero_engine_get_offload_report(e, &o.off));
     CHECK_OK(zero_engine_get_plan_info(e, &o.plan));
-    o.master = eng_collect_master(e, &o.n);
-    o.params = eng_collect_params(e, dev, cfg->compute_dtype);
-    o.state = collect_state(e, cfg, &o.nstate);
-    o.ok = 1;
+    eng_outcome_collect(e, dev, cfg->compute_dtype, 1, &o.b);
+    o.state = eng_collect_owned_state(e, 1 + num_moments(cfg), &o.nstate);
     zero_engine_destroy(e);
     return o;
 }
 
 static void outcome_free(outcome *o)
 {
-    free(o->master);
-    free(o->params);
+    eng_outcome_free(&o->b);
     free(o->state);
 }
-
-static uint64_t round4k(uint64_t x) { return (x + 4095) / 4096 * 4096; }
 
 /* The offload report against engine.h's formulas. */
 static void check_accounting(const char *name, const zero_config *c, const outcome *ref, const outcome *o)
@@ -177,7 +114,7 @@ static void check_accounting(const char *name, const zero_config *c, const outco
     CHECK(o->off.device == c->offload_optimizer_device);
     if (c->offload_optimizer_device == ZERO_OFFLOAD_CPU) {
         const int arrays = g_cuda ? 2 + moments : (c->compute_dtype == ZERO_F32 ? 0 : 1) + moments;
-        CHECK_MSG(o->off.host_bytes == (uint64_t)arrays * round4k(S * 4),
+        CHECK_MSG(o->off.host_bytes == (uint64_t)arrays * eng_round4k(S * 4),
                   "%s: cpu host bytes %llu, expected %d arrays of %llu elements", name,
                   (unsigned long long)o->off.host_bytes, arrays, (unsigned long long)S);
         /* the pool holds exactly what was moved out of the report */
@@ -188,12 +125,12 @@ static void check_accounting(const char *name, const zero_config *c, const outco
     const int states = 1 + moments;
     const uint64_t cn = S < SUBGROUP ? S : SUBGROUP;
     uint64_t nvme = 0, chunks = 0;
-    for (uint64_t lo = 0; lo < S; lo += cn, chunks++) nvme += round4k((uint64_t)states * (S - lo < cn ? S - lo : cn) * 4);
+    for (uint64_t lo = 0; lo < S; lo += cn, chunks++) nvme += eng_round4k((uint64_t)states * (S - lo < cn ? S - lo : cn) * 4);
     CHECK_MSG(o->off.nvme_bytes == nvme, "%s: nvme bytes %llu, formula %llu", name,
               (unsigned long long)o->off.nvme_bytes, (unsigned long long)nvme);
     CHECK(o->off.num_chunks == chunks && o->off.chunk_numel == cn && o->off.states == states);
-    const uint64_t host = (uint64_t)(c->offload_buffer_count + 1) * round4k((uint64_t)states * cn * 4) +
-                          (g_cuda ? round4k(cn * 4) : 0);
+    const uint64_t host = (uint64_t)(c->offload_buffer_count + 1) * eng_round4k((uint64_t)states * cn * 4) +
+                          (g_cuda ? eng_round4k(cn * 4) : 0);
     CHECK_MSG(o->off.host_bytes == host && o->off.host_peak == host && o->off.host_capacity == host,
               "%s: nvme host bytes %llu (peak %llu, capacity %llu), declared %llu", name,
               (unsigned long long)o->off.host_bytes, (unsigned long long)o->off.host_peak,
@@ -204,15 +141,10 @@ static void check_accounting(const char *name, const zero_config *c, const outco
 
 static void compare(const char *name, const outcome *ref, const outcome *o)
 {
-    long d = eng_first_diff(o->master, ref->master, ref->n);
-    CHECK_MSG(d < 0, "%s: master differs at element %ld: %.9g vs %.9g", name, d, d < 0 ? 0.0 : o->master[d],
-              d < 0 ? 0.0 : ref->master[d]);
-    d = eng_first_diff(o->params, ref->params, ref->n);
-    CHECK_MSG(d < 0, "%s: params differ at element %ld", name, d);
-    CHECK_MSG(!memcmp(o->norms, ref->norms, sizeof ref->norms), "%s: grad norms differ", name);
+    eng_expect_same(name, &o->b, &ref->b);
     CHECK_MSG(o->nstate == ref->nstate, "%s: state sizes differ", name);
     if (o->nstate == ref->nstate) {
-        d = eng_first_diff(o->state, ref->state, ref->nstate);
+        long d = eng_first_diff(o->state, ref->state, ref->nstate);
         CHECK_MSG(d < 0, "%s: optimizer state (state_get) differs at %ld", name, d);
     }
 }
@@ -221,7 +153,7 @@ static void compare(const char *name, const outcome *ref, const outcome *o)
  * state_get / state_set; one more step on both: the same bits. */
 static void check_restore(zero_comm *comm, zero_device *dev, int stage)
 {
-    const variant *v = &variants[1];
+    const eng_variant *v = &variants[1];
     const int rank = zero_comm_get_rank(comm);
     eng_run r = {{rank}, 1, 0, 0, 0};
     zero_config ca = make_config(v, stage, ZERO_OFFLOAD_NONE, 4);
@@ -312,7 +244,7 @@ static void check_json(void)
 static void check_checkpoint(zero_comm *comm, zero_device *dev, int stage)
 {
     if (g_cuda) return; /* checkpoints want a host-memory dp comm; the CPU run covers the store path */
-    const variant *v = &variants[1];
+    const eng_variant *v = &variants[1];
     const int rank = zero_comm_get_rank(comm);
     eng_run r = {{rank}, 1, 0, 0, 0};
     zero_config cn = make_config(v, stage, ZERO_OFFLOAD_NVME, 3), c0 = make_config(v, stage, ZERO_OFFLOAD_NONE, 4);
@@ -408,11 +340,11 @@ int main(int argc, char **argv)
 
     eng_run r = {{rank}, 1, 0, 0, 0};
     for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
-        const variant *v = &variants[vi];
+        const eng_variant *v = &variants[vi];
         for (int stage = 1; stage <= 3; stage++) {
             zero_config cref = make_config(v, stage, ZERO_OFFLOAD_NONE, 4);
             outcome ref = run(&cref, world, dev, &r);
-            if (!ref.ok) continue;
+            if (!ref.b.ok) continue;
             const int bc = 3 + (int)((vi + (size_t)stage) % 2); /* buffer_count 3 and 4 */
             zero_config cn = make_config(v, stage, ZERO_OFFLOAD_NVME, bc);
             zero_config cc = make_config(v, stage, ZERO_OFFLOAD_CPU, 4);
@@ -422,13 +354,13 @@ int main(int argc, char **argv)
                 snprintf(name, sizeof name, "%s stage %d %s%s", v->name, stage, k ? "cpu" : "nvme",
                          k ? "" : (bc == 3 ? " (buffer_count 3)" : " (buffer_count 4)"));
                 outcome o = run(cfgs[k], world, dev, &r);
-                if (o.ok) {
+                if (o.b.ok) {
                     compare(name, &ref, &o);
                     check_accounting(name, cfgs[k], &ref, &o);
                 }
                 outcome_free(&o);
             }
-            CHECK_MSG(ref.master[0] != eng_init_value(0, 0), "%s: parameters did not change", v->name);
+            CHECK_MSG(ref.b.master[0] != eng_init_value(0, 0), "%s: parameters did not change", v->name);
             outcome_free(&ref);
         }
     }

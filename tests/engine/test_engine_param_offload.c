@@ -38,17 +38,13 @@
 #define STEPS 3
 
 typedef struct variant {
-    const char *name;
-    zero_dtype dtype;
-    int gas;
-    double clip;
-    int overlap;
+    eng_variant v;
     int buffers; /* offload_param.buffer_count: 2 = the open chunk's buffer and one read ahead */
 } variant;
 
 static const variant variants[] = {
-    {"f32", ZERO_F32, 1, 0.0, 0, 3},
-    {"bf16 gas2 clip overlap", ZERO_BF16, 2, 0.05, 1, 2},
+    {{"f32", ZERO_F32, 1, 0.0, 0, ZERO_OPTIM_ADAMW, 0}, 3},
+    {{"bf16 gas2 clip overlap", ZERO_BF16, 2, 0.05, 1, ZERO_OPTIM_ADAMW, 0}, 2},
 };
 
 static char g_dir[160];  /* optimizer swap files */
@@ -56,18 +52,7 @@ static char g_pdir[200]; /* parameter swap files */
 
 static zero_config make_config(const variant *v, zero_offload_device poff, zero_offload_device ooff)
 {
-    zero_config c = ZERO_CONFIG_INIT;
-    c.stage = 3;
-    c.reduce_bucket_size = ENG_BUCKET;
-    c.stage3_param_persistence_threshold = ENG_PERSIST;
-    c.stage3_prefetch_bucket_size = 1500;
-    c.stage3_max_live_parameters = 6000;
-    c.overlap_comm = v->overlap;
-    c.compute_dtype = v->dtype;
-    c.gradient_accumulation_steps = v->gas;
-    c.gradient_clipping = v->clip;
-    c.lr = 0.01;
-    c.weight_decay = 0.01;
+    zero_config c = eng_variant_config(&v->v, 3);
     c.aio_queue_depth = 4;
     c.aio_block_size = 8192;
     c.offload_optimizer_device = ooff;
@@ -84,8 +69,6 @@ static zero_config make_config(const variant *v, zero_offload_device poff, zero_
     }
     return c;
 }
-
-static uint64_t round4k(uint64_t x) { return (x + 4095) / 4096 * 4096; }
 
 /* Regular files in `dir`; each one's mode must be 0600. */
 static int count_files(const char *dir, int check_mode)
@@ -109,59 +92,31 @@ static int count_files(const char *dir, int check_mode)
 }
 
 typedef struct outcome {
-    float *master, *params, *state;
-    uint64_t n, nstate;
-    double norms[STEPS];
+    eng_outcome b;
+    float *state;
+    uint64_t nstate;
     zero_memory_report mem;
     zero_param_offload_report poff;
     zero_plan_info plan;
     uint64_t nvme_formula, max_chunk;
-    int ok;
 } outcome;
-
-static float *collect_state(zero_engine *e, uint64_t *count)
-{
-    uint64_t n = 0;
-    for (int p = 0; p < zero_engine_get_num_params(e); p++) {
-        zero_param_info pi;
-        zero_engine_get_param_info(e, p, &pi);
-        n += (pi.owned_numel) * 3;
-    }
-    float *all = calloc(n ? n : 1, sizeof *all);
-    uint64_t off = 0;
-    for (int p = 0; p < zero_engine_get_num_params(e); p++) {
-        zero_param_info pi;
-        zero_engine_get_param_info(e, p, &pi);
-        for (int k = 0; k < 3; k++) {
-            CHECK_OK(zero_engine_state_get(e, (zero_state_kind)k, p, all + off));
-            off += pi.owned_numel;
-        }
-    }
-    *count = n;
-    return all;
-}
 
 static outcome run(const zero_config *cfg, zero_comm *comm, zero_device *dev, const eng_run *r)
 {
     outcome o = {0};
     zero_engine *e = NULL;
-    CHECK_OK(zero_engine_create(&e, cfg, comm, dev));
+    zero_status st = eng_create_model(&e, cfg, comm, dev);
     if (!e) return o;
-    zero_status st = eng_register(e, 1);
-    if (st == ZERO_OK) st = zero_engine_finalize(e);
     if (st == ZERO_OK && cfg->offload_param_device == ZERO_OFFLOAD_NVME) {
         CHECK_OK(zero_barrier(comm));
         CHECK_MSG(count_files(g_pdir, 1) >= 1, "no parameter swap file in %s", g_pdir);
     }
-    for (int s = 1; st == ZERO_OK && s <= STEPS; s++) {
-        zero_step_result res;
-        st = eng_train_step(e, dev, cfg, r, s, &res);
-        o.norms[s - 1] = res.grad_norm;
-    }
+    if (st == ZERO_OK) st = eng_run_steps(e, dev, cfg, r, STEPS, &o.b, NULL);
     if (st != ZERO_OK) {
-        CHECK_MSG(0, "param offload %d / optimizer offload %d run failed: %s: %s", (int)cfg->offload_param_device,
-                  (int)cfg->offload_optimizer_device, zero_status_name(st), zero_engine_last_error(e));
-        zero_engine_destroy(e);
+        char what[80];
+        snprintf(what, sizeof what, "param offload %d / optimizer offload %d", (int)cfg->offload_param_device,
+                 (int)cfg->offload_optimizer_device);
+        eng_run_failed(what, st, e);
         return o;
     }
     CHECK_OK(zero_engine_get_memory_report(e, &o.mem));
@@ -171,33 +126,25 @@ static outcome run(const zero_config *cfg, zero_comm *comm, zero_device *dev, co
     for (int b = 0; b < o.plan.num_buckets; b++) {
         zero_bucket_info bi;
         CHECK_OK(zero_engine_get_bucket_info(e, b, &bi));
-        o.nvme_formula += round4k(bi.chunk_numel * d);
+        o.nvme_formula += eng_round4k(bi.chunk_numel * d);
         if (bi.chunk_numel > o.max_chunk) o.max_chunk = bi.chunk_numel;
     }
-    o.master = eng_collect_master(e, &o.n);
-    o.params = eng_collect_params(e, dev, cfg->compute_dtype);
-    o.state = collect_state(e, &o.nstate);
-    o.ok = 1;
+    eng_outcome_collect(e, dev, cfg->compute_dtype, 1, &o.b);
+    o.state = eng_collect_owned_state(e, 3, &o.nstate); /* AdamW: master, m1, m2 */
     zero_engine_destroy(e);
     return o;
 }
 
 static void outcome_free(outcome *o)
 {
-    free(o->master);
-    free(o->params);
+    eng_outcome_free(&o->b);
     free(o->state);
 }
 
 static void compare(const char *name, const outcome *ref, const outcome *o)
 {
-    long d = eng_first_diff(o->master, ref->master, ref->n);
-    CHECK_MSG(d < 0, "%s: master differs at element %ld: %.9g vs %.9g", name, d, d < 0 ? 0.0 : o->master[d],
-              d < 0 ? 0.0 : ref->master[d]);
-    d = eng_first_diff(o->params, ref->params, ref->n);
-    CHECK_MSG(d < 0, "%s: params differ at element %ld", name, d);
-    CHECK_MSG(!memcmp(o->norms, ref->norms, sizeof ref->norms), "%s: grad norms differ", name);
-    d = o->nstate == ref->nstate ? eng_first_diff(o->state, ref->state, ref->nstate) : 0;
+    eng_expect_same(name, &o->b, &ref->b);
+    long d = o->nstate == ref->nstate ? eng_first_diff(o->state, ref->state, ref->nstate) : 0;
     CHECK_MSG(d < 0, "%s: optimizer state (state_get) differs at %ld", name, d);
 }
 
@@ -219,14 +166,14 @@ static void check_accounting(const char *name, const zero_config *c, const outco
     const zero_param_offload_report *p = &o->poff;
     CHECK(p->device == c->offload_param_device);
     if (c->offload_param_device == ZERO_OFFLOAD_CPU) {
-        CHECK_MSG(p->host_bytes == round4k(S * d) && p->host_capacity == round4k(S * d) && p->nvme_bytes == 0,
+        CHECK_MSG(p->host_bytes == eng_round4k(S * d) && p->host_capacity == eng_round4k(S * d) && p->nvme_bytes == 0,
                   "%s: cpu host bytes %llu (capacity %llu), formula %llu", name, (unsigned long long)p->host_bytes,
-                  (unsigned long long)p->host_capacity, (unsigned long long)round4k(S * d));
+                  (unsigned long long)p->host_capacity, (unsigned long long)eng_round4k(S * d));
         return;
     }
     CHECK_MSG(p->nvme_bytes == o->nvme_formula, "%s: nvme bytes %llu, formula %llu", name,
               (unsigned long long)p->nvme_bytes, (unsigned long long)o->nvme_formula);
-    const uint64_t host = (uint64_t)c->offload_param_buffer_count * round4k(o->max_chunk * d);
+    const uint64_t host = (uint64_t)c->offload_param_buffer_count * eng_round4k(o->max_chunk * d);
     CHECK_MSG(p->host_bytes == host && p->host_peak == host && p->host_capacity == host,
               "%s: nvme host bytes %llu (peak %llu, capacity %llu), formula %llu", name,
               (unsigned long long)p->host_bytes, (unsigned long long)p->host_peak,
@@ -273,14 +220,14 @@ static void check_checkpoint(zero_comm *comm, zero_device *dev, const variant *v
     for (int k = 1; k < n; k++) CHECK_OK(zero_checkpoint_load(e[k], comm, dir, NULL));
     for (int k = 0; k < n; k++) CHECK_OK(eng_train_step(e[k], dev, &cfg[k], &r, 3, &res));
     uint64_t cnt = 0;
-    float *m0 = eng_collect_master(e[0], &cnt), *p0 = eng_collect_params(e[0], dev, v->dtype);
+    float *m0 = eng_collect_master(e[0], &cnt), *p0 = eng_collect_params(e[0], dev, v->v.dtype);
     for (int k = 1; k < n; k++) {
-        float *m = eng_collect_master(e[k], &cnt), *p = eng_collect_params(e[k], dev, v->dtype);
+        float *m = eng_collect_master(e[k], &cnt), *p = eng_collect_params(e[k], dev, v->v.dtype);
         long d = eng_first_diff(m, m0, cnt);
-        CHECK_MSG(d < 0, "%s checkpoint saved with offload_param %d, loaded with %d: master differs at %ld", v->name,
+        CHECK_MSG(d < 0, "%s checkpoint saved with offload_param %d, loaded with %d: master differs at %ld", v->v.name,
                   (int)save_poff, (int)load_poff[k - 1], d);
         d = eng_first_diff(p, p0, cnt);
-        CHECK_MSG(d < 0, "%s checkpoint saved with offload_param %d, loaded with %d: params differ at %ld", v->name,
+        CHECK_MSG(d < 0, "%s checkpoint saved with offload_param %d, loaded with %d: params differ at %ld", v->v.name,
                   (int)save_poff, (int)load_poff[k - 1], d);
         free(m);
         free(p);
@@ -602,22 +549,22 @@ int main(int argc, char **argv)
         const variant *v = &variants[vi];
         zero_config cref = make_config(v, ZERO_OFFLOAD_NONE, ZERO_OFFLOAD_NONE);
         outcome ref = run(&cref, world, dev, &r);
-        if (!ref.ok) continue;
+        if (!ref.b.ok) continue;
         for (int pk = 1; pk < 3; pk++) {
             for (int ok = 0; ok < 3; ok++) {
                 zero_config c = make_config(v, devs[pk], devs[ok]);
                 char name[160];
-                snprintf(name, sizeof name, "%s offload_param %s offload_optimizer %s", v->name, dev_names[pk],
+                snprintf(name, sizeof name, "%s offload_param %s offload_optimizer %s", v->v.name, dev_names[pk],
                          dev_names[ok]);
                 outcome o = run(&c, world, dev, &r);
-                if (o.ok) {
+                if (o.b.ok) {
                     compare(name, &ref, &o);
                     check_accounting(name, &c, &ref, &o);
                 }
                 outcome_free(&o);
             }
         }
-        CHECK_MSG(ref.master[0] != eng_init_value(0, 0), "%s: parameters did not change", v->name);
+        CHECK_MSG(ref.b.master[0] != eng_init_value(0, 0), "%s: parameters did not change", v->v.name);
         outcome_free(&ref);
     }
     CHECK_OK(zero_barrier(world));
