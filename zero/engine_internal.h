@@ -412,6 +412,18 @@ void groups_free(zero_engine *e);
 zero_status groups_build_runs(zero_engine *e);
 /* The run holding flat element `flat` (0 when there are no runs). */
 int groups_run_at(const zero_engine *e, uint64_t flat);
+/* The pieces of flat elements [off, end) that lie in one group each, in
+ * order: the one walk of the runs that the per-bucket update (optim.c) and
+ * the fused step's chunk table (optim_fused.c, and so the CUDA kernel's
+ * groups) both follow. Without runs the range is one piece of group 0.
+ *   groups_pieces it; groups_pieces_begin(e, off, end, &it);
+ *   while (groups_pieces_next(e, &it, &lo, &hi, &group)) ... */
+typedef struct groups_pieces {
+    uint64_t lo, end;
+    int run;
+} groups_pieces;
+void groups_pieces_begin(const zero_engine *e, uint64_t off, uint64_t end, groups_pieces *it);
+int groups_pieces_next(const zero_engine *e, groups_pieces *it, uint64_t *lo, uint64_t *hi, int *group);
 
 /* ---------------------------------------------------------------- optim.c */
 /* Update n elements of a region that is contiguous in the flat layout from

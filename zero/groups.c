@@ -272,3 +272,26 @@ int groups_run_at(const zero_engine *e, uint64_t flat)
     }
     return lo;
 }
+
+void groups_pieces_begin(const zero_engine *e, uint64_t off, uint64_t end, groups_pieces *it)
+{
+    it->lo = off;
+    it->end = end;
+    it->run = e->num_gruns ? groups_run_at(e, off) : 0;
+}
+
+int groups_pieces_next(const zero_engine *e, groups_pieces *it, uint64_t *lo, uint64_t *hi, int *group)
+{
+    if (it->lo >= it->end) return 0;
+    uint64_t piece_end = it->end;
+    int g = 0;
+    if (e->num_gruns) {
+        /* the last run beginning at or before lo, cut where the next one begins */
+        while (it->run + 1 < e->num_gruns && e->grun_begin[it->run + 1] <= it->lo) it->run++;
+        if (it->run + 1 < e->num_gruns && e->grun_begin[it->run + 1] < it->end) piece_end = e->grun_begin[it->run + 1];
+        g = e->grun_group[it->run];
+    }
+    *lo = it->lo, *hi = piece_end, *group = g;
+    it->lo = piece_end;
+    return 1;
+}

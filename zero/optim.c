@@ -74,17 +74,13 @@ static zero_status update_runs(zero_engine *e, int host, float *p, const float *
 {
     if (n == 0) return ZERO_OK;
     zero_optim_hyper h;
-    if (e->num_gruns == 0) {
-        optim_make_hyper(e, &e->groups[0], grad_scale, &h);
-        return run_kernel(e, &h, host, p, g, m1, m2, n);
-    }
-    const uint64_t end = off + n;
-    for (int r = groups_run_at(e, off); r < e->num_gruns && e->grun_begin[r] < end; r++) {
-        const uint64_t lo = e->grun_begin[r] > off ? e->grun_begin[r] : off;
-        const uint64_t rend = r + 1 < e->num_gruns ? e->grun_begin[r + 1] : UINT64_MAX;
-        const uint64_t hi = rend < end ? rend : end;
+    groups_pieces it;
+    groups_pieces_begin(e, off, off + n, &it);
+    uint64_t lo, hi;
+    int group;
+    while (groups_pieces_next(e, &it, &lo, &hi, &group)) {
         const size_t k = (size_t)(lo - off);
-        optim_make_hyper(e, &e->groups[e->grun_group[r]], grad_scale, &h);
+        optim_make_hyper(e, &e->groups[group], grad_scale, &h);
         ZERO_TRY(run_kernel(e, &h, host, p + k, g + k, m1 ? m1 + k : NULL, m2 ? m2 + k : NULL, (size_t)(hi - lo)));
     }
     return ZERO_OK;

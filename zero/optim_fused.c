@@ -110,16 +110,11 @@ zero_status optim_fused_build(zero_engine *e)
             if (pass) e->fused_bucket_first[bi] = at;
             const zero_optim_chunk base = region_base(e, b);
             const uint64_t off = layout_region_flat(e, b), n = layout_region_numel(e, b), end = off + n;
-            uint64_t lo = off;
-            int r = e->num_gruns ? groups_run_at(e, off) : 0;
-            while (lo < end) {
-                uint64_t run_end = end;
-                uint32_t group = 0;
-                if (e->num_gruns) {
-                    while (r + 1 < e->num_gruns && e->grun_begin[r + 1] <= lo) r++;
-                    if (r + 1 < e->num_gruns && e->grun_begin[r + 1] < end) run_end = e->grun_begin[r + 1];
-                    group = (uint32_t)e->grun_group[r];
-                }
+            groups_pieces it;
+            groups_pieces_begin(e, off, end, &it);
+            uint64_t lo, run_end;
+            int group;
+            while (groups_pieces_next(e, &it, &lo, &run_end, &group)) {
                 for (; lo < run_end; at++) {
                     uint64_t len = run_end - lo < ZERO_OPTIM_CHUNK ? run_end - lo : ZERO_OPTIM_CHUNK;
                     if (pass) {
@@ -130,7 +125,7 @@ zero_status optim_fused_build(zero_engine *e)
                         c->m_off = base.m_off + k;
                         c->out_off = base.out_off + k;
                         c->len = (uint32_t)len;
-                        c->group = group;
+                        c->group = (uint32_t)group;
                     }
                     lo += len;
                 }
