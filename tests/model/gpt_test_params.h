@@ -1,7 +1,8 @@
 /* Test helpers shared by the CUDA GPT tests (test_gpt_cuda.c,
- * test_gpt_cuda_split.c, test_gpt_moe_cuda.c, test_moe_cuda.c): every
- * module's tensors in one flat buffer, that buffer with its gradients on the
- * device, and the fp32 GPU-vs-CPU tolerance. One copy of the set-up each test
+ * test_gpt_cuda_split.c, test_gpt_cuda_stage.c, test_gpt_moe_cuda.c,
+ * test_moe_cuda.c): every module's tensors in one flat buffer, that buffer
+ * with its gradients on the device, the fp32 GPU-vs-CPU tolerance, and the
+ * comparison of two runs' gradients (linear weights bitwise). One copy of the set-up each test
  * used to write out for itself. */
 #ifndef ZERO_TESTS_MODEL_GPT_TEST_PARAMS_H
 #define ZERO_TESTS_MODEL_GPT_TEST_PARAMS_H
@@ -47,6 +48,64 @@ static inline void gpt_test_compare(const char *what, const float *gpu, const fl
     CHECK_MSG(bad == 0, "%s: %zu of %zu elements outside tolerance (max abs err %.3g, scale %.3g)", what, bad, n,
               worst, scale);
     if (print) printf("  %-32s max abs err %.3g (scale %.3g)\n", what, worst, scale);
+}
+
+/* Every parameter of cfg, GPT-2's init from `seed` (gpt_param_init), in
+ * parameter order in one malloc'ed fp32 buffer of gpt_param_elements(cfg). */
+static inline float *gpt_test_init_params(const gpt_config *cfg, uint64_t seed)
+{
+    float *params = malloc(gpt_param_elements(cfg) * sizeof(float));
+    size_t off = 0;
+    for (size_t i = 0; params && i < gpt_num_params(cfg); i++) {
+        gpt_param_info info;
+        gpt_param_info_get(cfg, i, &info);
+        gpt_param_init(cfg, &info, seed, params + off);
+        off += info.numel;
+    }
+    return params;
+}
+
+/* A block's linear weight (qkv, attention projection, fc, fc projection):
+ * its gradient is one gemm on the upstream gradient chain, no atomics. */
+static inline int gpt_test_is_linear_weight(const gpt_config *cfg, const gpt_param_info *info)
+{
+    return info->module >= 1 && info->module <= cfg->n_layer &&
+           (info->index == GPT_QKV_W || info->index == GPT_ATTPROJ_W || info->index == GPT_FC_W ||
+            info->index == GPT_FCPROJ_W);
+}
+
+/* Gradients of two ways to run the same model (all of cfg's parameters,
+ * fp32 on the host): every block linear weight's BITWISE equal (`how` says
+ * what is not, e.g. "B then W is not bitwise the unsplit backward"), every
+ * other tensor (biases, LayerNorms, embeddings: fp32 atomics, whose order
+ * varies) within 1e-5 x max |tensor| + rel x |value|; none zero. Returns the
+ * number compared bitwise (4 per block). */
+static inline int gpt_test_compare_grads(const gpt_config *cfg, const char *mode, const char *how, const float *got,
+                                         const float *ref, double rel)
+{
+    size_t off = 0;
+    int bitwise = 0;
+    for (size_t i = 0; i < gpt_num_params(cfg); i++) {
+        gpt_param_info info;
+        gpt_param_info_get(cfg, i, &info);
+        const float *a = got + off, *b = ref + off;
+        double scale = 0, worst = 0;
+        for (size_t j = 0; j < info.numel; j++) scale = fmax(scale, fabs(b[j])), worst = fmax(worst, fabs(a[j] - b[j]));
+        int outside = 0;
+        for (size_t j = 0; j < info.numel; j++) outside += !(fabs(a[j] - b[j]) <= 1e-5 * scale + rel * fabs(b[j]));
+        CHECK_MSG(scale > 0, "%s: %s: the gradient is zero", mode, info.name);
+        if (gpt_test_is_linear_weight(cfg, &info)) {
+            CHECK_MSG(memcmp(a, b, info.numel * sizeof(float)) == 0, "%s: %s: %s (max abs diff %.3g)", mode, info.name,
+                      how, worst);
+            bitwise++;
+        } else {
+            CHECK_MSG(outside == 0, "%s: %s: %d elements outside 1e-5 x %.3g + %g |value| (max abs diff %.3g)", mode,
+                      info.name, outside, scale, rel, worst);
+        }
+        off += info.numel;
+    }
+    CHECK(bitwise == 4 * cfg->n_layer);
+    return bitwise;
 }
 
 #if ZERO_HAVE_CUDA

@@ -75,37 +75,9 @@ static int run(const gpt_config *cfg, const float *params, size_t total, zero_dt
     return st == ZERO_OK ? 0 : -1;
 }
 
-static int is_linear_weight(const gpt_param_info *info)
-{
-    return info->module >= 1 && info->module <= L_ &&
-           (info->index == GPT_QKV_W || info->index == GPT_ATTPROJ_W || info->index == GPT_FC_W ||
-            info->index == GPT_FCPROJ_W);
-}
-
 static void compare(const gpt_config *cfg, const char *mode, const float *split, const float *whole, double rel)
 {
-    size_t off = 0;
-    int bitwise = 0;
-    for (size_t i = 0; i < gpt_num_params(cfg); i++) {
-        gpt_param_info info;
-        gpt_param_info_get(cfg, i, &info);
-        const float *a = split + off, *b = whole + off;
-        double scale = 0, worst = 0;
-        for (size_t j = 0; j < info.numel; j++) scale = fmax(scale, fabs(b[j])), worst = fmax(worst, fabs(a[j] - b[j]));
-        int outside = 0;
-        for (size_t j = 0; j < info.numel; j++) outside += !(fabs(a[j] - b[j]) <= 1e-5 * scale + rel * fabs(b[j]));
-        CHECK_MSG(scale > 0, "%s: %s: the gradient is zero", mode, info.name);
-        if (is_linear_weight(&info)) {
-            CHECK_MSG(memcmp(a, b, info.numel * sizeof(float)) == 0, "%s: %s: B then W is not bitwise the unsplit "
-                      "backward (max abs diff %.3g)", mode, info.name, worst);
-            bitwise++;
-        } else {
-            CHECK_MSG(outside == 0, "%s: %s: %d elements outside 1e-5 x %.3g + %g |value| (max abs diff %.3g)", mode,
-                      info.name, outside, scale, rel, worst);
-        }
-        off += info.numel;
-    }
-    CHECK(bitwise == 4 * L_);
+    int bitwise = gpt_test_compare_grads(cfg, mode, "B then W is not bitwise the unsplit backward", split, whole, rel);
     printf("%s: %d weight gradients bitwise, the rest within 1e-5 x max\n", mode, bitwise);
 }
 #endif
@@ -115,15 +87,9 @@ int main(void)
     if (!gpt_cuda_available()) CHECK_SKIP("no CUDA GPU visible (or this build has no CUDA path)");
 #if ZERO_HAVE_CUDA
     gpt_config cfg = {.n_layer = L_, .n_head = 4, .d_model = 64, .seq_len = T_, .vocab = 256};
-    size_t total = gpt_param_elements(&cfg), off = 0;
-    float *params = malloc(total * 4), *gw = malloc(total * 4), *gs = malloc(total * 4);
+    size_t total = gpt_param_elements(&cfg);
+    float *params = gpt_test_init_params(&cfg, 7), *gw = malloc(total * 4), *gs = malloc(total * 4);
     int32_t tok[B_ * T_], tgt[B_ * T_];
-    for (size_t i = 0; i < gpt_num_params(&cfg); i++) {
-        gpt_param_info info;
-        gpt_param_info_get(&cfg, i, &info);
-        gpt_param_init(&cfg, &info, 7, params + off);
-        off += info.numel;
-    }
     for (int i = 0; i < B_ * T_; i++) tok[i] = (i * 37 + 11) % 256, tgt[i] = (i * 53 + 3) % 256;
     const struct { zero_dtype dt; gpt_cuda_math math; const char *name; } modes[] = {
         {ZERO_F32, GPT_CUDA_MATH_FP32, "fp32 params, fp32 math"},

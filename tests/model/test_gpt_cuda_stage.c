@@ -29,6 +29,7 @@
 #include "check.h"
 #include "gpt.h"
 #include "gpt_cuda.h"
+#include "gpt_test_params.h"
 #include "zero_build_config.h"
 #include <zero/device.h>
 
@@ -40,17 +41,6 @@
 #define T_ 40
 #define N_ (B_ * T_)
 
-static void layout(const gpt_config *cfg, char *base, size_t elem, gpt_tensors *sets)
-{
-    size_t off = 0;
-    for (size_t i = 0; i < gpt_num_params(cfg); i++) {
-        gpt_param_info info;
-        gpt_param_info_get(cfg, i, &info);
-        sets[info.module].t[info.index] = base + off * elem;
-        off += info.numel;
-    }
-}
-
 #define STEP(call)                                                                                                \
     do {                                                                                                          \
         if (st == ZERO_OK && (st = (call)) != ZERO_OK) fprintf(stderr, "%s: %s\n", #call, gpt_last_error());      \
@@ -61,24 +51,16 @@ static void layout(const gpt_config *cfg, char *base, size_t elem, gpt_tensors *
 static int run(const gpt_config *cfg, const float *params, size_t total, zero_dtype dt, gpt_cuda_math math, int staged,
                const int32_t *tok, const int32_t *tgt, float *grads, float *loss)
 {
-    size_t es = dt == ZERO_BF16 ? 2 : 4;
-    void *dp = NULL, *dg = NULL, *host = malloc(total * es);
     float *out = NULL, *din = NULL; /* [2] x N x C: what the stages send each other */
     gpt_tensors p[L_ + 2], g[L_ + 2];
-    memset(p, 0, sizeof p), memset(g, 0, sizeof g);
+    gpt_test_dev dev;
     const size_t msg = (size_t)N_ * cfg->d_model;
-    if (!host || cudaMalloc(&dp, total * es) != cudaSuccess || cudaMalloc(&dg, total * es) != cudaSuccess ||
-        cudaMalloc((void **)&out, 2 * msg * sizeof(float)) != cudaSuccess ||
-        cudaMalloc((void **)&din, 2 * msg * sizeof(float)) != cudaSuccess)
+    if (gpt_test_dev_init(&dev, cfg, params, total, dt, p, g) != 0) return -1;
+    if (cudaMalloc((void **)&out, 2 * msg * sizeof(float)) != cudaSuccess ||
+        cudaMalloc((void **)&din, 2 * msg * sizeof(float)) != cudaSuccess) {
+        cudaFree(out), gpt_test_dev_free(&dev);
         return -1;
-    for (size_t i = 0; i < total; i++) {
-        if (dt == ZERO_BF16) ((uint16_t *)host)[i] = zero_f32_to_bf16(params[i]);
-        else ((float *)host)[i] = params[i];
     }
-    cudaMemcpy(dp, host, total * es, cudaMemcpyHostToDevice);
-    cudaMemset(dg, 0, total * es);
-    layout(cfg, dp, es, p);
-    layout(cfg, dg, es, g);
     const int fm = gpt_module_final(cfg), E = GPT_MODULE_EMBED;
     zero_status st = ZERO_OK;
     if (!staged) {
@@ -147,46 +129,15 @@ static int run(const gpt_config *cfg, const float *params, size_t total, zero_dt
         gpt_cuda_workspace_destroy(s1);
     }
     CHECK_MSG(st == ZERO_OK, "%s: %s", staged ? "stages" : "whole model", gpt_last_error());
-    cudaDeviceSynchronize();
-    cudaMemcpy(host, dg, total * es, cudaMemcpyDeviceToHost);
-    for (size_t i = 0; i < total; i++)
-        grads[i] = dt == ZERO_BF16 ? zero_bf16_to_f32(((uint16_t *)host)[i]) : ((float *)host)[i];
-    cudaFree(dp), cudaFree(dg), cudaFree(out), cudaFree(din), free(host);
+    gpt_test_dev_grads(&dev, grads);
+    cudaFree(out), cudaFree(din), gpt_test_dev_free(&dev);
     return st == ZERO_OK ? 0 : -1;
-}
-
-static int is_linear_weight(const gpt_param_info *info)
-{
-    return info->module >= 1 && info->module <= L_ &&
-           (info->index == GPT_QKV_W || info->index == GPT_ATTPROJ_W || info->index == GPT_FC_W ||
-            info->index == GPT_FCPROJ_W);
 }
 
 static void compare(const gpt_config *cfg, const char *mode, const float *staged, const float *whole, double rel)
 {
-    size_t off = 0;
-    int bitwise = 0;
-    for (size_t i = 0; i < gpt_num_params(cfg); i++) {
-        gpt_param_info info;
-        gpt_param_info_get(cfg, i, &info);
-        const float *a = staged + off, *b = whole + off;
-        double scale = 0, worst = 0;
-        for (size_t j = 0; j < info.numel; j++) scale = fmax(scale, fabs(b[j])), worst = fmax(worst, fabs(a[j] - b[j]));
-        int outside = 0;
-        for (size_t j = 0; j < info.numel; j++) outside += !(fabs(a[j] - b[j]) <= 1e-5 * scale + rel * fabs(b[j]));
-        CHECK_MSG(scale > 0, "%s: %s: the gradient is zero", mode, info.name);
-        if (is_linear_weight(&info)) {
-            CHECK_MSG(memcmp(a, b, info.numel * sizeof(float)) == 0,
-                      "%s: %s: the stages' gradient is not bitwise the whole model's (max abs diff %.3g)", mode,
-                      info.name, worst);
-            bitwise++;
-        } else {
-            CHECK_MSG(outside == 0, "%s: %s: %d elements outside 1e-5 x %.3g + %g |value| (max abs diff %.3g)", mode,
-                      info.name, outside, scale, rel, worst);
-        }
-        off += info.numel;
-    }
-    CHECK(bitwise == 4 * L_);
+    int bitwise = gpt_test_compare_grads(cfg, mode, "the stages' gradient is not bitwise the whole model's", staged,
+                                         whole, rel);
     printf("%s: losses bitwise, %d weight gradients bitwise, the rest within 1e-5 x max\n", mode, bitwise);
 }
 #endif
@@ -196,15 +147,9 @@ int main(void)
     if (!gpt_cuda_available()) CHECK_SKIP("no CUDA GPU visible (or this build has no CUDA path)");
 #if ZERO_HAVE_CUDA
     gpt_config cfg = {.n_layer = L_, .n_head = 4, .d_model = 64, .seq_len = T_, .vocab = 256};
-    size_t total = gpt_param_elements(&cfg), off = 0;
-    float *params = malloc(total * 4), *gw = malloc(total * 4), *gs = malloc(total * 4);
+    size_t total = gpt_param_elements(&cfg);
+    float *params = gpt_test_init_params(&cfg, 7), *gw = malloc(total * 4), *gs = malloc(total * 4);
     int32_t tok[2 * N_], tgt[2 * N_];
-    for (size_t i = 0; i < gpt_num_params(&cfg); i++) {
-        gpt_param_info info;
-        gpt_param_info_get(&cfg, i, &info);
-        gpt_param_init(&cfg, &info, 7, params + off);
-        off += info.numel;
-    }
     for (int i = 0; i < 2 * N_; i++) tok[i] = (i * 37 + 11) % 256, tgt[i] = (i * 53 + 3) % 256;
     const struct { zero_dtype dt; gpt_cuda_math math; const char *name; } modes[] = {
         {ZERO_F32, GPT_CUDA_MATH_FP32, "fp32 params, fp32 math"},
