@@ -9,7 +9,8 @@
  *   late    rank 1 sleeps LATE_S before joining an all-reduce of 1 float and
  *           a reduce-scatter of 1 MiB (the engine's gradient path, a
  *           point-to-point schedule): rank 0's results are exact, it waited
- *           at least 0.9 LATE_S of wall time, and its CPU time in each wait
+ *           at least half of LATE_S of wall time (a loaded machine may start
+ *           it late), and its CPU time in each wait
  *           is below CPU_FRACTION of that wall time (the old loop: >= 100 ms
  *           of a 300 ms wait, 1/3).
  *   dead    rank 1 never joins an all-reduce: rank 0 fails with ZERO_TIMEOUT
@@ -83,7 +84,7 @@ int main(int argc, char **argv)
         double wall = now() - t0, cpu = cpu_now() - c0;
         CHECK_MSG(x == 3.0f, "allreduce gave %g, expected 3", x);
         if (r == 0) {
-            CHECK_MSG(wall >= 0.9 * LATE_S, "rank 0 waited only %.3f s for a peer %.1f s late", wall, LATE_S);
+            CHECK_MSG(wall >= 0.5 * LATE_S, "rank 0 waited only %.3f s for a peer %.1f s late", wall, LATE_S);
             expect_cheap("allreduce of 1 x f32", wall, cpu);
         }
         if (r == 1) sleep_s(LATE_S);
@@ -97,7 +98,7 @@ int main(int argc, char **argv)
         }
         CHECK_MSG(bad == 0, "reduce_scatter: %zu of %zu elements wrong", bad, half);
         if (r == 0) {
-            CHECK_MSG(wall >= 0.9 * LATE_S, "rank 0 waited only %.3f s for a peer %.1f s late", wall, LATE_S);
+            CHECK_MSG(wall >= 0.5 * LATE_S, "rank 0 waited only %.3f s for a peer %.1f s late", wall, LATE_S);
             expect_cheap("reduce_scatter of 2 x 128K f32", wall, cpu);
         }
         free(in);
