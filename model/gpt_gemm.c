@@ -113,6 +113,16 @@ const char *gpt_gemm_kernel_name(gpt_gemm_math math)
     return kind_names[choice[math == GPT_GEMM_BF16]];
 }
 
+const char *gpt_gemm_blas_core(void)
+{
+#if ZERO_HAVE_OPENBLAS
+    const char *n = openblas_get_corename();
+    return n ? n : "unknown";
+#else
+    return "none";
+#endif
+}
+
 /* ------------------------------------------------------------ reference and BLAS */
 static void gemm_reference(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                            const float *B, int ldb, float beta, float *C, int ldc)

@@ -45,6 +45,13 @@ zero_status gpt_gemm_init(void);
 /* The kernel that `math` runs on ("amx_bf16", "avx512_bf16", "avx512", "blas", "reference"). */
 const char *gpt_gemm_kernel_name(gpt_gemm_math math);
 
+/* The core whose kernels the build's OpenBLAS runs ("Haswell", "Zen",
+ * "SkylakeX", ...: OpenBLAS's own name, after OPENBLAS_CORETYPE and its
+ * fallbacks; a CoreType this CPU cannot run may fall back silently, so
+ * "openblas:Cooperlake" on an AVX2 CPU runs Haswell), or "none" without
+ * OpenBLAS. For benchmark tables that name what they measured. */
+const char *gpt_gemm_blas_core(void);
+
 /* op(X) = X or X^T (trans_*); lda/ldb/ldc are row strides of the stored
  * matrices. beta == 0 never reads C (it may hold NaN). gpt_gemm splits the
  * work over the OpenMP threads; gpt_gemm_serial runs on the calling thread

@@ -91,9 +91,9 @@ int main(int argc, char **argv)
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
-    printf("{\"kernel\": \"%s\", \"math\": \"%s\", \"threads\": %d, \"d_model\": %d, \"tokens\": %d, \"vocab\": %d, "
-           "\"layers\": %d, \"shapes\": [",
-           gpt_gemm_kernel_name(math), math_s, threads, C, N, V, L);
+    printf("{\"kernel\": \"%s\", \"blas_core\": \"%s\", \"math\": \"%s\", \"threads\": %d, \"d_model\": %d, "
+           "\"tokens\": %d, \"vocab\": %d, \"layers\": %d, \"shapes\": [",
+           gpt_gemm_kernel_name(math), gpt_gemm_blas_core(), math_s, threads, C, N, V, L);
     double flops_all = 0.0, time_all = 0.0, cpu_all = 0.0;
     for (int s = 0; s < ns; s++) {
         const shape *x = &sh[s];

@@ -12,6 +12,8 @@ same thread split as zero-train):
                   (ZERO_CPU_GEMM=amx_bf16, avx512_bf16)
   openblas        OpenBLAS as the environment leaves it (whatever OPENBLAS_CORETYPE says, or its own pick)
   openblas:X      OpenBLAS with OPENBLAS_CORETYPE=X set for that child only (Haswell, SkylakeX, Cooperlake)
+The table's kernel column names what ran: OpenBLAS's own core name (a
+CoreType this CPU cannot run may fall back, or die, and is then absent).
 and zero-train (1 rank, --threads OpenMP threads, stage 0) at the same size in
 fp32 and bf16. Every figure is the best of its rounds (a shared machine), in
 two clocks: wall (what a user sees) and CPU ("cpu": the work divided by the
@@ -43,6 +45,13 @@ def gemm(build, threads, kernel, math, coretype, a):
     if r.returncode != 0:
         return None  # a kernel this CPU lacks
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def ran(r):
+    """The kernel a run used: ours by name, OpenBLAS with the core it really ran
+    (a CoreType the CPU cannot run falls back: openblas:Cooperlake on an AVX2
+    CPU runs Haswell)."""
+    return f"blas:{r.get('blas_core', '?')}" if r["kernel"] == "blas" else r["kernel"]
 
 
 def zero_train(build, threads, dtype, a):
@@ -99,9 +108,9 @@ def main():
     env_core = os.environ.get("OPENBLAS_CORETYPE", "(unset)")
     print(f"GEMM at zero-train's shapes: d_model {a.d_model}, {a.layers} layers, {a.micro * a.seq} tokens, "
           f"vocab {a.vocab}, {a.threads} threads; best of {a.rounds} rounds (OPENBLAS_CORETYPE here: {env_core})")
-    print(f"  {'':<22} {'kernel':<12} {'wall GFLOP/s':>12} {'cpu GFLOP/s':>12}")
+    print(f"  {'':<22} {'kernel (what ran)':<20} {'wall GFLOP/s':>12} {'cpu GFLOP/s':>12}")
     for name, r in best.items():
-        print(f"  {name:<22} {r['kernel']:<12} {r['gflops']:12.1f} {r['gflops_cpu']:12.1f}")
+        print(f"  {name:<22} {ran(r):<20} {r['gflops']:12.1f} {r['gflops_cpu']:12.1f}")
     f32 = {k: v for k, v in best.items() if v["math"] == "f32"}
     top = max(f32, key=lambda k: f32[k]["gflops"])
     top_cpu = max(f32, key=lambda k: f32[k]["gflops_cpu"])
