@@ -23,8 +23,8 @@
 #endif
 
 /* ------------------------------------------------------------ the choice */
-typedef enum kernel_kind { K_REFERENCE, K_BLAS, K_AVX512, K_AVX512_BF16, K_AMX_BF16, K_KINDS } kernel_kind;
-static const char *const kind_names[] = {"reference", "blas", "avx512", "avx512_bf16", "amx_bf16"};
+typedef enum kernel_kind { K_REFERENCE, K_BLAS, K_AVX512, K_AVX512_BF16, K_AMX_BF16, K_AVX2, K_KINDS } kernel_kind;
+static const char *const kind_names[] = {"reference", "blas", "avx512", "avx512_bf16", "amx_bf16", "avx2"};
 
 static pthread_once_t choice_once = PTHREAD_ONCE_INIT;
 static kernel_kind choice[2];        /* per gpt_gemm_math */
@@ -36,6 +36,15 @@ static int cpu_has_avx512(void)
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     return gpt_gemm_avx512_f32() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+#else
+    return 0;
+#endif
+}
+
+static int cpu_has_avx2(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    return gpt_gemm_avx2_f32() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
     return 0;
 #endif
@@ -70,7 +79,12 @@ static int cpu_runs_amx(void) { return cpu_has_avx512_bf16() && cpu_has_amx() &&
 
 static void choose(void)
 {
-    kernel_kind best_f32 = cpu_has_avx512() ? K_AVX512 : ZERO_HAVE_OPENBLAS ? K_BLAS : K_REFERENCE;
+    /* Without AVX-512: OpenBLAS where the build has it (its AVX2 kernels are
+     * as fast as ours on the AVX2 CPUs measured, docs/model.md), else ours. */
+    kernel_kind best_f32 = cpu_has_avx512()     ? K_AVX512
+                           : ZERO_HAVE_OPENBLAS ? K_BLAS
+                           : cpu_has_avx2()     ? K_AVX2
+                                                : K_REFERENCE;
     kernel_kind best_bf16 = cpu_runs_amx()                            ? K_AMX_BF16
                             : cpu_has_avx512_bf16() && !cpu_has_amx() ? K_AVX512_BF16
                                                                        : best_f32;
@@ -82,9 +96,10 @@ static void choose(void)
     for (int i = 0; i < K_KINDS; i++)
         if (!strcmp(want, kind_names[i])) k = i;
     const char *why = NULL;
-    if (k < 0) why = "expected auto, amx_bf16, avx512_bf16, avx512, blas or reference";
+    if (k < 0) why = "expected auto, amx_bf16, avx512_bf16, avx512, avx2, blas or reference";
     else if (k == K_BLAS && !ZERO_HAVE_OPENBLAS) why = "this build has no OpenBLAS (meson -Dopenblas)";
     else if (k == K_AVX512 && !cpu_has_avx512()) why = "this CPU has no AVX-512 (F, BW, DQ, VL)";
+    else if (k == K_AVX2 && !cpu_has_avx2()) why = "this CPU has no AVX2 and FMA";
     else if (k == K_AVX512_BF16 && !cpu_has_avx512_bf16()) why = "this CPU has no avx512_bf16";
     else if (k == K_AMX_BF16 && !cpu_runs_amx()) why = "this CPU or OS offers no AMX-BF16 tiles (with avx512_bf16)";
     if (why) {
@@ -202,7 +217,8 @@ static void *thread_bbuf(size_t bytes)
 static int gemm_packed(const gpt_gemm_impl *im, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                        int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
-    enum { NR = GPT_GEMM_NR, KC = GPT_GEMM_KC, NC = GPT_GEMM_NC };
+    enum { KC = GPT_GEMM_KC, NC = GPT_GEMM_NC };
+    const int NR = im->nr; /* a divisor of NC */
     const ptrdiff_t a_ls = ta ? 1 : lda, a_ks = ta ? lda : 1; /* op(A)[i][k] = A[i*a_ls + k*a_ks] */
     const ptrdiff_t b_ls = tb ? ldb : 1, b_ks = tb ? 1 : ldb; /* op(B)[k][j] = B[j*b_ls + k*b_ks] */
     const int MR = im->mr;
@@ -237,7 +253,8 @@ static int gemm_packed(const gpt_gemm_impl *im, int ta, int tb, int M, int N, in
 
 static const gpt_gemm_impl *impl_of(kernel_kind k)
 {
-    return k == K_AVX512        ? gpt_gemm_avx512_f32()
+    return k == K_AVX2          ? gpt_gemm_avx2_f32()
+           : k == K_AVX512      ? gpt_gemm_avx512_f32()
            : k == K_AVX512_BF16 ? gpt_gemm_avx512_bf16()
            : k == K_AMX_BF16    ? gpt_gemm_amx_bf16()
                                 : NULL;
@@ -271,7 +288,7 @@ void gpt_gemm(gpt_gemm_math math, int ta, int tb, int M, int N, int K, float alp
         tid = omp_get_thread_num();
 #endif
         const gpt_gemm_impl *im = impl_of(choice[math == GPT_GEMM_BF16]);
-        int cols = N >= M, unit = cols ? GPT_GEMM_NR : im ? im->mr : 16, len = cols ? N : M;
+        int cols = N >= M, unit = cols ? (im ? im->nr : GPT_GEMM_NR) : im ? im->mr : 16, len = cols ? N : M;
         int tiles = (len + unit - 1) / unit;
         int s0 = (int)((long)tiles * tid / nt) * unit, s1 = (int)((long)tiles * (tid + 1) / nt) * unit;
         if (s1 > len) s1 = len;

@@ -10,6 +10,8 @@
  *                AMX CPUs, where "auto" does not pick it. Used only for
  *                GPT_GEMM_BF16 math.
  *   avx512       packed AVX-512F FMA kernel, fp32 throughout.
+ *   avx2         the same loops around a 6 x 16 AVX2 + FMA kernel, fp32 (CPUs
+ *                without AVX-512; "auto" picks it only without OpenBLAS).
  *   blas         OpenBLAS's cblas_sgemm (the build's BLAS; its kernel is
  *                whatever OpenBLAS picks for the CPU or OPENBLAS_CORETYPE).
  *   reference    plain C loops: correct, slow; the last resort.
@@ -21,8 +23,11 @@
  * these kernels are chosen by CPU features, not by family. docs/model.md,
  * "CPU GEMM", has the figures and how to choose.
  *
- * Every element of C is computed by one thread with the same K order
- * whatever the thread count, so results do not depend on OMP_NUM_THREADS. */
+ * With our kernels (all but blas) every element of C is computed by one
+ * thread with the same K order whatever the thread count, so results do not
+ * depend on OMP_NUM_THREADS. OpenBLAS does not promise that: its edge
+ * kernels sum in another order when the split moves a tile's edge (seen on
+ * an AMD Zen 3 with its Zen and Haswell kernels; tests/model/test_gemm.c). */
 #ifndef ZERO_MODEL_GPT_GEMM_H
 #define ZERO_MODEL_GPT_GEMM_H
 
@@ -34,7 +39,7 @@
 typedef enum gpt_gemm_math { GPT_GEMM_F32 = 0, GPT_GEMM_BF16 = 1 } gpt_gemm_math;
 
 /* Reads ZERO_CPU_GEMM (unset or "auto": the fastest kernel this CPU runs;
- * "avx512_bf16", "avx512", "blas", "reference": that one, as far as the CPU
+ * "avx512_bf16", "avx512", "avx2", "blas", "reference": that one, as far as the CPU
  * and the build allow) and fixes the choice for the process on the first
  * call. ZERO_CONFIG naming the value when it is none of these, or names a
  * kernel that this CPU or build cannot run. Safe to call from any thread,
@@ -42,7 +47,7 @@ typedef enum gpt_gemm_math { GPT_GEMM_F32 = 0, GPT_GEMM_BF16 = 1 } gpt_gemm_math
  * means "auto"). */
 zero_status gpt_gemm_init(void);
 
-/* The kernel that `math` runs on ("amx_bf16", "avx512_bf16", "avx512", "blas", "reference"). */
+/* The kernel that `math` runs on ("amx_bf16", "avx512_bf16", "avx512", "avx2", "blas", "reference"). */
 const char *gpt_gemm_kernel_name(gpt_gemm_math math);
 
 /* The core whose kernels the build's OpenBLAS runs ("Haswell", "Zen",

@@ -10,13 +10,14 @@
 #include <stddef.h>
 
 #define GPT_GEMM_MR_MAX 32 /* rows of C per micro-tile, at most (the A panel on the stack) */
-#define GPT_GEMM_NR 32     /* columns of C per micro-tile: two 16-float vectors, or two AMX tiles */
+#define GPT_GEMM_NR 32     /* columns of C per micro-tile of the AVX-512 and AMX kernels: two 16-float vectors, or two AMX tiles */
 #define GPT_GEMM_KC 256    /* K per packed block: an A panel (12-16 KiB) stays in L1 */
 #define GPT_GEMM_NC 768    /* columns per packed B block: up to 768 KiB, in L2 */
 
 typedef struct gpt_gemm_impl {
     const char *name;
     int mr;     /* rows of C per micro-tile */
+    int nr;     /* columns of C per micro-tile (the width of a B panel) */
     int kpack;  /* K values per 4-byte unit: 1 (fp32) or 2 (bf16 pair) */
     int kalign; /* panel depth rounded up to this many units (zero-filled): 1, or 16 for AMX tiles */
     /* B panel [depth][W] from X, where lane l (column of op(B)), depth k is x[l*ls + k*ks] */
@@ -39,6 +40,7 @@ static inline int gpt_gemm_depth(const gpt_gemm_impl *im, int kc)
 }
 
 /* NULL where the compiler cannot build them (not x86-64, or no intrinsics) */
+const gpt_gemm_impl *gpt_gemm_avx2_f32(void);
 const gpt_gemm_impl *gpt_gemm_avx512_f32(void);
 const gpt_gemm_impl *gpt_gemm_avx512_bf16(void);
 /* NULL also where the OS refuses AMX state to this process (asked once) */

@@ -339,7 +339,7 @@ TARGET_AMX static void kernel_amx(int kc, const void *a_panel, const void *b_pan
     }
 }
 
-static const gpt_gemm_impl amx_bf16 = {"amx_bf16", AMX_MR, 2, 16, pack_amx_b, pack_amx_a, kernel_amx, amx_begin,
+static const gpt_gemm_impl amx_bf16 = {"amx_bf16", AMX_MR, NR, 2, 16, pack_amx_b, pack_amx_a, kernel_amx, amx_begin,
                                        amx_end};
 
 static int amx_permitted;
@@ -350,8 +350,8 @@ static void amx_ask(void)
 }
 #endif
 
-static const gpt_gemm_impl avx512_f32 = {"avx512", MR, 1, 1, pack_f32, pack_f32, kernel_f32, NULL, NULL};
-static const gpt_gemm_impl avx512_bf16 = {"avx512_bf16", MR, 2, 1, pack_bf16, pack_bf16, kernel_bf16, NULL, NULL};
+static const gpt_gemm_impl avx512_f32 = {"avx512", MR, NR, 1, 1, pack_f32, pack_f32, kernel_f32, NULL, NULL};
+static const gpt_gemm_impl avx512_bf16 = {"avx512_bf16", MR, NR, 2, 1, pack_bf16, pack_bf16, kernel_bf16, NULL, NULL};
 
 const gpt_gemm_impl *gpt_gemm_avx512_f32(void) { return &avx512_f32; }
 const gpt_gemm_impl *gpt_gemm_avx512_bf16(void) { return &avx512_bf16; }

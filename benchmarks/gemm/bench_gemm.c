@@ -9,7 +9,7 @@
  * the threads do per core while they run, which time-slicing by other jobs
  * on a shared machine disturbs far less (OpenMP's spin-waits count against it).
  *
- *   zero-bench-gemm [--kernel auto|avx512_bf16|avx512|blas|reference] [--math f32|bf16]
+ *   zero-bench-gemm [--kernel auto|amx_bf16|avx512_bf16|avx512|avx2|blas|reference] [--math f32|bf16]
  *                   [--d-model 768] [--tokens 512] [--vocab 256] [--layers 12] [--seconds 0.3]
  *
  * --kernel sets ZERO_CPU_GEMM for this process; "blas" is OpenBLAS with the

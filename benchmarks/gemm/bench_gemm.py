@@ -8,6 +8,7 @@ both, in one run (issue 15).
 Each round runs, alternating, at zero-train's shapes (zero-bench-gemm, the
 same thread split as zero-train):
   ours f32        the packed AVX-512 FMA kernel      (ZERO_CPU_GEMM=avx512)
+  ours f32 avx2   the packed AVX2 FMA kernel         (ZERO_CPU_GEMM=avx2)
   ours bf16       what auto picks for bf16 math, and each bf16 kernel the CPU has
                   (ZERO_CPU_GEMM=amx_bf16, avx512_bf16)
   openblas        OpenBLAS as the environment leaves it (whatever OPENBLAS_CORETYPE says, or its own pick)
@@ -88,7 +89,8 @@ def main():
     ap.add_argument("--no-train", action="store_true", help="GEMM rates only")
     ap.add_argument("--json", default=None, help="default: BUILD/bench_gemm.json")
     a = ap.parse_args()
-    cands = [("ours f32", "avx512", "f32", None), ("ours bf16 (auto)", "auto", "bf16", None),
+    cands = [("ours f32", "avx512", "f32", None), ("ours f32 avx2", "avx2", "f32", None),
+             ("ours bf16 (auto)", "auto", "bf16", None),
              ("ours amx_bf16", "amx_bf16", "bf16", None), ("ours avx512_bf16", "avx512_bf16", "bf16", None),
              ("openblas (as set)", "blas", "f32", None)]
     cands += [(f"openblas:{c}", "blas", "f32", c) for c in ("Haswell", "SkylakeX", "Cooperlake")]
