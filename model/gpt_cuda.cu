@@ -125,9 +125,10 @@ struct gpt_cuda_workspace {
     int next_layer;
 
     /* split backward (gpt_cuda_workspace_split_backward): per slot and block
-     * of the range, the four linear layers' upstream gradients B kept for W;
+     * of the range, the four linear layers' upstream gradients B kept for W,
+     * in the activation type (fp32, or bf16: what the weight gemm reads);
      * its own cudaMalloc */
-    float *wstash;
+    char *wstash;
     unsigned char *w_due;  /* host, slots x n_layer: B ran, W not yet */
 
     /* MoE blocks (cfg.moe_experts > 0): each block's MLP is a CUDA MoE layer
@@ -140,14 +141,18 @@ struct gpt_cuda_workspace {
 /* Index of (selected slot, block `layer`) in w_due, and its stash. */
 static size_t w_index(const gpt_cuda_workspace *ws, int layer) { return (size_t)ws->slot * ws->cfg.n_layer + layer; }
 static size_t wstash_floats(const gpt_cuda_workspace *ws);
-static float *wstash_of(const gpt_cuda_workspace *ws, int layer)
+static size_t act_size(const gpt_cuda_workspace *ws) { return ws->act_bf16 ? sizeof(bf16) : sizeof(float); }
+/* Part `k` (in units of N x C elements) of block `layer`'s stash, selected slot. */
+static void *wstash_of(const gpt_cuda_workspace *ws, int layer, size_t k)
 {
-    return ws->wstash + ((size_t)ws->slot * (ws->le - ws->lb) + (size_t)(layer - ws->lb)) * wstash_floats(ws);
+    size_t block = (size_t)ws->slot * (ws->le - ws->lb) + (size_t)(layer - ws->lb);
+    return ws->wstash + (block * wstash_floats(ws) + k * (size_t)ws->B * ws->T * ws->cfg.d_model) * act_size(ws);
 }
 static zero_status no_w_due(const gpt_cuda_workspace *ws, const char *op);
 
-/* One block's W stash, in floats: d(fc_proj out) N x C, d(fc out) after GELU
- * N x 4C, d(attn proj out) N x C, d(qkv) N x 3C. */
+/* One block's W stash, in elements of the activation type: d(fc_proj out)
+ * N x C (part 0), d(fc out) after GELU N x 4C (part 1), d(attn proj out)
+ * N x C (part 5), d(qkv) N x 3C (part 6). */
 static size_t wstash_floats(const gpt_cuda_workspace *ws)
 {
     return (size_t)ws->B * ws->T * 9 * ws->cfg.d_model;
@@ -578,21 +583,57 @@ static zero_status linear_forward(gpt_cuda_workspace *ws, void *out, int out_act
     return ZERO_OK;
 }
 
+/* The weight half of a linear layer's backward: dW += dout^T inp, db +=
+ * column sums of dout (db NULL: none); dout and inp are activations. fp32:
+ * matmul_backward's second gemm and column sums; bf16: the cuBLASLt gemm
+ * with the bias-gradient epilogue. The unsplit backward (linear_backward)
+ * and W (gpt_cuda_backward_block_weight) both run it, on the same operands. */
+static zero_status linear_backward_weight(gpt_cuda_workspace *ws, float *dw, float *db, const void *dout,
+                                          const void *inp, int N, int C, int OC)
+{
+    if (!ws->act_bf16) {
+        GPT_TRY(gemm(ws, 1, 0, OC, C, N, (const float *)dout, OC, 0, (const float *)inp, C, 0, 1.0f, dw, C, 0, 1));
+        if (db) GPT_TRY(column_sums(ws, db, dout, 0, NULL, NULL, NULL, N, OC));
+        return ZERO_OK;
+    }
+    gpt_lt_matmul m;
+    memset(&m, 0, sizeof m); /* dW += dout^T inp, fp32 */
+    m.ta = 1, m.tb = 0, m.M = OC, m.N = C, m.K = N;
+    m.A = dout, m.lda = OC, m.B = inp, m.ldb = C, m.ab_type = CUDA_R_16BF;
+    m.D = dw, m.ldd = C, m.d_type = CUDA_R_32F, m.C = dw, m.beta = 1.0f;
+    if (db && !ws->no_bgrad_epi) {
+        m.epilogue = GPT_LT_BGRAD, m.bgrad = ws->bgrad; /* written, not added: then db += it */
+        if (gpt_lt_run(ws->lt, &m, ws->lt_ws, LT_WS_BYTES, ws->stream) == ZERO_OK) {
+            add_f32_kernel<<<blocks_for((size_t)OC, 256), 256, 0, ws->stream>>>(db, ws->bgrad, (size_t)OC);
+            LAUNCH_CHECK("add_f32");
+            return ZERO_OK;
+        }
+        ws->no_bgrad_epi = 1;
+        m.epilogue = GPT_LT_NONE, m.bgrad = NULL;
+    }
+    GPT_TRY(gpt_lt_run(ws->lt, &m, ws->lt_ws, LT_WS_BYTES, ws->stream));
+    if (db) GPT_TRY(column_sums(ws, db, dout, 1, NULL, NULL, NULL, N, OC));
+    return ZERO_OK;
+}
+
 /* dinp[N,C] = dout W (an activation; gelu_aux: times gelu'(gelu_aux), the
  * backward through the GELU that produced inp), dW += dout^T inp, db +=
  * column sums of dout (bk -1: none). dout and inp are activations.
- * stash (the split backward's B, fp32 activations only): dinp only, dout
- * kept in the stash for W (gpt_cuda_backward_block_weight), which then runs
- * matmul_backward's weight half - the same gemms in the same order.
+ * stash (the split backward's B, both activation modes): dinp only, dout
+ * copied into the stash (its own type) for W (gpt_cuda_backward_block_weight),
+ * which then runs linear_backward_weight - the gemm (and bias reduction) of
+ * the unsplit backward on the same operands.
  * dinp_f32 (bf16 activations, no gelu_aux): dinp is written fp32, not bf16 -
  * a tp rank's partial input gradient, summed over tp in fp32. */
-static zero_status linear_backward(gpt_cuda_workspace *ws, float *stash, void *dinp, int dinp_f32,
+static zero_status linear_backward(gpt_cuda_workspace *ws, void *stash, void *dinp, int dinp_f32,
                                    const module_view *pv, int wk, float *const *g, int bk, const void *dout,
                                    const void *inp, int N, int C, int OC, const void *gelu_aux)
 {
     if (stash) {
-        CUDA_TRY(cudaMemcpyAsync(stash, dout, sizeof(float) * (size_t)N * OC, cudaMemcpyDeviceToDevice, ws->stream));
-        GPT_TRY(gemm(ws, 0, 0, N, C, OC, (const float *)dout, OC, 0, pv->f[wk], C, 0, 0.0f, (float *)dinp, C, 0, 1));
+        CUDA_TRY(cudaMemcpyAsync(stash, dout, act_size(ws) * (size_t)N * OC, cudaMemcpyDeviceToDevice, ws->stream));
+        if (!ws->act_bf16)
+            GPT_TRY(gemm(ws, 0, 0, N, C, OC, (const float *)dout, OC, 0, pv->f[wk], C, 0, 0.0f, (float *)dinp, C, 0,
+                         1));
     } else if (!ws->act_bf16) {
         GPT_TRY(matmul_backward(ws, (float *)dinp, g[wk], bk >= 0 ? g[bk] : NULL, (const float *)dout,
                                 (const float *)inp, pv->f[wk], N, C, OC));
@@ -623,23 +664,8 @@ static zero_status linear_backward(gpt_cuda_workspace *ws, float *stash, void *d
                                             ws->stream));
         }
     }
-    memset(&m, 0, sizeof m); /* dW += dout^T inp, fp32 */
-    m.ta = 1, m.tb = 0, m.M = OC, m.N = C, m.K = N;
-    m.A = dout, m.lda = OC, m.B = inp, m.ldb = C, m.ab_type = CUDA_R_16BF;
-    m.D = g[wk], m.ldd = C, m.d_type = CUDA_R_32F, m.C = g[wk], m.beta = 1.0f;
-    if (bk >= 0 && !ws->no_bgrad_epi) {
-        m.epilogue = GPT_LT_BGRAD, m.bgrad = ws->bgrad; /* written, not added: then db += it */
-        if (gpt_lt_run(ws->lt, &m, ws->lt_ws, LT_WS_BYTES, ws->stream) == ZERO_OK) {
-            add_f32_kernel<<<blocks_for((size_t)OC, 256), 256, 0, ws->stream>>>(g[bk], ws->bgrad, (size_t)OC);
-            LAUNCH_CHECK("add_f32");
-            return ZERO_OK;
-        }
-        ws->no_bgrad_epi = 1;
-        m.epilogue = GPT_LT_NONE, m.bgrad = NULL;
-    }
-    GPT_TRY(gpt_lt_run(ws->lt, &m, ws->lt_ws, LT_WS_BYTES, ws->stream));
-    if (bk >= 0) GPT_TRY(column_sums(ws, g[bk], dout, 1, NULL, NULL, NULL, N, OC));
-    return ZERO_OK;
+    if (stash) return ZERO_OK; /* the weight half is W's */
+    return linear_backward_weight(ws, g[wk], bk >= 0 ? g[bk] : NULL, dout, inp, N, C, OC);
 }
 
 /* ------------------------------------------------------------ bf16 staging */
@@ -1254,6 +1280,19 @@ extern "C" zero_status gpt_cuda_workspace_sync(gpt_cuda_workspace *ws)
     return ws_sync(ws);
 }
 
+extern "C" zero_status gpt_cuda_workspace_losses(const gpt_cuda_workspace *ws, const float **losses, long *valid)
+{
+    if (!ws || !losses || !valid)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_losses: workspace or output is NULL");
+    if (ws->le != ws->cfg.n_layer || ws->phase < 2)
+        return gpt_fail(ZERO_INVALID_STATE, "gpt_cuda_workspace_losses: slot %d has no loss (blocks [%d, %d): %s)",
+                        ws->slot, ws->lb, ws->le, ws->le != ws->cfg.n_layer ? "no head" : "gpt_cuda_forward_end first");
+    *losses = ws->losses, *valid = ws->valid;
+    return ZERO_OK;
+}
+
+extern "C" void *gpt_cuda_stream_handle(const zero_stream *stream) { return (void *)zero_stream_get_cuda(stream); }
+
 /* The attention of one block: a->atty from a->qkv (flash: a->att_lse kept;
  * unfused: a->att, the probabilities); over this tp rank's NHl heads, Cl
  * channels (all of them at tp 1). */
@@ -1523,9 +1562,8 @@ static zero_status block_backward(gpt_cuda_workspace *ws, const char *op, int la
     const int dx_f32 = ws->tp_dx != NULL;
     float *dx = dx_f32 ? ws->tp_dx : dln;
     /* the stash of this block (input_only): fc_proj, fc, attn proj, qkv upstream gradients */
-    float *st = input_only ? wstash_of(ws, layer) : NULL;
-    float *st_fcproj = st, *st_fc = st ? st + nh : NULL, *st_proj = st ? st + 5 * nh : NULL,
-          *st_qkv = st ? st + 6 * nh : NULL;
+    void *st_fcproj = input_only ? wstash_of(ws, layer, 0) : NULL, *st_fc = input_only ? wstash_of(ws, layer, 1) : NULL,
+         *st_proj = input_only ? wstash_of(ws, layer, 5) : NULL, *st_qkv = input_only ? wstash_of(ws, layer, 6) : NULL;
 
     /* MLP half (dres is fp32; the matmuls take it as an activation) */
     const void *dres_act = dres;
@@ -1585,15 +1623,12 @@ extern "C" zero_status gpt_cuda_workspace_split_backward(gpt_cuda_workspace *ws)
         return gpt_fail(ZERO_UNSUPPORTED, "gpt_cuda_workspace_split_backward: the model has MoE blocks (moe experts = %d), "
                                           "which compute their weight gradients with their input's: no deferred W",
                         ws->cfg.moe_experts);
-    if (ws->act_bf16)
-        return gpt_fail(ZERO_UNSUPPORTED, "gpt_cuda_workspace_split_backward: the bf16 activation mode has no split "
-                                          "backward yet (its W stash and weight half are fp32): use fp32 activations");
     for (int l = ws->lb; l < ws->le; l++)
         if (gpt_acts_recomputed(&ws->acts.shape, l))
             return gpt_fail(ZERO_UNSUPPORTED,
                             "gpt_cuda_workspace_split_backward: block %d is recomputed (activation checkpointing): "
                             "W needs its activations kept until it runs", l);
-    size_t bytes = sizeof(float) * wstash_floats(ws) * (size_t)(ws->le - ws->lb) * (size_t)ws->slots;
+    size_t bytes = act_size(ws) * wstash_floats(ws) * (size_t)(ws->le - ws->lb) * (size_t)ws->slots;
     ws->w_due = (unsigned char *)calloc((size_t)ws->cfg.n_layer * (size_t)ws->slots, 1);
     if (!ws->w_due) return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_cuda_workspace_split_backward: no host memory");
     cudaError_t e = cudaMalloc(&ws->wstash, bytes);
@@ -1609,7 +1644,7 @@ extern "C" zero_status gpt_cuda_workspace_split_backward(gpt_cuda_workspace *ws)
 
 extern "C" size_t gpt_cuda_workspace_wstash_bytes(const gpt_cuda_workspace *ws)
 {
-    return ws && ws->wstash ? sizeof(float) * wstash_floats(ws) * (size_t)(ws->le - ws->lb) * (size_t)ws->slots : 0;
+    return ws && ws->wstash ? act_size(ws) * wstash_floats(ws) * (size_t)(ws->le - ws->lb) * (size_t)ws->slots : 0;
 }
 
 extern "C" zero_status gpt_cuda_backward_block_input(gpt_cuda_workspace *ws, int layer, const gpt_tensors *block,
@@ -1628,19 +1663,15 @@ extern "C" zero_status gpt_cuda_backward_block_weight(gpt_cuda_workspace *ws, in
     int m = gpt_module_block(layer);
     GPT_TRY(check_set(ws, op, block_grads, m, "gradient"));
     const int C = ws->cfg.d_model, N = ws->B * ws->T;
-    const size_t nh = (size_t)N * C;
     const gpt_block_acts *a = ws->io->block[layer - ws->lb];
-    float *st = wstash_of(ws, layer), *g[GPT_MAX_MODULE_TENSORS];
+    float *g[GPT_MAX_MODULE_TENSORS];
     GPT_TRY(stage_grads(ws, m, block_grads, ws->module_g, g));
-    /* matmul_backward's weight half, in the unsplit backward's order */
-    GPT_TRY(gemm(ws, 1, 0, C, 4 * C, N, st, C, 0, a->fch_gelu, 4 * C, 0, 1.0f, g[GPT_FCPROJ_W], 4 * C, 0, 1));
-    GPT_TRY(column_sums(ws, g[GPT_FCPROJ_B], st, 0, NULL, NULL, NULL, N, C));
-    GPT_TRY(gemm(ws, 1, 0, 4 * C, C, N, st + nh, 4 * C, 0, a->ln2, C, 0, 1.0f, g[GPT_FC_W], C, 0, 1));
-    GPT_TRY(column_sums(ws, g[GPT_FC_B], st + nh, 0, NULL, NULL, NULL, N, 4 * C));
-    GPT_TRY(gemm(ws, 1, 0, C, C, N, st + 5 * nh, C, 0, a->atty, C, 0, 1.0f, g[GPT_ATTPROJ_W], C, 0, 1));
-    GPT_TRY(column_sums(ws, g[GPT_ATTPROJ_B], st + 5 * nh, 0, NULL, NULL, NULL, N, C));
-    GPT_TRY(gemm(ws, 1, 0, 3 * C, C, N, st + 6 * nh, 3 * C, 0, a->ln1, C, 0, 1.0f, g[GPT_QKV_W], C, 0, 1));
-    GPT_TRY(column_sums(ws, g[GPT_QKV_B], st + 6 * nh, 0, NULL, NULL, NULL, N, 3 * C));
+    /* the unsplit backward's weight halves, in its order (fp32 or bf16 activations alike) */
+    GPT_TRY(linear_backward_weight(ws, g[GPT_FCPROJ_W], g[GPT_FCPROJ_B], wstash_of(ws, layer, 0), a->fch_gelu, N, 4 * C,
+                                   C));
+    GPT_TRY(linear_backward_weight(ws, g[GPT_FC_W], g[GPT_FC_B], wstash_of(ws, layer, 1), a->ln2, N, C, 4 * C));
+    GPT_TRY(linear_backward_weight(ws, g[GPT_ATTPROJ_W], g[GPT_ATTPROJ_B], wstash_of(ws, layer, 5), a->atty, N, C, C));
+    GPT_TRY(linear_backward_weight(ws, g[GPT_QKV_W], g[GPT_QKV_B], wstash_of(ws, layer, 6), a->ln1, N, C, 3 * C));
     GPT_TRY(unstage_grads(ws, m, block_grads, ws->module_g));
     ws->w_due[w_index(ws, layer)] = 0;
     return ZERO_OK;

@@ -32,6 +32,7 @@
 #define ZERO_MODEL_GPT_CUDA_H
 
 #include <zero/comm.h>
+#include <zero/device.h>
 #include <zero/dtype.h>
 
 #include "gpt.h"
@@ -142,9 +143,13 @@ zero_status gpt_cuda_backward_begin(gpt_cuda_workspace *ws, gpt_tensors *embed_g
  * runs the gemms of the unsplit backward on the same operands; the bias and
  * LayerNorm reductions use atomics, so only the gemm outputs are
  * reproducible bit for bit (tests/model/test_gpt_cuda_split.c).
+ * Both activation modes: the stash holds the upstream gradients in the
+ * activation type (bf16 in the bf16 mode, whose W runs the unsplit
+ * backward's cuBLASLt weight gemm with its bias-gradient epilogue).
  * gpt_cuda_workspace_split_backward allocates the stash (its own cudaMalloc of
- * n_layer x batch x seq x 9 d_model floats: gpt_cuda_workspace_wstash_bytes);
- * ZERO_UNSUPPORTED when blocks are recomputed (activation checkpointing). */
+ * blocks x slots x batch x seq x 9 d_model elements of the activation type:
+ * gpt_cuda_workspace_wstash_bytes); ZERO_UNSUPPORTED when blocks are
+ * recomputed (activation checkpointing) or with MoE blocks. */
 zero_status gpt_cuda_workspace_split_backward(gpt_cuda_workspace *ws);
 size_t gpt_cuda_workspace_wstash_bytes(const gpt_cuda_workspace *ws);
 zero_status gpt_cuda_backward_block_input(gpt_cuda_workspace *ws, int layer, const gpt_tensors *block,
@@ -219,6 +224,16 @@ zero_status gpt_cuda_backward_end_output(gpt_cuda_workspace *ws, const float *do
 zero_status gpt_cuda_backward_begin_input(gpt_cuda_workspace *ws, float *din);
 /* Wait (host) until everything enqueued on the workspace's stream ran. */
 zero_status gpt_cuda_workspace_sync(gpt_cuda_workspace *ws);
+/* After gpt_cuda_forward_end(..., loss NULL) of the selected slot: the device
+ * array of its N per-token losses (valid until the next forward_end on the
+ * workspace, in stream order) and the count of valid targets, from which
+ * gpt_cuda_forward_end computes the loss: (float)(sum in double / valid), 0
+ * when none. Lets a caller copy them on the stream and read the loss later
+ * (pp_stage_cuda.c) instead of synchronizing the stream per forward. */
+zero_status gpt_cuda_workspace_losses(const gpt_cuda_workspace *ws, const float **losses, long *valid);
+/* The cudaStream_t behind a zero_stream of a CUDA device (NULL otherwise), as
+ * a void * so that plain C callers need no CUDA headers. */
+void *gpt_cuda_stream_handle(const zero_stream *stream);
 
 zero_status gpt_cuda_forward(gpt_cuda_workspace *ws, const int32_t *tokens, const int32_t *targets,
                              const gpt_tensors *params, float *loss);

@@ -11,7 +11,16 @@
  * the slot is overwritten. B followed at once by its W is one unsplit
  * backward (the stage's backward with whole = 1), else its B half now and
  * its W at the W. The transfer buffers are the stage's memory (alloc):
- * host arrays on the CPU, device buffers on CUDA. */
+ * host arrays on the CPU, device buffers on CUDA.
+ *
+ * A stage with a stream (the CUDA stage) is ordered by events, as
+ * pp_stage.h says: with a stream-ordered pp comm (zero_comm_set_stream) a
+ * "wait" for a send or receive is the stage's stream waiting for the event
+ * recorded on the comm's stream after its group, and each group waits on
+ * the comm's stream for the compute issued before it; the host waits for
+ * nothing until the end of the step (zero_comm_sync, then the stage's
+ * finish). With a host-driven comm the host waits for the stage's stream
+ * (one event) before issuing a group, and for requests as on the CPU. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -30,6 +39,11 @@ typedef struct run {
     int s, P, V, M, last;
     size_t N, C, NT;               /* rows this rank holds of a message (x C floats); tokens of a micro-batch */
     zero_request **req;   /* [op index]: the stage's comm requests */
+    zero_stream *S, *K;   /* the stage's stream (NULL: host compute); the comm's (NULL: host-driven comm) */
+    zero_event *sev;      /* recorded on S before each group */
+    zero_event **gev;     /* K: [op index] the event after the op's group, until a compute op waited for it */
+    zero_event **evs;     /* K: every group's event (one per group), nev of them */
+    int nev;
     int *op_of[7];        /* [kind][c * M + m]: op index on this stage, -1 */
     int *prev;            /* [c * M + m]: micro-batch that held the slot before, -1 */
     float **landing;      /* [c][j]: incoming activations */
@@ -57,10 +71,25 @@ static int key(const run *r, int c, int m) { return c * r->M + m; }
 static int slot_of(const run *r, int c, int m) { return r->plan->slot_of[(r->s * r->V + c) * r->M + m]; }
 static int vstage(const run *r, int c) { return c * r->P + r->s; }
 
-/* Wait for comm op i (if it was issued and not yet waited). */
+static zero_status dev_fail(const run *r, zero_status st, const char *what)
+{
+    return gpt_fail(st, "pipeline stage %d of %d (%s stage): %s: %s", r->s, r->P, r->st->name, what,
+                    zero_last_error());
+}
+
+/* Wait for comm op i (if it was issued and not yet waited). Stream-ordered
+ * comm: the stage's stream waits for the op's group (the host does not). */
 static zero_status wait_op(run *r, int i)
 {
-    if (i < 0 || !r->req[i]) return ZERO_OK;
+    if (i < 0) return ZERO_OK;
+    if (r->K) {
+        zero_event *ev = r->gev[i];
+        if (!ev) return ZERO_OK;
+        r->gev[i] = NULL;
+        zero_status st = r->S ? zero_stream_wait_event(r->S, ev) : zero_event_sync(ev);
+        return st == ZERO_OK ? ZERO_OK : dev_fail(r, st, "waiting for a group of sends / receives");
+    }
+    if (!r->req[i]) return ZERO_OK;
     double t0 = pp_now();
     zero_status st = zero_wait(r->req[i]);
     r->req[i] = NULL;
@@ -83,23 +112,28 @@ static zero_status issue(run *r, int i)
     int c = op->chunk, m = op->micro, q = vstage(r, c);
     size_t n = r->N * r->C;
     zero_status st;
+    /* stream-ordered comm: the blocking forms, enqueued on the comm's stream (no request) */
+    zero_request **rq = r->K ? NULL : &r->req[i];
+    const float *sbuf = NULL;
+    float *rbuf = NULL;
+    int peer;
     switch (op->kind) {
     case PP_OP_SEND_ACT:
-        st = zero_send_async(r->pp, r->st->output(r->st->self, c, slot_of(r, c, m)), n, ZERO_F32, (q + 1) % r->P,
-                             &r->req[i]);
+        sbuf = r->st->output(r->st->self, c, slot_of(r, c, m)), peer = (q + 1) % r->P;
         break;
     case PP_OP_RECV_ACT:
-        st = zero_recv_async(r->pp, r->landing[c] + (size_t)r->plan->landing_of[(r->s * r->V + c) * r->M + m] * n, n,
-                             ZERO_F32, (q - 1 + r->P) % r->P, &r->req[i]);
+        rbuf = r->landing[c] + (size_t)r->plan->landing_of[(r->s * r->V + c) * r->M + m] * n;
+        peer = (q - 1 + r->P) % r->P;
         break;
     case PP_OP_SEND_GRAD:
-        st = zero_send_async(r->pp, r->gout[c] + (size_t)slot_of(r, c, m) * n, n, ZERO_F32, (q - 1 + r->P) % r->P,
-                             &r->req[i]);
+        sbuf = r->gout[c] + (size_t)slot_of(r, c, m) * n, peer = (q - 1 + r->P) % r->P;
         break;
     default:
-        st = zero_recv_async(r->pp, r->gin[c] + (size_t)slot_of(r, c, m) * n, n, ZERO_F32, (q + 1) % r->P, &r->req[i]);
+        rbuf = r->gin[c] + (size_t)slot_of(r, c, m) * n, peer = (q + 1) % r->P;
         break;
     }
+    if (sbuf) st = rq ? zero_send_async(r->pp, sbuf, n, ZERO_F32, peer, rq) : zero_send(r->pp, sbuf, n, ZERO_F32, peer);
+    else st = rq ? zero_recv_async(r->pp, rbuf, n, ZERO_F32, peer, rq) : zero_recv(r->pp, rbuf, n, ZERO_F32, peer);
     return st == ZERO_OK ? ZERO_OK : comm_fail(r, st, what_of(op->kind), m);
 }
 
@@ -169,6 +203,33 @@ static zero_status weight(run *r, int c, int m)
     return ZERO_OK;
 }
 
+/* ------------------------------------------------------------ ordering by events */
+/* Before a group: what the compute issued so far wrote (a send's buffer) is
+ * complete, and what it reads (a receive's buffer's previous contents) is
+ * read, before the group touches them - on the comm's stream (stream-ordered
+ * comm) or for the host (host-driven comm). Nothing to do for host compute. */
+static zero_status before_group(run *r)
+{
+    if (!r->S) return ZERO_OK;
+    zero_status st = zero_event_record(r->sev, r->S);
+    if (st == ZERO_OK) st = r->K ? zero_stream_wait_event(r->K, r->sev) : zero_event_sync(r->sev);
+    return st == ZERO_OK ? ZERO_OK : dev_fail(r, st, "ordering a group after the compute before it");
+}
+
+/* After the group of ops [i, end) (stream-ordered comm): one event on the
+ * comm's stream, which each op's consumer waits for. */
+static zero_status after_group(run *r, int i, int end)
+{
+    if (!r->K) return ZERO_OK;
+    zero_event *ev = NULL;
+    zero_status st = zero_event_create(r->st->dev, &ev);
+    if (st != ZERO_OK) return dev_fail(r, st, "an event for a group of sends / receives");
+    r->evs[r->nev++] = ev;
+    if ((st = zero_event_record(ev, r->K)) != ZERO_OK) return dev_fail(r, st, "recording a group's event");
+    for (int j = i; j < end; j++) r->gev[j] = ev;
+    return ZERO_OK;
+}
+
 /* ------------------------------------------------------------ the stage's list */
 static zero_status execute(run *r)
 {
@@ -181,6 +242,7 @@ static zero_status execute(run *r)
             while (end < n && ops[end].group) end++;
             int grouped = end - i > 1;
             zero_status st = ZERO_OK;
+            GPT_TRY(before_group(r));
             if (grouped) {
                 st = zero_comm_group_begin(r->pp);
                 if (st != ZERO_OK) return comm_fail(r, st, what_of(op->kind), op->micro);
@@ -191,6 +253,7 @@ static zero_status execute(run *r)
                 if (st == ZERO_OK && e != ZERO_OK) st = comm_fail(r, e, what_of(op->kind), op->micro);
             }
             if (st != ZERO_OK) return st;
+            GPT_TRY(after_group(r, i, end));
             i = end - 1;
         } else if (op->kind == PP_OP_F) {
             GPT_TRY(forward(r, op->chunk, op->micro));
@@ -216,6 +279,9 @@ static void free_run(run *r)
         if (r->gout) r->st->release(r->st->self, r->gout[c]);
     }
     free(r->landing), free(r->gin), free(r->gout), free(r->req);
+    for (int k = 0; k < r->nev; k++) zero_event_destroy(r->evs[k]);
+    free(r->evs), free(r->gev);
+    zero_event_destroy(r->sev);
 }
 
 zero_status pp_run_plan(tp_workspace *const *ws, zero_comm *pp, const pp_plan *plan, const pp_step_args *a,
@@ -257,6 +323,11 @@ zero_status pp_run_stage(const pp_stage *stage, zero_comm *pp, const pp_plan *pl
                         plan->name, r.V, stage->name, stage->chunks);
     r.N = stage->rows;
     r.NT = stage->tokens;
+    r.S = stage->stream;
+    r.K = r.pp ? zero_comm_get_stream(r.pp) : NULL;
+    if ((r.S || r.K) && !stage->dev)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_run_plan: the %s stage %s but names no device for the events",
+                        stage->name, r.S ? "has a stream" : "runs over a stream-ordered pp comm");
     r.C = stage->width;
     for (int c = 0; c < r.V; c++) {
         int b, e, wb, we;
@@ -284,6 +355,8 @@ zero_status pp_run_stage(const pp_stage *stage, zero_comm *pp, const pp_plan *pl
     r.gin = calloc((size_t)r.V, sizeof *r.gin);
     r.gout = calloc((size_t)r.V, sizeof *r.gout);
     bad |= !r.req || !r.prev || !r.landing || !r.gin || !r.gout;
+    if (r.K) bad |= !(r.gev = calloc((size_t)n + 1, sizeof *r.gev)) || !(r.evs = calloc((size_t)n + 1, sizeof *r.evs));
+    if (r.S && !bad && zero_event_create(stage->dev, &r.sev) != ZERO_OK) bad = 1;
     for (int c = 0; c < r.V && !bad; c++) {
         int land = plan->landing[r.s * r.V + c], slots = plan->slots[r.s * r.V + c];
         r.landing[c] = stage->alloc(stage->self, sizeof(float) * nc * (size_t)(land ? land : 1));
@@ -293,7 +366,7 @@ zero_status pp_run_stage(const pp_stage *stage, zero_comm *pp, const pp_plan *pl
     }
     if (bad) {
         free_run(&r);
-        return gpt_fail(ZERO_OUT_OF_MEMORY, "pp_run_plan: out of memory for the stage's transfer buffers");
+        return gpt_fail(ZERO_OUT_OF_MEMORY, "pp_run_plan: out of memory for the stage's transfer buffers or events");
     }
     for (size_t i = 0; i < nk; i++) {
         r.prev[i] = -1;
@@ -314,11 +387,19 @@ zero_status pp_run_stage(const pp_stage *stage, zero_comm *pp, const pp_plan *pl
 
     zero_status st = execute(&r);
     /* what is still in flight completes (or fails) before its buffers go */
-    for (int i = 0; i < n; i++)
+    if (r.K) {
+        zero_status w = zero_comm_sync(r.pp); /* the host's one wait for the step's communication */
+        if (st == ZERO_OK && w != ZERO_OK) st = comm_fail(&r, w, "sends and receives of the step", -1);
+    }
+    for (int i = 0; i < n && !r.K; i++)
         if (r.req[i]) {
             zero_status w = wait_op(&r, i);
             if (st == ZERO_OK) st = w;
         }
+    if (stage->finish) { /* the stage's stream has run everything (also after a failure: buffers go next) */
+        zero_status w = stage->finish(stage->self, &r.loss_sum);
+        if (st == ZERO_OK) st = w;
+    }
     free_run(&r);
     if (st != ZERO_OK) return st;
     float mean = (float)(r.loss_sum / a->micro_batches);
@@ -330,6 +411,8 @@ zero_status pp_run_stage(const pp_stage *stage, zero_comm *pp, const pp_plan *pl
         st = stage->copy(stage->self, one, &mean, sizeof(float), PP_COPY_FROM_HOST);
         if (st == ZERO_OK && (st = moe ? zero_allreduce(r.pp, one, one, 1, ZERO_F32, ZERO_SUM)
                                        : zero_broadcast(r.pp, one, one, 1, ZERO_F32, r.last % r.P)) != ZERO_OK)
+            st = comm_fail(&r, st, moe ? "all-reduce of the loss (MoE aux losses)" : "broadcast of the loss", -1);
+        if (st == ZERO_OK && r.K && (st = zero_comm_sync(r.pp)) != ZERO_OK) /* enqueued on the comm's stream */
             st = comm_fail(&r, st, moe ? "all-reduce of the loss (MoE aux losses)" : "broadcast of the loss", -1);
         if (st == ZERO_OK) st = stage->copy(stage->self, &mean, one, sizeof(float), PP_COPY_TO_HOST);
         stage->release(stage->self, one);

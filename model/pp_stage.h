@@ -11,12 +11,26 @@
  * which the pp comm must then take: NCCL or STAGED). Every message is
  * rows x width floats.
  *
- * Ordering contract: when forward / backward returns, what it wrote for the
- * runtime (output(c, slot), `din`) is complete and may be handed to the
- * comm at once (the CUDA stage synchronizes its stream: a send on another
- * stream or through a host staging copy must see the bits); what forward /
- * backward read from the runtime (`in`, `dout`) may be overwritten after
- * they return.
+ * Ordering contract. A stage without a stream (`stream` NULL: the CPU
+ * stage) computes on the host: when forward / backward returns, what it
+ * wrote for the runtime (output(c, slot), `din`) is complete, and what it
+ * read (`in`, `dout`) may be overwritten. A stage WITH a stream (the CUDA
+ * stage) only enqueues its work there: what it writes is complete, and what
+ * it reads free, once that stream has run the work. The runtime (pp_exec.c)
+ * then orders the communication by events on `dev`, never by waiting for
+ * the whole stream after each op:
+ *   - stream-ordered comm (the pp comm has a stream set, zero_comm_set_stream:
+ *     NCCL's own mode): before each group of sends / receives the comm's
+ *     stream waits for an event recorded on the stage's stream; after it an
+ *     event is recorded on the comm's stream, which the stage's stream waits
+ *     for before the compute op that reads a received buffer or rewrites a
+ *     sent one. The host waits for nothing until the end of the step;
+ *   - host-driven comm (no stream set: MPI, STAGED, NCCL's requests): before
+ *     each group the host waits for an event recorded on the stage's stream
+ *     (the transport reads the buffers as soon as the op is issued); a
+ *     receive is complete when its request is waited.
+ * At the end of the step the runtime calls `finish` (if set), which waits
+ * for the stage's stream and adds the losses forward deferred.
  *
  * Errors: zero_status, message in gpt_last_error(). */
 #ifndef ZERO_MODEL_PP_STAGE_H
@@ -24,6 +38,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include <zero/device.h>
 
 #include "gpt.h"
 
@@ -73,6 +89,13 @@ typedef struct pp_stage {
     void *(*alloc)(void *self, size_t bytes);
     void (*release)(void *self, void *p); /* NULL accepted */
     zero_status (*copy)(void *self, void *dst, const void *src, size_t bytes, pp_copy_kind kind);
+    /* Stream-ordered stages (above); NULL, NULL, NULL on the CPU stage. */
+    zero_device *dev;    /* the device the stream and the runtime's events belong to */
+    zero_stream *stream; /* where forward / backward / weight enqueue their work */
+    /* End of step: the host waits for the stage's stream; the losses that
+     * forward left out of *loss (written 0 there: reading them would wait
+     * for the stream) are added to *loss_sum in forward order. */
+    zero_status (*finish)(void *self, double *loss_sum);
 } pp_stage;
 
 #ifdef __cplusplus

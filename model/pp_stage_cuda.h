@@ -5,11 +5,22 @@
  *
  * The transfer buffers and everything the runtime hands the pp comm are
  * device memory (zero_device_alloc on `dev`): the comm must be a device
- * comm (NCCL, or STAGED at several ranks on one GPU). Each forward and
- * backward synchronizes the workspace's stream before it returns, so a send
- * issued right after (on NCCL's own stream or through STAGED's host copy)
- * reads finished bits; the GPU therefore idles during communication (no
- * compute/communication overlap: correctness first).
+ * comm (NCCL, or STAGED at several ranks on one GPU). The runtime's buffers
+ * come from a pool: allocated at their first request and reused by every
+ * later step (pp_cuda_stage_transfer_allocs counts the allocations).
+ *
+ * Stream-ordered (pp_stage.h's contract): every chunk's workspace enqueues
+ * on one stream - the caller's (`stream`: zero-train passes the engine's
+ * compute stream, so the engine's gathers and step order themselves before
+ * the stage's work by events, engine.h) or, NULL, one the stage creates
+ * (non-blocking); forward, backward and W return once enqueued. The runtime orders the sends and
+ * receives after their producers and before their consumers by events
+ * (on the comm's stream when the pp comm has one set - NCCL - else by the
+ * host waiting for one event before issuing a group). The loss is not read
+ * per forward: each micro-batch's per-token losses are copied on the
+ * stream into a pinned array of their own, and `finish` (the end of the
+ * step: one host wait for the stream) computes the losses as
+ * gpt_cuda_forward_end does, in forward order.
  *
  * Parameters and gradients are the engine's device buffers (fp32 or bf16,
  * as gpt_cuda.h takes them). The last stage's embedding set has only the
@@ -17,9 +28,10 @@
  * stage lends it a wpe of its own (seq_len x d_model, never read; the
  * gradient written into it is thrown away).
  *
- * A plan that splits B and W needs fp32 activations (the bf16 activation
- * mode has no split backward): pp_cuda_stage_create then takes `opts` with
- * act_dtype F32 from the caller (train_parallel.c says so in its note).
+ * Split (B/W) plans run in both activation modes (the bf16 W stash holds
+ * bf16 upstream gradients). `ck` (NULL: none) recomputes blocks as
+ * gpt_cuda_workspace_create_ckpt does, per slot; a split plan then fails in
+ * the runtime's split_backward (W needs the activations kept).
  *
  * Tensor parallelism: with a tp comm of P > 1 ranks (a device comm, as pp's)
  * each chunk's workspace is gpt_cuda_workspace_create_tp's - this rank's
@@ -44,14 +56,21 @@ typedef struct pp_cuda_stage pp_cuda_stage;
 
 /* slots[c]: activation sets of chunk c (the plan's plan.slots[pp_rank * chunks + c]).
  * `dev` is borrowed (a CUDA device; the current device is the one the
- * workspaces are made on) and must outlive the stage; so must `tp` (the
+ * workspaces are made on) and must outlive the stage; so must `stream`
+ * (borrowed, a stream of dev; NULL: the stage makes its own) and `tp` (the
  * stage's tp group; NULL or size 1: none). */
-zero_status pp_cuda_stage_create(pp_cuda_stage **out, const gpt_config *cfg, zero_device *dev, int batch,
-                                 zero_dtype param_dtype, const gpt_cuda_options *opts, int pp_size, int pp_rank,
-                                 int chunks, const int *slots, zero_comm *tp);
+zero_status pp_cuda_stage_create(pp_cuda_stage **out, const gpt_config *cfg, zero_device *dev, zero_stream *stream,
+                                 int batch, zero_dtype param_dtype, const gpt_cuda_options *opts,
+                                 const gpt_checkpointing *ck, int pp_size, int pp_rank, int chunks, const int *slots,
+                                 zero_comm *tp);
 void pp_cuda_stage_destroy(pp_cuda_stage *s); /* NULL accepted */
 /* The runtime's view (valid while *s lives). */
 void pp_cuda_stage_view(pp_cuda_stage *s, pp_stage *out);
+/* Device allocations made for the runtime's transfer buffers so far (the
+ * pool: constant after the first step of a plan). */
+int pp_cuda_stage_transfer_allocs(const pp_cuda_stage *s);
+/* What the chunks' workspaces would allocate without activation checkpointing. */
+void pp_cuda_stage_activation_bytes_without_ckpt(const pp_cuda_stage *s, gpt_activation_bytes *out);
 /* Activation bytes summed over the chunks' workspaces (the W stash not included). */
 void pp_cuda_stage_activation_bytes(const pp_cuda_stage *s, gpt_activation_bytes *out);
 

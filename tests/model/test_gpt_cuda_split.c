@@ -6,9 +6,14 @@
  * One unsplit pass; one pass whose blocks run B (gpt_cuda_backward_block_input)
  * in the backward and their W (gpt_cuda_backward_block_weight) after the
  * embedding's backward, in ascending block order. Asserted, for fp32
- * parameters with fp32 matmuls and for bf16 parameters with bf16 matmuls:
+ * parameters with fp32 matmuls and for bf16 parameters with bf16 matmuls
+ * (fp32 activations), and in the bf16 activation mode (flash attention,
+ * cuBLASLt epilogues) with fp32 and with bf16 parameters, whose W stash
+ * holds the bf16 upstream gradients (half the bytes):
  *  - every linear layer's weight gradient BITWISE equal: the same gemm on the
- *    same operands (the upstream gradient chain has no atomics);
+ *    same operands (the upstream gradient chain has no atomics; in the bf16
+ *    mode the same cuBLASLt call with the same descriptors, bias-gradient
+ *    epilogue included, in B+W as in the unsplit backward);
  *  - every other gradient (biases, LayerNorms, embeddings: fp32 atomics, whose
  *    order varies run to run) within 1e-5 x max |tensor|, plus one bf16 rounding
  *    step (2^-7 |value|) with bf16 gradients, where an atomic-order difference
@@ -37,18 +42,19 @@
 #define T_ 40
 
 /* One pass (split or not); the gradients as fp32 on the host. */
-static int run(const gpt_config *cfg, const float *params, size_t total, zero_dtype dt, gpt_cuda_math math, int split,
-               const int32_t *tok, const int32_t *tgt, float *grads)
+static int run(const gpt_config *cfg, const float *params, size_t total, zero_dtype dt, const gpt_cuda_options *o,
+               int split, const int32_t *tok, const int32_t *tgt, float *grads)
 {
     gpt_tensors p[L_ + 2], g[L_ + 2];
     gpt_test_dev dev;
     if (gpt_test_dev_init(&dev, cfg, params, total, dt, p, g) != 0) return -1;
     gpt_cuda_workspace *ws = NULL;
-    zero_status st = gpt_cuda_workspace_create(&ws, cfg, B_, T_, dt, math, NULL);
+    zero_status st = gpt_cuda_workspace_create_opts(&ws, cfg, B_, T_, dt, o, NULL, NULL);
+    const size_t act = o->act_dtype == ZERO_BF16 ? 2 : sizeof(float);
     const int fm = gpt_module_final(cfg);
     if (st == ZERO_OK && split) {
         st = gpt_cuda_workspace_split_backward(ws);
-        CHECK(st != ZERO_OK || gpt_cuda_workspace_wstash_bytes(ws) == sizeof(float) * L_ * B_ * T_ * 9 * 64);
+        CHECK(st != ZERO_OK || gpt_cuda_workspace_wstash_bytes(ws) == act * L_ * B_ * T_ * 9 * 64);
     }
     if (st == ZERO_OK) st = gpt_cuda_forward(ws, tok, tgt, p, NULL);
     if (st == ZERO_OK && !split) st = gpt_cuda_backward(ws, 1.0f, p, g);
@@ -91,13 +97,15 @@ int main(void)
     float *params = gpt_test_init_params(&cfg, 7), *gw = malloc(total * 4), *gs = malloc(total * 4);
     int32_t tok[B_ * T_], tgt[B_ * T_];
     for (int i = 0; i < B_ * T_; i++) tok[i] = (i * 37 + 11) % 256, tgt[i] = (i * 53 + 3) % 256;
-    const struct { zero_dtype dt; gpt_cuda_math math; const char *name; } modes[] = {
-        {ZERO_F32, GPT_CUDA_MATH_FP32, "fp32 params, fp32 math"},
-        {ZERO_BF16, GPT_CUDA_MATH_BF16, "bf16 params, bf16 math"},
+    const struct { zero_dtype dt; gpt_cuda_options o; const char *name; } modes[] = {
+        {ZERO_F32, {GPT_CUDA_MATH_FP32, ZERO_F32, GPT_CUDA_ATTN_UNFUSED}, "fp32 params, fp32 math"},
+        {ZERO_BF16, {GPT_CUDA_MATH_BF16, ZERO_F32, GPT_CUDA_ATTN_UNFUSED}, "bf16 params, bf16 math"},
+        {ZERO_F32, GPT_CUDA_OPTIONS_BF16, "fp32 params, bf16 activations"},
+        {ZERO_BF16, GPT_CUDA_OPTIONS_BF16, "bf16 params, bf16 activations"},
     };
-    for (int k = 0; k < 2; k++)
-        if (run(&cfg, params, total, modes[k].dt, modes[k].math, 0, tok, tgt, gw) == 0 &&
-            run(&cfg, params, total, modes[k].dt, modes[k].math, 1, tok, tgt, gs) == 0)
+    for (int k = 0; k < 4; k++)
+        if (run(&cfg, params, total, modes[k].dt, &modes[k].o, 0, tok, tgt, gw) == 0 &&
+            run(&cfg, params, total, modes[k].dt, &modes[k].o, 1, tok, tgt, gs) == 0)
             compare(&cfg, modes[k].name, gs, gw, modes[k].dt == ZERO_BF16 ? 1.0 / 128 : 0.0);
     /* the split needs the activations kept */
     gpt_checkpointing ck = {1, 0, 0};

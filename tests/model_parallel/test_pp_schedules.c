@@ -18,7 +18,23 @@
  *     owns its transfer memory gives bitwise GPipe's loss and gradients,
  *     every activation / gradient it is handed lies in memory it allocated,
  *     every allocation is released, and the loss broadcast goes through its
- *     copy (one copy in, one out, per step at np > 1). */
+ *     copy (one copy in, one out, per step at np > 1);
+ *   - `test_pp_schedules stream` (run with ZERO_CPU_ASYNC=1 and random
+ *     per-op delays): the runtime's event ordering of a stage with a stream
+ *     (what the CUDA stage is, pp_stage.h) - the CPU stage behind a stream
+ *     of the asynchronous CPU device, whose outputs and input gradients
+ *     reach the runtime's buffers by copies queued on that stream, whose
+ *     compute starts only after the stream ran what was queued before it
+ *     (the event waits included), and whose losses are read at the end of
+ *     the step (finish). Over a stream-ordered pp comm (zero_comm_set_stream,
+ *     NCCL's mode: sends and receives on a stream of their own) every
+ *     schedule's loss and gradients are BITWISE GPipe's through the plain
+ *     CPU stage; over the host-driven comm (STAGED's mode) 1F1B and ZB-H1
+ *     are. A missing event (a send before its producer's copy, a compute
+ *     before its receive, a slot rewritten under its send) reads stale or
+ *     torn bits. Two steps through one stage: its transfer-buffer pool
+ *     (pp_pool.h, the CUDA stage's) allocates in the first step only and
+ *     gets every buffer back; finish runs once per step. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,6 +47,7 @@
 #include "gpt.h"
 #include "pp_gpt.h"
 #include "pp_plan.h"
+#include "pp_pool.h"
 #include "pp_trace.h"
 #include "tp_gpt.h"
 
@@ -172,10 +189,102 @@ static void own_stage_wrap(own_stage *o, pp_stage *view)
     view->alloc = o_alloc, view->release = o_release, view->copy = o_copy;
 }
 
+/* ------------------------------------------------------------ a stage with a stream
+ * The CPU stage as the CUDA stage looks to the runtime (pp_stage.h): its
+ * work is ordered by its stream S. Compute runs on the host only after S
+ * has run everything queued before (zero_stream_sync: the event waits the
+ * runtime queued included); what the runtime reads (the output a send
+ * takes, the input gradient) reaches its buffers by copies queued on S,
+ * which the asynchronous device runs later, after a random delay; the
+ * losses are kept until finish. Transfer buffers come from a pp_pool. */
+typedef struct stream_stage {
+    pp_stage in;
+    zero_device *dev;
+    zero_stream *S;
+    pp_pool pool;
+    float *out[8][8]; /* [chunk][slot]: what output() hands to SEND_ACT, written on S */
+    float *din;       /* B's input gradient before its copy on S into the runtime's buffer */
+    float loss[64];
+    int nloss, finishes, failed;
+} stream_stage;
+
+static size_t s_bytes(const stream_stage *x) { return sizeof(float) * x->in.rows * x->in.width; }
+static zero_status s_drain(stream_stage *x)
+{
+    zero_status st = zero_stream_sync(x->S);
+    if (st != ZERO_OK) x->failed++;
+    return st;
+}
+static void s_range(void *self, int c, int *b, int *e) { stream_stage *x = self; x->in.range(x->in.self, c, b, e); }
+static int s_slots(void *self, int c) { stream_stage *x = self; return x->in.slots(x->in.self, c); }
+static zero_status s_split(void *self, int c) { stream_stage *x = self; return x->in.split_backward(x->in.self, c); }
+static const float *s_output(void *self, int c, int slot) { return ((stream_stage *)self)->out[c][slot]; }
+static zero_status s_forward(void *self, int c, int slot, const float *in, const int32_t *tok, const int32_t *tgt,
+                             const gpt_tensors *params, float *loss)
+{
+    stream_stage *x = self;
+    float l = 0.0f;
+    (void)loss; /* left 0: finish adds it, as the CUDA stage does */
+    if (s_drain(x) != ZERO_OK) return ZERO_BACKEND;
+    zero_status st = x->in.forward(x->in.self, c, slot, in, tok, tgt, params, &l);
+    if (st != ZERO_OK) return st;
+    if (x->nloss < 64) x->loss[x->nloss++] = l;
+    return zero_memcpy_async(x->dev, x->out[c][slot], x->in.output(x->in.self, c, slot), s_bytes(x), x->S);
+}
+static zero_status s_backward(void *self, int c, int slot, int whole, const float *dout, float *din, float dloss,
+                              const gpt_tensors *params, gpt_tensors *grads)
+{
+    stream_stage *x = self;
+    if (s_drain(x) != ZERO_OK) return ZERO_BACKEND;
+    zero_status st = x->in.backward(x->in.self, c, slot, whole, dout, din ? x->din : NULL, dloss, params, grads);
+    if (st != ZERO_OK || !din) return st;
+    return zero_memcpy_async(x->dev, din, x->din, s_bytes(x), x->S);
+}
+static zero_status s_weight(void *self, int c, int slot, gpt_tensors *grads)
+{
+    stream_stage *x = self;
+    if (s_drain(x) != ZERO_OK) return ZERO_BACKEND;
+    return x->in.weight(x->in.self, c, slot, grads);
+}
+static zero_status s_finish(void *self, double *loss_sum)
+{
+    stream_stage *x = self;
+    zero_status st = s_drain(x);
+    for (int k = 0; k < x->nloss; k++) *loss_sum += x->loss[k];
+    x->nloss = 0, x->finishes++;
+    return st;
+}
+static void *s_raw_alloc(void *ctx, size_t bytes) { (void)ctx; return malloc(bytes); }
+static void s_raw_free(void *ctx, void *p) { (void)ctx; free(p); }
+static void *s_alloc(void *self, size_t bytes) { return pp_pool_get(&((stream_stage *)self)->pool, bytes); }
+static void s_release(void *self, void *p)
+{
+    stream_stage *x = self;
+    if (pp_pool_put(&x->pool, p) != 0) x->failed++;
+}
+static zero_status s_copy(void *self, void *dst, const void *src, size_t bytes, pp_copy_kind kind)
+{
+    (void)self, (void)kind;
+    memcpy(dst, src, bytes);
+    return ZERO_OK;
+}
+
+static void stream_stage_wrap(stream_stage *x, pp_stage *view)
+{
+    *view = x->in;
+    view->self = x;
+    view->range = s_range, view->slots = s_slots, view->split_backward = s_split, view->output = s_output;
+    view->forward = s_forward, view->backward = s_backward, view->weight = s_weight;
+    view->alloc = s_alloc, view->release = s_release, view->copy = s_copy;
+    view->dev = x->dev, view->stream = x->S, view->finish = s_finish;
+}
+
 /* Run `plan` over `pp` with fresh workspaces; gradients summed over pp into m->g.
- * own (may be NULL): through that wrapper of the CPU stage (pp_run_stage). */
-static int run_via(zero_comm *pp, const pp_plan *plan, model *m, const int32_t *tok, const int32_t *tgt, float *loss,
-                   pp_trace *trace, own_stage *own)
+ * own (may be NULL): through that wrapper of the CPU stage (pp_run_stage);
+ * x (may be NULL): through the stream-ordered one, with `K` (may be NULL:
+ * host-driven) set as the pp comm's stream for the step. */
+static int run_via2(zero_comm *pp, const pp_plan *plan, model *m, const int32_t *tok, const int32_t *tgt, float *loss,
+                    pp_trace *trace, own_stage *own, stream_stage *x, zero_stream *K)
 {
     int P = pp ? zero_comm_get_size(pp) : 1, s = pp ? zero_comm_get_rank(pp) : 0;
     tp_workspace *ws[8] = {0};
@@ -192,6 +301,14 @@ static int run_via(zero_comm *pp, const pp_plan *plan, model *m, const int32_t *
         TRY(pp_stage_tp(&own->in, ws, plan->chunks));
         own_stage_wrap(own, &view);
         TRY(pp_run_stage(&view, pp, plan, &a, &o, loss));
+    } else if (x) {
+        pp_stage view;
+        TRY(pp_stage_tp(&x->in, ws, plan->chunks));
+        stream_stage_wrap(x, &view);
+        if (K) TRY(zero_comm_set_stream(pp, K));
+        zero_status st = pp_run_stage(&view, pp, plan, &a, &o, loss);
+        if (K) TRY(zero_comm_set_stream(pp, NULL));
+        TRY(st);
     } else {
         TRY(pp_run_plan(ws, pp, plan, &a, &o, loss));
     }
@@ -203,6 +320,12 @@ static int run_via(zero_comm *pp, const pp_plan *plan, model *m, const int32_t *
             TRY(zero_allreduce(pp, m->g[i], m->g[i], info.numel, ZERO_F32, ZERO_SUM));
         }
     return 0;
+}
+
+static int run_via(zero_comm *pp, const pp_plan *plan, model *m, const int32_t *tok, const int32_t *tgt, float *loss,
+                   pp_trace *trace, own_stage *own)
+{
+    return run_via2(pp, plan, m, tok, tgt, loss, trace, own, NULL, NULL);
 }
 
 static int run(zero_comm *pp, const pp_plan *plan, model *m, const int32_t *tok, const int32_t *tgt, float *loss,
@@ -285,9 +408,70 @@ static int split_vs_unsplit(model *m, const int32_t *tok, const int32_t *tgt)
     return 0;
 }
 
+/* `stream` mode (the header): every schedule through the stream-ordered stage. */
+static int stream_tests(zero_comm *pp, const int32_t *tok, const int32_t *tgt)
+{
+    const int P = zero_comm_get_size(pp);
+    model gp, other;
+    model_make(&gp, 11), model_make(&other, 11);
+    float l_gp, l;
+    pp_plan plan;
+    if (pp_plan_generate(&plan, PP_SCHED_GPIPE, P, MICRO, 1) != ZERO_OK || run(pp, &plan, &gp, tok, tgt, &l_gp, NULL))
+        return 1;
+    pp_plan_free(&plan);
+    stream_stage x;
+    memset(&x, 0, sizeof x);
+    TRY(zero_device_create(&x.dev, ZERO_DEVICE_CPU, 0));
+    zero_stream *K = NULL;
+    TRY(zero_stream_create(x.dev, &x.S));
+    TRY(zero_stream_create(x.dev, &K));
+    x.pool.raw_alloc = s_raw_alloc, x.pool.raw_free = s_raw_free;
+    const size_t nc = (size_t)BATCH * SEQ * g_cfg.d_model;
+    x.din = malloc(sizeof(float) * nc);
+    for (int c = 0; c < 8; c++)
+        for (int k = 0; k < 8; k++) x.out[c][k] = malloc(sizeof(float) * nc);
+    int rc = 0;
+    for (int mode = 0; mode < 2 && !rc; mode++) /* 0: stream-ordered comm; 1: host-driven */
+        for (int k = PP_SCHED_GPIPE; k < PP_SCHED_COUNT && !rc; k++) {
+            if (mode == 1 && k != PP_SCHED_1F1B && k != PP_SCHED_ZB_H1) continue;
+            int v = k == PP_SCHED_INTERLEAVED ? 2 : 1;
+            TRY(pp_plan_generate(&plan, (pp_schedule_kind)k, P, MICRO, v));
+            int allocs = -1, finishes = x.finishes;
+            for (int step = 0; step < 2 && !rc; step++) { /* the pool: allocations in the first step only */
+                if (run_via2(pp, &plan, &other, tok, tgt, &l, NULL, NULL, &x, mode == 0 ? K : NULL)) rc = 1;
+                if (rc) break;
+                CHECK_MSG(l == l_gp && same_grads(&other, &gp), "%s through the stream-ordered stage (%s comm, step "
+                          "%d): loss %.9g vs GPipe %.9g, gradients %s", plan.name, mode ? "host-driven" : "stream-ordered",
+                          step, l, l_gp, same_grads(&other, &gp) ? "equal" : "differ");
+                if (step == 0) allocs = x.pool.allocs;
+                CHECK_MSG(x.pool.allocs == allocs && pp_pool_in_use(&x.pool) == 0 && x.failed == 0,
+                          "%s step %d: %d transfer allocations (first step %d), %d buffers not returned, %d foreign "
+                          "releases or stream failures", plan.name, step, x.pool.allocs, allocs,
+                          pp_pool_in_use(&x.pool), x.failed);
+            }
+            CHECK_MSG(x.finishes == finishes + 2, "%s: finish ran %d times in 2 steps", plan.name, x.finishes - finishes);
+            pp_plan_free(&plan);
+            pp_pool_free(&x.pool); /* the next plan asks other sizes */
+            x.pool.allocs = 0;
+            if (!rc && g_rank == 0)
+                printf("pp %d %s through a stream-ordered stage (%s comm): bitwise GPipe, 2 steps, transfer buffers "
+                       "allocated once\n", P, pp_schedule_name((pp_schedule_kind)k),
+                       mode ? "host-driven" : "stream-ordered");
+        }
+    for (int c = 0; c < 8; c++)
+        for (int k = 0; k < 8; k++) free(x.out[c][k]);
+    free(x.din);
+    zero_stream_destroy(K);
+    zero_stream_destroy(x.S);
+    zero_device_destroy(x.dev);
+    model_free(&gp), model_free(&other);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *trace_path = argc > 1 ? argv[1] : NULL;
+    const int stream_mode = trace_path && strcmp(trace_path, "stream") == 0;
     zero_comm *world = NULL;
     if (zero_comm_create_world(&world, NULL) != ZERO_OK) {
         fprintf(stderr, "init_world: %s\n", zero_last_error());
@@ -306,6 +490,12 @@ int main(int argc, char **argv)
     }
     tgt[3] = -1; /* an ignored target */
     int rc = 0;
+    if (stream_mode) {
+        rc = P > 1 ? stream_tests(pp, tok, tgt) : 0;
+        free(tok), free(tgt);
+        zero_comm_destroy(world);
+        return rc ? 1 : check_exit();
+    }
     model single, gp, other;
     model_make(&single, 11), model_make(&gp, 11), model_make(&other, 11);
     float l_single, l_gp;

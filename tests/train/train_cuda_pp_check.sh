@@ -21,9 +21,14 @@
 #   1f1b and zb-h1 (fp32) against each other: within 1e-4 relative (the same
 #         gemms per micro-batch; only atomics' order differs); on CUDA also
 #         zb-h2 (3 slots per stage) and interleaved (2 chunks of 1 block per
-#         stage) against 1f1b, and zb-h1 in bf16 (the split
-#         keeps fp32 activations, said in a printed note) within 2e-2 of the
-#         single-rank bf16 run.
+#         stage) against 1f1b, and zb-h1 in bf16 (the split in the bf16
+#         activation mode: no fp32 fallback, no note printed) within 2e-2 of
+#         the single-rank bf16 run.
+#   activation checkpointing (every block recomputed) on the stages, 1f1b
+#         fp32, against 1f1b without: within 1e-4 relative (the recomputation
+#         runs the forward's kernels again; only atomics' order differs); on
+#         CUDA also with the recomputed inputs in pinned host memory
+#         (cpu_checkpointing).
 # The losses must also fall (the last step's below the first's).
 # Exit 77 when no GPU is visible (or the build has no CUDA) or no mpirun.
 set -euo pipefail
@@ -69,10 +74,12 @@ runpp f1b32 1f1b
 runpp zbh132 zb-h1
 run1 ref16 --set bf16.enabled=true
 runpp f1b16 1f1b --set bf16.enabled=true
+runpp ck32 1f1b --set 'activation_checkpointing={"partition_activations": true, "cpu_checkpointing": false}'
 if [ "$dev" = cuda ]; then # the CPU stage runs these schedules in tests/model_parallel and test_train_pipeline.py
   runpp zbh232 zb-h2
   runpp il32 interleaved --set model.pp_virtual=2 # 2 chunks of 1 block per stage
-  runpp zbh116 zb-h1 --set bf16.enabled=true # the split in bf16: fp32 activations (the printed note)
+  runpp zbh116 zb-h1 --set bf16.enabled=true # the split in the bf16 activation mode
+  runpp ckoff32 1f1b --set 'activation_checkpointing={"partition_activations": true, "cpu_checkpointing": true}'
 fi
 grep -h "pipeline:" "$work"/*.out || true
 
@@ -96,12 +103,16 @@ figs["pp2_1f1b_fp32_rel"] = close(losses("f1b32"), r32, 2e-3, dev + " pp 2 1f1b 
 figs["pp2_zbh1_fp32_rel"] = close(losses("zbh132"), r32, 2e-3, dev + " pp 2 zb-h1 fp32 vs 1 rank")
 figs["pp2_zbh1_vs_1f1b_rel"] = close(losses("zbh132"), losses("f1b32"), 1e-4, dev + " pp 2 zb-h1 vs 1f1b fp32")
 figs["pp2_1f1b_bf16_rel"] = close(losses("f1b16"), r16, 2e-2, dev + " pp 2 1f1b bf16 vs 1 rank")
+figs["pp2_ckpt_vs_1f1b_rel"] = close(losses("ck32"), losses("f1b32"), 1e-4,
+                                     dev + " pp 2 1f1b fp32 with activation checkpointing vs without")
 if dev == "cuda":
     figs["pp2_zbh2_vs_1f1b_rel"] = close(losses("zbh232"), losses("f1b32"), 1e-4, dev + " pp 2 zb-h2 vs 1f1b fp32")
     figs["pp2_interleaved_vs_1f1b_rel"] = close(losses("il32"), losses("f1b32"), 1e-4,
                                                 dev + " pp 2 interleaved (2 chunks) vs 1f1b fp32")
-    figs["pp2_zbh1_bf16_rel"] = close(losses("zbh116"), r16, 2e-2, dev + " pp 2 zb-h1 bf16 (fp32 activations) vs 1 rank")
-    assert "keeps fp32 activations" in open(os.path.join(w, "zbh116.out")).read(), "no note for the bf16 split"
+    figs["pp2_zbh1_bf16_rel"] = close(losses("zbh116"), r16, 2e-2, dev + " pp 2 zb-h1 bf16 (bf16 activations) vs 1 rank")
+    assert "keeps fp32 activations" not in open(os.path.join(w, "zbh116.out")).read(), "the bf16 split fell back"
+    figs["pp2_ckpt_offload_vs_1f1b_rel"] = close(losses("ckoff32"), losses("f1b32"), 1e-4,
+                                                 dev + " pp 2 1f1b fp32 with cpu_checkpointing vs without")
 print("FIGURES " + json.dumps(figs))
 PY
-echo "ok: zero-train pipeline on $dev (pp 2, 1f1b and zb-h1, fp32 and bf16) against the single-rank run"
+echo "ok: zero-train pipeline on $dev (pp 2, 1f1b and zb-h1, fp32 and bf16, activation checkpointing) against the single-rank run"

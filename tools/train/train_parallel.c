@@ -44,6 +44,9 @@ struct train_parallel {
      * single-rank CUDA run does), and every comm is the device world's (NCCL, or STAGED) */
     int cuda;
     pp_cuda_stage *cstage;
+    zero_stream *pp_stream; /* NCCL pp comm: its stream while a step runs (stream-ordered sends / receives) */
+    zero_stream *compute;   /* the engine's compute stream, the CUDA stage's (engine.h: the engine orders its
+                             * gathers, casts and step before the work queued there, by events) */
     char note[256];      /* what set_schedule chose that the user should know, or "" */
 };
 
@@ -152,10 +155,10 @@ int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_conf
         pfail(err, en, "model parallel: out of memory");
         goto fail;
     }
-    if (p->cuda && (cp > 1 || sequence_parallel || (ck && ck->blocks > 0))) {
-        pfail(err, en, "--device cuda with model.tp / model.pp > 1: %s is not offered on the CUDA stage (model.tp and "
-                       "model.pp are)",
-              cp > 1 ? "model.cp > 1" : sequence_parallel ? "model.sequence_parallel" : "activation_checkpointing");
+    if (p->cuda && (cp > 1 || sequence_parallel)) {
+        pfail(err, en, "--device cuda with model.tp / model.pp > 1: %s is not offered on the CUDA stage (model.tp, "
+                       "model.pp and activation checkpointing are)",
+              cp > 1 ? "model.cp > 1" : "model.sequence_parallel");
         goto fail;
     }
     /* the grid's "dp" group spans dp x cp (the engine's group: gradients summed over cp there) */
@@ -208,6 +211,16 @@ int train_parallel_create(train_parallel **out, zero_comm *world, const gpt_conf
         pfail(err, en, "engine set_model_parallel: %s", zero_engine_last_error(p->engine));
         goto fail;
     }
+    if (p->cuda) {
+        if (zero_stream_create(dev, &p->compute) != ZERO_OK) {
+            pfail(err, en, "the CUDA stage's compute stream: %s", zero_last_error());
+            goto fail;
+        }
+        if (zero_engine_set_compute_stream(p->engine, p->compute) != ZERO_OK) {
+            pfail(err, en, "engine set_compute_stream: %s", zero_engine_last_error(p->engine));
+            goto fail;
+        }
+    }
     if (p->dtype == ZERO_BF16 && !p->cuda && f32_copies_create(p, err, en) != 0) goto fail;
     *engine = p->engine;
     *out = p;
@@ -222,6 +235,8 @@ void train_parallel_destroy(train_parallel *p)
     if (!p) return;
     zero_engine_destroy(p->engine);
     pp_cuda_stage_destroy(p->cstage);
+    zero_stream_destroy(p->compute); /* after the engine and the stage that used it */
+    zero_stream_destroy(p->pp_stream); /* never left set on the pp comm */
     for (int c = 0; p->ws && c < p->chunks; c++) tp_workspace_destroy(p->ws[c]);
     free(p->ws);
     zero_comm_destroy(p->cp);
@@ -304,9 +319,10 @@ void train_parallel_activation_bytes(const train_parallel *p, gpt_activation_byt
 {
     memset(now, 0, sizeof *now);
     memset(without, 0, sizeof *without);
-    if (p->cuda) { /* no checkpointing on the CUDA stage: what it holds is what it would hold without */
+    if (p->cuda) {
         pp_cuda_stage_activation_bytes(p->cstage, now);
-        *without = *now;
+        if (p->ck.blocks > 0) pp_cuda_stage_activation_bytes_without_ckpt(p->cstage, without);
+        else *without = *now;
         return;
     }
     const tp_options o = {NULL, p->sp, NULL, NULL};
@@ -363,7 +379,18 @@ int train_parallel_micro_steps(train_parallel *p, const int32_t *tokens, const i
         if (!p->cstage) return pfail(err, en, "pipeline step: the CUDA stage has no schedule (set_schedule first)");
         pp_stage view;
         pp_cuda_stage_view(p->cstage, &view);
-        st = pp_run_stage(&view, p->grid.pp, &p->plan, &a, &o, loss);
+        /* NCCL: the sends and receives stream-ordered on a stream of their own, ordered against the stage's
+         * stream by events (pp_exec.c); STAGED and MPI stay host-driven (a stream-ordered STAGED op would
+         * block the host in every group) */
+        zero_comm *pp = p->grid.pp;
+        int streamed = pp && zero_comm_get_size(pp) > 1 && zero_comm_get_backend(pp) == ZERO_BACKEND_NCCL;
+        if (streamed && !p->pp_stream && zero_stream_create(p->dev, &p->pp_stream) != ZERO_OK)
+            return pfail(err, en, "pipeline step: the pp comm's stream: %s", zero_last_error());
+        if (streamed && zero_comm_set_stream(pp, p->pp_stream) != ZERO_OK)
+            return pfail(err, en, "pipeline step: zero_comm_set_stream(pp): %s", zero_comm_last_error(pp));
+        st = pp_run_stage(&view, pp, &p->plan, &a, &o, loss);
+        if (streamed && zero_comm_set_stream(pp, NULL) != ZERO_OK && st == ZERO_OK) /* the runtime synced it */
+            return pfail(err, en, "pipeline step: zero_comm_set_stream(pp, NULL): %s", zero_comm_last_error(pp));
     } else {
         st = p->has_plan ? pp_run_plan(p->ws, p->grid.pp, &p->plan, &a, &o, loss)
                          : pp_train_step(p->ws[0], p->grid.pp, PP_1F1B, &a, loss);
@@ -387,9 +414,8 @@ int train_parallel_micro_steps(train_parallel *p, const int32_t *tokens, const i
 /* The CUDA stage for `plan` (taken over on success): the chunks' workspaces
  * with the plan's slots, in the single-rank CUDA run's mode (train_model.c:
  * bf16 compute = bf16 activations + flash attention; fp32 = fp32
- * activations, unfused attention; bf16 tensor-core products in both) -
- * except that a plan splitting B and W in bf16 keeps fp32 activations, the
- * bf16 activation mode having no split backward (gpt_cuda.h). */
+ * activations, unfused attention; bf16 tensor-core products in both), split
+ * (B/W) plans included, and activation_checkpointing as on one rank. */
 static int cuda_stage_for(train_parallel *p, pp_plan *plan, const char *schedule, char *err, size_t en)
 {
     gpt_cuda_options o = GPT_CUDA_OPTIONS_BF16;
@@ -400,12 +426,6 @@ static int cuda_stage_for(train_parallel *p, pp_plan *plan, const char *schedule
         return pfail(err, en, "model.pp_schedule \"%s\" splits B and W: not with model.tp > 1 on CUDA yet (the CUDA "
                               "tp blocks have no W stash); use gpipe, 1f1b or interleaved", schedule);
     }
-    if (p->dtype == ZERO_BF16 && plan->split) {
-        o.act_dtype = ZERO_F32;
-        snprintf(p->note, sizeof p->note,
-                 "pipeline: schedule \"%s\" splits B and W: the CUDA stage keeps fp32 activations (bf16 parameters "
-                 "and products; the bf16 activation mode has no split backward)\n", schedule);
-    }
     int *slots = malloc(sizeof(int) * (size_t)p->chunks);
     if (!slots) {
         pp_plan_free(plan);
@@ -413,9 +433,10 @@ static int cuda_stage_for(train_parallel *p, pp_plan *plan, const char *schedule
     }
     for (int c = 0; c < p->chunks; c++) slots[c] = plan->slots[p->grid.pp_rank * p->chunks + c];
     pp_cuda_stage *s = NULL;
-    zero_status st = pp_cuda_stage_create(&s, &p->cfg, p->dev, (int)(p->micro_tokens / (size_t)p->cfg.seq_len),
-                                          p->dtype, &o, p->grid.pp_size, p->grid.pp_rank, p->chunks, slots,
-                                          p->grid.tp);
+    zero_status st = pp_cuda_stage_create(&s, &p->cfg, p->dev, p->compute,
+                                          (int)(p->micro_tokens / (size_t)p->cfg.seq_len), p->dtype, &o,
+                                          p->ck.blocks > 0 ? &p->ck : NULL, p->grid.pp_size, p->grid.pp_rank,
+                                          p->chunks, slots, p->grid.tp);
     free(slots);
     if (st != ZERO_OK) {
         pp_plan_free(plan);
