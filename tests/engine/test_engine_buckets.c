@@ -378,13 +378,10 @@ static void check_contiguous_warning(zero_comm *comm, zero_device *dev)
 
 int main(void)
 {
-    zero_comm *world = NULL;
-    zero_device *dev = NULL;
-    if (zero_comm_create_world(&world, NULL) != ZERO_OK || zero_device_create(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
-        fprintf(stderr, "setup: %s\n", zero_last_error());
-        return 1;
-    }
-    check_set_rank(zero_comm_get_rank(world));
+    zero_comm *world;
+    zero_device *dev;
+    int rc = eng_open(0, 0, &world, &dev); /* the world (60 s deadline), this rank for CHECKs, the CPU device */
+    if (rc) return rc;
     check_plan(world, dev);
     check_traffic(world, dev);
     check_stages(world, dev);

@@ -586,12 +586,10 @@ int main(int argc, char **argv)
 {
     /* freed large blocks go back to the OS at once, so resident memory tracks live allocations */
     mallopt(M_MMAP_THRESHOLD, 64 * 1024);
-    zero_comm *world = NULL;
-    zero_device *dev = NULL;
-    if (zero_comm_create_world(&world, NULL) != ZERO_OK || zero_device_create(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
-        fprintf(stderr, "setup: %s\n", zero_last_error());
-        return 1;
-    }
+    zero_comm *world;
+    zero_device *dev;
+    int rc = eng_open(0, 0, &world, &dev); /* the world (60 s deadline), this rank for CHECKs, the CPU device */
+    if (rc) return rc;
     g_rank = zero_comm_get_rank(world);
     g_world = zero_comm_get_size(world);
     check_set_rank(g_rank);

@@ -277,13 +277,10 @@ static double check_rss(zero_comm *comm, zero_device *dev, int stage, double *en
 
 int main(int argc, char **argv)
 {
-    zero_comm *world = NULL;
-    zero_device *dev = NULL;
-    if (zero_comm_create_world(&world, NULL) != ZERO_OK || zero_device_create(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
-        fprintf(stderr, "setup: %s\n", zero_last_error());
-        return 1;
-    }
-    check_set_rank(zero_comm_get_rank(world));
+    zero_comm *world;
+    zero_device *dev;
+    int rc = eng_open(0, 0, &world, &dev); /* the world (60 s deadline), this rank for CHECKs, the CPU device */
+    if (rc) return rc;
     if (argc > 1 && !strcmp(argv[1], "rss")) {
         double grew[4], peak[4];
         for (int stage = 0; stage < 4; stage++) grew[stage] = check_rss(world, dev, stage, &peak[stage]);

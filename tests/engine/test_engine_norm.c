@@ -117,17 +117,11 @@ static void test_duplicate_after_landing(zero_comm *comm, zero_device *dev)
 
 int main(void)
 {
-    zero_comm_config ccfg = ZERO_COMM_CONFIG_INIT;
-    ccfg.timeout_s = 60;
-    zero_comm *world = NULL;
-    if (zero_comm_create_world(&world, &ccfg) != ZERO_OK) {
-        fprintf(stderr, "init_world: %s\n", zero_last_error());
-        return 1;
-    }
+    zero_comm *world;
+    zero_device *dev;
+    int rc = eng_open(0, 0, &world, &dev);
+    if (rc) return rc;
     const int rank = zero_comm_get_rank(world);
-    check_set_rank(rank);
-    zero_device *dev = NULL;
-    CHECK_OK(zero_device_create(&dev, ZERO_DEVICE_CPU, -1));
     for (size_t vi = 0; dev && vi < sizeof variants / sizeof variants[0]; vi++) {
         const variant *v = &variants[vi];
         for (int stage = 0; stage <= v->max_stage; stage++) {

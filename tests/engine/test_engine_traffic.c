@@ -146,13 +146,10 @@ static void check_order_change(zero_comm *comm, zero_device *dev)
 
 int main(void)
 {
-    zero_comm *world = NULL;
-    zero_device *dev = NULL;
-    if (zero_comm_create_world(&world, NULL) != ZERO_OK || zero_device_create(&dev, ZERO_DEVICE_CPU, 0) != ZERO_OK) {
-        fprintf(stderr, "setup: %s\n", zero_last_error());
-        return 1;
-    }
-    check_set_rank(zero_comm_get_rank(world));
+    zero_comm *world;
+    zero_device *dev;
+    int rc = eng_open(0, 0, &world, &dev); /* the world (60 s deadline), this rank for CHECKs, the CPU device */
+    if (rc) return rc;
     for (int stage = 0; stage < 4; stage++)
         for (int gas = 1; gas <= 2; gas++) {
             check_stage(world, dev, stage, ZERO_F32, gas, 0);
