@@ -274,10 +274,39 @@ void gpt_gemm_serial(gpt_gemm_math math, int ta, int tb, int M, int N, int K, fl
     else gemm_reference(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+/* OpenBLAS sums an element in an order that depends on the shape of the call
+ * (its edge and small-matrix kernels differ from the main one), so splitting
+ * C by the thread count would make the bits depend on the thread count. Its
+ * calls are cut instead into panels that depend on the shape alone (at most 8
+ * along the longer side, at least 64 wide) and the threads share out whole
+ * panels: 1 or 16 threads make the same calls. */
+static void gemm_blas_panels(gpt_gemm_math math, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                             int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+    int cols = N >= M, len = cols ? N : M;
+    int width = (len + 7) / 8;
+    width = width < 64 ? 64 : (width + 15) / 16 * 16;
+    int panels = (len + width - 1) / width;
+#pragma omp parallel for schedule(static)
+    for (int p = 0; p < panels; p++) {
+        int s0 = p * width, n = len - s0 < width ? len - s0 : width;
+        if (cols)
+            gpt_gemm_serial(math, ta, tb, M, n, K, alpha, A, lda, B + (size_t)s0 * (tb ? ldb : 1), ldb, beta, C + s0,
+                            ldc);
+        else
+            gpt_gemm_serial(math, ta, tb, n, N, K, alpha, A + (size_t)s0 * (ta ? 1 : lda), lda, B, ldb, beta,
+                            C + (size_t)s0 * ldc, ldc);
+    }
+}
+
 void gpt_gemm(gpt_gemm_math math, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc)
 {
     pthread_once(&choice_once, choose);
+    if (choice[math == GPT_GEMM_BF16] == K_BLAS) {
+        if (M > 0 && N > 0) gemm_blas_panels(math, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
     /* Split the longer side of C over the threads, in whole micro-tiles: each
      * thread packs only its own share of that side's operand. */
 #pragma omp parallel

@@ -23,11 +23,12 @@
  * these kernels are chosen by CPU features, not by family. docs/model.md,
  * "CPU GEMM", has the figures and how to choose.
  *
- * With our kernels (all but blas) every element of C is computed by one
- * thread with the same K order whatever the thread count, so results do not
- * depend on OMP_NUM_THREADS. OpenBLAS does not promise that: its edge
- * kernels sum in another order when the split moves a tile's edge (seen on
- * an AMD Zen 3 with its Zen and Haswell kernels; tests/model/test_gemm.c). */
+ * Results do not depend on OMP_NUM_THREADS. With our kernels every element
+ * of C is computed by one thread with the same K order whatever the thread
+ * count. OpenBLAS does not promise that (its edge kernels sum in another
+ * order than its main one: seen on an AMD Zen 3 with its Zen and Haswell
+ * kernels), so its calls are cut into panels by the shape alone and the
+ * threads share whole panels (tests/model/test_gemm.c checks both). */
 #ifndef ZERO_MODEL_GPT_GEMM_H
 #define ZERO_MODEL_GPT_GEMM_H
 
