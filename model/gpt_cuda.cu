@@ -133,8 +133,13 @@ struct gpt_cuda_workspace {
 
     /* MoE blocks (cfg.moe_experts > 0): each block's MLP is a CUDA MoE layer
      * (moe.h, gpt_moe_create_cuda) on this stream, over the ep comm */
-    gpt_moe **moe;         /* n_layer layers, NULL: dense */
-    float *moe_aux;        /* host, n_layer: each block's aux loss of the last forward */
+    gpt_moe **moe;         /* n_layer layers, NULL: dense (the selected slot's row of moe_all) */
+    float *moe_aux;        /* host, n_layer: each block's aux loss of the last forward (moe_aux_all's row) */
+    /* a stage's slots: one MoE layer per slot and block of the range (each
+     * layer keeps one micro-batch's routing and expert activations for its
+     * backward), slots x n_layer; select_slot points moe / moe_aux at a row */
+    gpt_moe **moe_all;
+    float *moe_aux_all;
     float moe_dloss;       /* the backward's dloss: the aux losses' gradient scale */
 };
 
@@ -831,7 +836,7 @@ extern "C" zero_status gpt_cuda_activation_bytes_stage(const gpt_config *cfg, in
         gpt_moe_config mc = gpt_moe_config_of(cfg);
         size_t one;
         GPT_TRY(gpt_moe_bytes_for(&mc, batch * seq, cfg->moe_ep > 1 ? cfg->moe_ep : 1, 1, &one));
-        out->moe = (size_t)cfg->n_layer * one;
+        out->moe = (size_t)(layer_end - layer_begin) * (size_t)slots * one; /* one layer per slot and block */
         out->total += out->moe;
     }
     return ZERO_OK;
@@ -873,16 +878,20 @@ static zero_status create_moe(gpt_cuda_workspace *ws, zero_comm *ep)
     if (want != have)
         return gpt_fail(ZERO_CONFIG, "gpt_cuda_workspace_create: moe ep = %d but the ep comm has %d rank%s",
                         cfg->moe_ep, have, have == 1 ? "" : "s");
-    ws->moe = (gpt_moe **)calloc((size_t)cfg->n_layer, sizeof *ws->moe);
-    ws->moe_aux = (float *)calloc((size_t)cfg->n_layer, sizeof *ws->moe_aux);
-    if (!ws->moe || !ws->moe_aux)
+    const size_t rows = (size_t)ws->slots * (size_t)cfg->n_layer;
+    ws->moe_all = (gpt_moe **)calloc(rows, sizeof *ws->moe_all);
+    ws->moe_aux_all = (float *)calloc(rows, sizeof *ws->moe_aux_all);
+    ws->moe = ws->moe_all, ws->moe_aux = ws->moe_aux_all; /* slot 0 */
+    if (!ws->moe_all || !ws->moe_aux_all)
         return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_cuda_workspace_create: out of host memory (MoE)");
     gpt_moe_config mc = gpt_moe_config_of(cfg);
-    for (int l = 0; l < cfg->n_layer; l++) {
-        GPT_TRY(gpt_moe_create_cuda(&ws->moe[l], &mc, ws->B * ws->T, have > 1 ? ep : NULL, ws->stream));
-        gpt_moe_set_matmul_bf16(ws->moe[l], ws->math == GPT_CUDA_MATH_BF16);
-        ws->bytes.moe += gpt_moe_bytes(ws->moe[l]); /* what each layer allocated on the device */
-    }
+    for (int k = 0; k < ws->slots; k++)
+        for (int l = ws->lb; l < ws->le; l++) {
+            gpt_moe **m = &ws->moe_all[(size_t)k * cfg->n_layer + l];
+            GPT_TRY(gpt_moe_create_cuda(m, &mc, ws->B * ws->T, have > 1 ? ep : NULL, ws->stream));
+            gpt_moe_set_matmul_bf16(*m, ws->math == GPT_CUDA_MATH_BF16);
+            ws->bytes.moe += gpt_moe_bytes(*m); /* what each layer allocated on the device */
+        }
     ws->bytes.total += ws->bytes.moe;
     return ZERO_OK;
 }
@@ -914,12 +923,26 @@ extern "C" zero_status gpt_cuda_workspace_create_tp(gpt_cuda_workspace **out, co
     if (!out) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_create_stage: out is NULL");
     *out = NULL;
     GPT_TRY(gpt_config_validate(cfg));
-    if (cfg->moe_experts > 0) /* each gpt_moe layer keeps one micro-batch's activations for its backward */
-        return gpt_fail(ZERO_UNSUPPORTED, "gpt_cuda_workspace_create_stage: moe experts = %d: the CUDA MoE layer "
-                                          "keeps one activation set, so MoE blocks have no pipeline stages on CUDA "
-                                          "yet", cfg->moe_experts);
     return create_workspace(out, cfg, batch, seq, param_dtype, opts, cuda_stream, ck, layer_begin, layer_end, slots,
                             NULL, tp);
+}
+
+extern "C" zero_status gpt_cuda_workspace_create_stage_moe(gpt_cuda_workspace **out, const gpt_config *cfg, int batch,
+                                                           int seq, zero_dtype param_dtype,
+                                                           const gpt_cuda_options *opts, void *cuda_stream,
+                                                           const gpt_checkpointing *ck, int layer_begin, int layer_end,
+                                                           int slots, zero_comm *tp, zero_comm *ep)
+{
+    if (!out) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_create_stage: out is NULL");
+    *out = NULL;
+    GPT_TRY(gpt_config_validate(cfg));
+    return create_workspace(out, cfg, batch, seq, param_dtype, opts, cuda_stream, ck, layer_begin, layer_end, slots,
+                            ep, tp);
+}
+
+extern "C" void gpt_cuda_workspace_set_moe_dloss(gpt_cuda_workspace *ws, float dloss)
+{
+    if (ws) ws->moe_dloss = dloss;
 }
 
 /* The tp comm of a workspace: its size and rank, a device comm at P > 1,
@@ -1065,10 +1088,10 @@ extern "C" void gpt_cuda_workspace_destroy(gpt_cuda_workspace *ws)
     if (ws->wstash) cudaFree(ws->wstash);
     free(ws->w_due);
     if (ws->host_mem) cudaFreeHost(ws->host_mem);
-    if (ws->moe)
-        for (int l = 0; l < ws->cfg.n_layer; l++) gpt_moe_destroy(ws->moe[l]);
-    free(ws->moe);
-    free(ws->moe_aux);
+    for (size_t k = 0; ws->moe_all && k < (size_t)ws->slots * (size_t)ws->cfg.n_layer; k++)
+        gpt_moe_destroy(ws->moe_all[k]);
+    free(ws->moe_all);
+    free(ws->moe_aux_all);
     gpt_acts_free(&ws->acts);
     free(ws->host_targets);
     free(ws->host_losses);
@@ -1180,6 +1203,8 @@ extern "C" zero_status gpt_cuda_workspace_select_slot(gpt_cuda_workspace *ws, in
     ws->valid = next->valid;
     ws->slot = slot;
     ws->io = &ws->acts.slots[slot];
+    if (ws->moe_all) /* the slot's MoE layers (each keeps its micro-batch's state) */
+        ws->moe = ws->moe_all + (size_t)slot * ws->cfg.n_layer, ws->moe_aux = ws->moe_aux_all + (size_t)slot * ws->cfg.n_layer;
     return ZERO_OK;
 }
 

@@ -204,6 +204,19 @@ zero_status gpt_cuda_activation_bytes_stage(const gpt_config *cfg, int tp_size, 
                                             zero_dtype param_dtype, const gpt_cuda_options *opts,
                                             const gpt_checkpointing *ck, int layer_begin, int layer_end, int slots,
                                             gpt_activation_bytes *out);
+/* A stage workspace (tp as gpt_cuda_workspace_create_tp) whose model has
+ * MoE blocks (cfg->moe_experts > 0) over `ep` (as gpt_cuda_workspace_create_moe;
+ * NULL when moe_ep <= 1): one CUDA MoE layer per slot and block of the range,
+ * since each layer keeps its micro-batch's routing and expert activations
+ * until its backward (select_slot switches them with the activations).
+ * MoE at tp > 1 is refused (tp_config_validate). */
+zero_status gpt_cuda_workspace_create_stage_moe(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
+                                                zero_dtype param_dtype, const gpt_cuda_options *opts, void *cuda_stream,
+                                                const gpt_checkpointing *ck, int layer_begin, int layer_end, int slots,
+                                                zero_comm *tp, zero_comm *ep);
+/* The dloss the next block backwards scale their MoE aux-loss gradient by
+ * (gpt_cuda_backward_end sets it; a stage without the head calls this). */
+void gpt_cuda_workspace_set_moe_dloss(gpt_cuda_workspace *ws, float dloss);
 zero_status gpt_cuda_workspace_select_slot(gpt_cuda_workspace *ws, int slot);
 int gpt_cuda_workspace_slots(const gpt_cuda_workspace *ws);
 void gpt_cuda_workspace_range(const gpt_cuda_workspace *ws, int *layer_begin, int *layer_end);

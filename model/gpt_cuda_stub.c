@@ -188,6 +188,19 @@ zero_status gpt_cuda_activation_bytes_stage(const gpt_config *cfg, int tp_size, 
     return NO_CUDA("gpt_cuda_activation_bytes_stage");
 }
 
+zero_status gpt_cuda_workspace_create_stage_moe(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
+                                                zero_dtype param_dtype, const gpt_cuda_options *opts, void *cuda_stream,
+                                                const gpt_checkpointing *ck, int layer_begin, int layer_end, int slots,
+                                                zero_comm *tp, zero_comm *ep)
+{
+    (void)cfg, (void)batch, (void)seq, (void)param_dtype, (void)opts, (void)cuda_stream, (void)ck;
+    (void)layer_begin, (void)layer_end, (void)slots, (void)tp, (void)ep;
+    if (out) *out = NULL;
+    return NO_CUDA("gpt_cuda_workspace_create_stage_moe");
+}
+
+void gpt_cuda_workspace_set_moe_dloss(gpt_cuda_workspace *ws, float dloss) { (void)ws, (void)dloss; }
+
 zero_status gpt_cuda_workspace_select_slot(gpt_cuda_workspace *ws, int slot)
 {
     (void)ws, (void)slot;

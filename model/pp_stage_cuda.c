@@ -112,7 +112,9 @@ static zero_status forward(void *self, int c, int slot, const float *in, const i
         GPT_TRY(gpt_cuda_forward_end(ws, &params[gpt_module_final(&s->cfg)], &emb, NULL));
         GPT_TRY(defer_loss(s, ws));
     }
-    (void)loss; /* 0 here: finish adds it (reading it now would wait for the stream) */
+    /* the cross-entropy is finish's (reading it now would wait for the stream); MoE blocks' aux losses
+     * are host values already (the layers synchronize to route), added here as the CPU stage does */
+    if (s->cfg.moe_experts > 0) *loss += s->cfg.moe_aux_loss_coef * gpt_cuda_workspace_moe_aux(ws);
     return ZERO_OK; /* enqueued: the runtime orders the send by an event */
 }
 
@@ -123,6 +125,7 @@ static zero_status backward(void *self, int c, int slot, int whole, const float 
     gpt_cuda_workspace *ws = W(self, c);
     int b, e;
     GPT_TRY(gpt_cuda_workspace_select_slot(ws, slot));
+    gpt_cuda_workspace_set_moe_dloss(ws, dloss); /* MoE blocks: their aux losses' gradient scale */
     if (dout) {
         GPT_TRY(gpt_cuda_backward_end_output(ws, dout));
     } else {
@@ -195,7 +198,7 @@ void pp_cuda_stage_destroy(pp_cuda_stage *s)
 zero_status pp_cuda_stage_create(pp_cuda_stage **out, const gpt_config *cfg, zero_device *dev, zero_stream *stream,
                                  int batch, zero_dtype param_dtype, const gpt_cuda_options *opts,
                                  const gpt_checkpointing *ck, int pp_size, int pp_rank, int chunks,
-                                 const int *slots_of, zero_comm *tp)
+                                 const int *slots_of, zero_comm *tp, zero_comm *ep)
 {
     if (!out || !cfg || !dev || !slots_of || chunks < 1)
         return gpt_fail(ZERO_INVALID_ARGUMENT, "pp_cuda_stage_create: out, config, device or slots is NULL");
@@ -221,8 +224,8 @@ zero_status pp_cuda_stage_create(pp_cuda_stage **out, const gpt_config *cfg, zer
         int b, e;
         st = pp_chunk_layers(cfg, pp_size, chunks, pp_rank, c, &b, &e);
         if (st == ZERO_OK)
-            st = gpt_cuda_workspace_create_tp(&s->ws[c], cfg, batch, cfg->seq_len, param_dtype, opts,
-                                              gpt_cuda_stream_handle(s->stream), ck, b, e, slots_of[c], tp);
+            st = gpt_cuda_workspace_create_stage_moe(&s->ws[c], cfg, batch, cfg->seq_len, param_dtype, opts,
+                                                     gpt_cuda_stream_handle(s->stream), ck, b, e, slots_of[c], tp, ep);
         has_embed |= b == 0, has_head |= e == cfg->n_layer;
     }
     if (st == ZERO_OK && has_head && !has_embed) {
@@ -268,7 +271,7 @@ void pp_cuda_stage_activation_bytes_without_ckpt(const pp_cuda_stage *s, gpt_act
                                             NULL, lb, le, gpt_cuda_workspace_slots(s->ws[c]), &b) != ZERO_OK)
             gpt_cuda_workspace_activation_bytes(s->ws[c], &b);
         out->inputs += b.inputs, out->blocks += b.blocks, out->recompute += b.recompute, out->head += b.head;
-        out->scratch += b.scratch, out->host += b.host, out->total += b.total;
+        out->scratch += b.scratch, out->host += b.host, out->moe += b.moe, out->total += b.total;
     }
 }
 
@@ -279,6 +282,6 @@ void pp_cuda_stage_activation_bytes(const pp_cuda_stage *s, gpt_activation_bytes
         gpt_activation_bytes b;
         gpt_cuda_workspace_activation_bytes(s->ws[c], &b);
         out->inputs += b.inputs, out->blocks += b.blocks, out->recompute += b.recompute, out->head += b.head;
-        out->scratch += b.scratch, out->host += b.host, out->total += b.total;
+        out->scratch += b.scratch, out->host += b.host, out->moe += b.moe, out->total += b.total;
     }
 }

@@ -57,12 +57,17 @@ typedef struct pp_cuda_stage pp_cuda_stage;
 /* slots[c]: activation sets of chunk c (the plan's plan.slots[pp_rank * chunks + c]).
  * `dev` is borrowed (a CUDA device; the current device is the one the
  * workspaces are made on) and must outlive the stage; so must `stream`
- * (borrowed, a stream of dev; NULL: the stage makes its own) and `tp` (the
- * stage's tp group; NULL or size 1: none). */
+ * (borrowed, a stream of dev; NULL: the stage makes its own), `tp` (the
+ * stage's tp group; NULL or size 1: none) and `ep` (MoE blocks' expert-
+ * parallel group, as gpt_cuda_workspace_create_moe; NULL when moe_ep <= 1).
+ * MoE blocks: one CUDA MoE layer per slot and block
+ * (gpt_cuda_workspace_create_stage_moe); forward adds moe_aux_loss_coef x
+ * the chunk's aux losses to *loss (pp_stage.h: the runtime sums the stages'
+ * shares), backward passes dloss to the layers' aux-loss gradient. */
 zero_status pp_cuda_stage_create(pp_cuda_stage **out, const gpt_config *cfg, zero_device *dev, zero_stream *stream,
                                  int batch, zero_dtype param_dtype, const gpt_cuda_options *opts,
                                  const gpt_checkpointing *ck, int pp_size, int pp_rank, int chunks, const int *slots,
-                                 zero_comm *tp);
+                                 zero_comm *tp, zero_comm *ep);
 void pp_cuda_stage_destroy(pp_cuda_stage *s); /* NULL accepted */
 /* The runtime's view (valid while *s lives). */
 void pp_cuda_stage_view(pp_cuda_stage *s, pp_stage *out);

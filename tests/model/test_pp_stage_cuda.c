@@ -30,7 +30,13 @@
  * report of what it would hold without checkpointing
  * (pp_cuda_stage_activation_bytes_without_ckpt) exactly what the stage
  * without it holds, above what it holds; the split plan on it is
- * ZERO_UNSUPPORTED naming the recomputed block. */
+ * ZERO_UNSUPPORTED naming the recomputed block.
+ * MoE blocks on the stage (4 experts, top-2, one CUDA MoE layer per slot and
+ * block), fp32, GPipe and 1F1B against the whole-model MoE workspace: the
+ * loss (cross-entropy + 0.01 x aux, the aux share added by the stage's
+ * forward, the cross-entropy at the end of the step) within 1e-6 relative
+ * (the two terms are summed in another order), every gradient within
+ * 1e-4 x max + 1e-3 |value| (gpt_test_compare: the layers' own reductions). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -96,7 +102,7 @@ static int staged(const gpt_config *cfg, const float *params, size_t total, cons
     pp_cuda_stage *s = NULL;
     zero_status st = zero_device_create(&dev, ZERO_DEVICE_CUDA, 0);
     if (st == ZERO_OK)
-        st = pp_cuda_stage_create(&s, cfg, dev, NULL, B_, md->dt, &md->o, ck, 1, 0, 1, &plan->slots[0], NULL);
+        st = pp_cuda_stage_create(&s, cfg, dev, NULL, B_, md->dt, &md->o, ck, 1, 0, 1, &plan->slots[0], NULL, NULL);
     pp_step_args a = {M_, tok, tgt, 1.0f / M_, p, g};
     pp_stage view;
     float second = -1;
@@ -186,6 +192,37 @@ int main(void)
         gpt_checkpointing ck = {1, 0, 0}; /* W needs the activations kept */
         CHECK(staged(&cfg, params, total, &modes[k], &plans[2], &ck, tok, tgt, gs, &ls, &now, &without) != 0 &&
               strstr(gpt_last_error(), "block 0 is recomputed"));
+    }
+    { /* MoE blocks */
+        gpt_config mc = cfg;
+        mc.moe_experts = 4, mc.moe_top_k = 2, mc.moe_capacity_factor = 2.0f, mc.moe_aux_loss_coef = 0.01f;
+        mc.moe_ep = 1;
+        const size_t mt = gpt_param_elements(&mc);
+        float *mp = gpt_test_init_params(&mc, 7), *mr = malloc(mt * 4), *ms = malloc(mt * 4);
+        float lr = 0, ls = 0;
+        gpt_activation_bytes now, without;
+        if (reference(&mc, mp, mt, &modes[0], tok, tgt, mr, &lr) == 0)
+            for (int j = 0; j < 2; j++) {
+                char what[128];
+                snprintf(what, sizeof what, "MoE, %s, %s", modes[0].name, plans[j].name);
+                if (staged(&mc, mp, mt, &modes[0], &plans[j], NULL, tok, tgt, ms, &ls, &now, &without) != 0) {
+                    CHECK_MSG(0, "%s: the stage failed", what);
+                    continue;
+                }
+                CHECK_MSG(fabs(ls - lr) <= 1e-6 * fabs(lr), "%s: loss %.9g vs the whole model's %.9g", what, ls, lr);
+                CHECK_MSG(now.moe > 0, "%s: no MoE layers in the activation report", what);
+                size_t off = 0;
+                for (size_t i = 0; i < gpt_num_params(&mc); i++) {
+                    gpt_param_info info;
+                    gpt_param_info_get(&mc, i, &info);
+                    char name[192];
+                    snprintf(name, sizeof name, "%s: d %s", what, info.name);
+                    gpt_test_compare(name, ms + off, mr + off, info.numel, 0);
+                    off += info.numel;
+                }
+                printf("%s: loss within 1e-6 and gradients within 1e-4 x max of the whole model\n", what);
+            }
+        free(mp), free(mr), free(ms);
     }
     for (int j = 0; j < 3; j++) pp_plan_free(&plans[j]);
     free(params), free(gr), free(gs);

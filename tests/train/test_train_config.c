@@ -38,8 +38,8 @@ int main(void)
     expect_reject("{\"train_batch_sise\": 8}", 1, "train_batch_sise: unknown key");
     expect_reject("{\"model\": {\"n_layers\": 2}}", 1, "model.n_layers: unknown key");
     expect_reject("{\"data\": {\"paht\": \"x\"}}", 1, "data.paht: unknown key");
-    /* --device cuda runs model.pp and model.tp (the CUDA stage, the CUDA GPT's tp blocks); cp and sequence
-     * parallelism are the CPU stage's only, refused by name */
+    /* --device cuda runs model.pp (MoE blocks included) and model.tp (the CUDA stage, the CUDA GPT's tp
+     * blocks); cp and sequence parallelism are the CPU stage's only, refused by name */
     expect_reject("{\"train\": {\"device\": \"cuda\"}, \"model\": {\"cp\": 2, \"n_head\": 4}}", 2,
                   "model.cp > 1 runs on the CPU only");
     expect_reject("{\"train\": {\"device\": \"cuda\"}, \"model\": {\"tp\": 2, \"n_head\": 4, "
@@ -49,8 +49,9 @@ int main(void)
             "{\"train\": {\"device\": \"cuda\"}, \"model\": {\"pp\": 2, \"n_layer\": 4}}",
             "{\"train\": {\"device\": \"cuda\"}, \"model\": {\"tp\": 2, \"n_head\": 4}}",
             "{\"train\": {\"device\": \"cuda\"}, \"model\": {\"tp\": 2, \"pp\": 2, \"n_head\": 4, \"n_layer\": 4}}",
+            "{\"train\": {\"device\": \"cuda\"}, \"model\": {\"pp\": 2, \"n_layer\": 4, \"moe\": {\"experts\": 4}}}",
         };
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 4; i++) {
             train_config c;
             char err[512];
             int dp = i == 2 ? 4 : 2;

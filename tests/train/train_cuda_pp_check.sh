@@ -29,6 +29,9 @@
 #         runs the forward's kernels again; only atomics' order differs); on
 #         CUDA also with the recomputed inputs in pinned host memory
 #         (cpu_checkpointing).
+#   MoE blocks (4 experts, top-2; on CUDA one MoE layer per slot and block),
+#         1f1b fp32, against the single-rank MoE run: within 2e-3 relative,
+#         the dense fp32 tolerance.
 # The losses must also fall (the last step's below the first's).
 # Exit 77 when no GPU is visible (or the build has no CUDA) or no mpirun.
 set -euo pipefail
@@ -74,6 +77,8 @@ runpp f1b32 1f1b
 runpp zbh132 zb-h1
 run1 ref16 --set bf16.enabled=true
 runpp f1b16 1f1b --set bf16.enabled=true
+run1 refmoe --set 'model.moe={"experts": 4, "top_k": 2}'
+runpp moe32 1f1b --set 'model.moe={"experts": 4, "top_k": 2}'
 runpp ck32 1f1b --set 'activation_checkpointing={"partition_activations": true, "cpu_checkpointing": false}'
 if [ "$dev" = cuda ]; then # the CPU stage runs these schedules in tests/model_parallel and test_train_pipeline.py
   runpp zbh232 zb-h2
@@ -103,6 +108,7 @@ figs["pp2_1f1b_fp32_rel"] = close(losses("f1b32"), r32, 2e-3, dev + " pp 2 1f1b 
 figs["pp2_zbh1_fp32_rel"] = close(losses("zbh132"), r32, 2e-3, dev + " pp 2 zb-h1 fp32 vs 1 rank")
 figs["pp2_zbh1_vs_1f1b_rel"] = close(losses("zbh132"), losses("f1b32"), 1e-4, dev + " pp 2 zb-h1 vs 1f1b fp32")
 figs["pp2_1f1b_bf16_rel"] = close(losses("f1b16"), r16, 2e-2, dev + " pp 2 1f1b bf16 vs 1 rank")
+figs["pp2_moe_1f1b_fp32_rel"] = close(losses("moe32"), losses("refmoe"), 2e-3, dev + " pp 2 1f1b fp32 MoE vs 1 rank")
 figs["pp2_ckpt_vs_1f1b_rel"] = close(losses("ck32"), losses("f1b32"), 1e-4,
                                      dev + " pp 2 1f1b fp32 with activation checkpointing vs without")
 if dev == "cuda":

@@ -899,11 +899,9 @@ static int parse_clean(train_config *c, json_t *root, int world, char *err, size
             return cfail(err, n, "train.steps: %lld steps * train_batch_size %lld * model.seq_len %d tokens overflow "
                          "64 bits", (long long)c->steps, (long long)c->train_batch_size, c->seq_len);
     }
-    /* --device cuda runs pipelines and tensor parallelism (the CUDA stage, docs/pipeline.md; the CUDA GPT's tp
-     * blocks, gpt_cuda_workspace_create_tp); context and sequence parallelism are the CPU stage's only */
-    if (strcmp(c->device, "cpu") != 0 && c->moe_experts && c->pp > 1)
-        return cfail(err, n, "train.device: \"%s\": model.moe with model.pp > 1 runs on the CPU only (the CUDA "
-                     "pipeline stage has no MoE blocks)", c->device);
+    /* --device cuda runs pipelines (MoE blocks included) and tensor parallelism (the CUDA stage,
+     * docs/pipeline.md; the CUDA GPT's tp blocks, gpt_cuda_workspace_create_tp); context and sequence
+     * parallelism are the CPU stage's only */
     if (strcmp(c->device, "cpu") != 0 && c->cp > 1)
         return cfail(err, n, "train.device: \"%s\": model.cp > 1 runs on the CPU only (the CUDA GPT has no "
                      "context-parallel attention; model.tp and model.pp > 1 run on CUDA)", c->device);

@@ -296,8 +296,8 @@ static int ep_dense_grad_sum(train_parallel *p, char *err, size_t en)
     for (size_t i = 0; p->ep && i < gpt_num_params(&p->cfg); i++) {
         gpt_param_info pi;
         if (p->param_ids[i] < 0 || gpt_param_info_get(&p->cfg, i, &pi) != ZERO_OK || pi.expert_stack) continue;
-        float *g = p->grads[pi.module].t[pi.index];
-        if (zero_allreduce(p->ep, g, g, pi.numel, ZERO_F32, ZERO_SUM) != ZERO_OK)
+        void *g = p->grads[pi.module].t[pi.index]; /* CUDA: the engine's buffer, in the compute dtype */
+        if (zero_allreduce(p->ep, g, g, pi.numel, p->cuda ? p->dtype : ZERO_F32, ZERO_SUM) != ZERO_OK)
             return pfail(err, en, "summing d %s over the ep group: %s", pi.name, zero_comm_last_error(p->ep));
     }
     return 0;
@@ -436,7 +436,7 @@ static int cuda_stage_for(train_parallel *p, pp_plan *plan, const char *schedule
     zero_status st = pp_cuda_stage_create(&s, &p->cfg, p->dev, p->compute,
                                           (int)(p->micro_tokens / (size_t)p->cfg.seq_len), p->dtype, &o,
                                           p->ck.blocks > 0 ? &p->ck : NULL, p->grid.pp_size, p->grid.pp_rank,
-                                          p->chunks, slots, p->grid.tp);
+                                          p->chunks, slots, p->grid.tp, p->ep);
     free(slots);
     if (st != ZERO_OK) {
         pp_plan_free(plan);
