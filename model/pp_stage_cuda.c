@@ -18,6 +18,7 @@ struct pp_cuda_stage {
     zero_dtype param_dtype;
     gpt_cuda_options opts; /* as created (the activation report's "without checkpointing") */
     int tp_size;
+    zero_comm *tp;           /* the tp comm while it is ordered on this stage's stream (tp_size > 1), else NULL */
     gpt_cuda_workspace **ws; /* [chunk] */
     void *wpe, *dwpe;        /* the head's lent wpe and its gradient (stage with the head, not the embedding) */
     zero_stream *stream;     /* every chunk's workspace enqueues here */
@@ -85,6 +86,12 @@ static zero_status finish(void *self, double *loss_sum)
     if (st != ZERO_OK) {
         s->nloss = 0;
         return gpt_fail(st, "pipeline (cuda stage): waiting for the stage's stream: %s", zero_last_error());
+    }
+    /* the step's stream-ordered tp all-reduces: a failed one (a timeout, a peer gone) is this
+     * step's failure, not a silent skip of the ops after it */
+    if (s->tp && (st = zero_comm_sync(s->tp)) != ZERO_OK) {
+        s->nloss = 0;
+        return gpt_fail(st, "pipeline (cuda stage): a tp all-reduce of this step: %s", zero_comm_last_error(s->tp));
     }
     const size_t N = (size_t)s->batch * (size_t)s->cfg.seq_len;
     for (int k = 0; k < s->nloss; k++) {
@@ -185,6 +192,9 @@ void pp_cuda_stage_destroy(pp_cuda_stage *s)
     }
     for (int c = 0; s->ws && c < s->chunks; c++) gpt_cuda_workspace_destroy(s->ws[c]);
     free(s->ws);
+    /* the tp comm back to host-blocking calls (its queued ops waited for) - unless a newer stage
+     * already took it over for its own stream (train_parallel makes the new stage first) */
+    if (s->tp && zero_comm_get_stream(s->tp) == s->stream) (void)zero_comm_set_stream(s->tp, NULL);
     zero_device_free(s->dev, s->wpe);
     zero_device_free(s->dev, s->dwpe);
     pp_pool_free(&s->pool);
@@ -219,6 +229,15 @@ zero_status pp_cuda_stage_create(pp_cuda_stage **out, const gpt_config *cfg, zer
     s->stream = stream, s->own_stream = !stream;
     if ((!stream && zero_stream_create(dev, &s->stream) != ZERO_OK) || zero_event_create(dev, &s->done) != ZERO_OK)
         st = gpt_fail(ZERO_BACKEND, "pp_cuda_stage_create: the stage's stream or event: %s", zero_last_error());
+    /* the tp all-reduces inside the blocks: stream-ordered on the stage's stream (NCCL runs them
+     * there, asynchronously; STAGED waits for the stream and runs them in the call), so the host
+     * does not wait for the stream before each one (gpt_cuda_workspace_create_tp checks the match) */
+    if (st == ZERO_OK && s->tp_size > 1) {
+        if (zero_comm_set_stream(tp, s->stream) != ZERO_OK)
+            st = gpt_fail(ZERO_BACKEND, "pp_cuda_stage_create: ordering the tp comm on the stage's stream: %s",
+                          zero_last_error());
+        else s->tp = tp;
+    }
     int has_embed = 0, has_head = 0;
     for (int c = 0; c < chunks && st == ZERO_OK; c++) {
         int b, e;

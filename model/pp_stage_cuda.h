@@ -35,7 +35,12 @@
  *
  * Tensor parallelism: with a tp comm of P > 1 ranks (a device comm, as pp's)
  * each chunk's workspace is gpt_cuda_workspace_create_tp's - this rank's
- * shards, Megatron's all-reduces over tp inside the blocks; each tp rank of
+ * shards, Megatron's all-reduces over tp inside the blocks, stream-ordered:
+ * the stage sets the tp comm's stream to its own (zero_comm_set_stream) and
+ * sets it back to none when destroyed (unless a newer stage took the comm
+ * over): while the stage lives, other calls on the tp comm are
+ * stream-ordered too (its asynchronous forms refused); the step's end
+ * (finish) waits for the comm and returns a failed all-reduce. Each tp rank of
  * a stage runs the same schedule and sends its (replicated) activations to
  * the same tp rank of the next stage, as the CPU stage does.
  *
