@@ -147,20 +147,27 @@ struct gpt_cuda_workspace {
 static size_t w_index(const gpt_cuda_workspace *ws, int layer) { return (size_t)ws->slot * ws->cfg.n_layer + layer; }
 static size_t wstash_floats(const gpt_cuda_workspace *ws);
 static size_t act_size(const gpt_cuda_workspace *ws) { return ws->act_bf16 ? sizeof(bf16) : sizeof(float); }
-/* Part `k` (in units of N x C elements) of block `layer`'s stash, selected slot. */
-static void *wstash_of(const gpt_cuda_workspace *ws, int layer, size_t k)
+/* The parts of a block's stash, in its order (wstash_floats). */
+enum { WST_FCPROJ, WST_FC, WST_ATTPROJ, WST_QKV };
+/* Part `part` of block `layer`'s stash, selected slot: the parts before it
+ * at this tp rank's widths (N x C, N x Hl, N x C, then N x 3Cl). */
+static void *wstash_of(const gpt_cuda_workspace *ws, int layer, int part)
 {
+    const size_t N = (size_t)ws->B * ws->T, C = (size_t)ws->cfg.d_model, Hl = (size_t)ws->Hl;
+    const size_t off[] = {0, N * C, N * (C + Hl), N * (2 * C + Hl)};
     size_t block = (size_t)ws->slot * (ws->le - ws->lb) + (size_t)(layer - ws->lb);
-    return ws->wstash + (block * wstash_floats(ws) + k * (size_t)ws->B * ws->T * ws->cfg.d_model) * act_size(ws);
+    return ws->wstash + (block * wstash_floats(ws) + off[part]) * act_size(ws);
 }
 static zero_status no_w_due(const gpt_cuda_workspace *ws, const char *op);
 
-/* One block's W stash, in elements of the activation type: d(fc_proj out)
- * N x C (part 0), d(fc out) after GELU N x 4C (part 1), d(attn proj out)
- * N x C (part 5), d(qkv) N x 3C (part 6). */
+/* One block's W stash, in elements of the activation type, at this tp
+ * rank's widths (P = 1: Cl = C, Hl = 4C): d(fc_proj out) N x C (the
+ * row-parallel output, whole on every rank), d(fc out) after GELU N x Hl,
+ * d(attn proj out) N x C, d(qkv) N x 3Cl - N(2C + Hl + 3Cl), the CPU tp
+ * GPT's gpt_block_wstash_floats. */
 static size_t wstash_floats(const gpt_cuda_workspace *ws)
 {
-    return (size_t)ws->B * ws->T * 9 * ws->cfg.d_model;
+    return (size_t)ws->B * ws->T * (2 * (size_t)ws->cfg.d_model + (size_t)ws->Hl + 3 * (size_t)ws->Cl);
 }
 
 /* Elements of tensor k of `module` on a rank of a tp group of P: the
@@ -1587,8 +1594,10 @@ static zero_status block_backward(gpt_cuda_workspace *ws, const char *op, int la
     const int dx_f32 = ws->tp_dx != NULL;
     float *dx = dx_f32 ? ws->tp_dx : dln;
     /* the stash of this block (input_only): fc_proj, fc, attn proj, qkv upstream gradients */
-    void *st_fcproj = input_only ? wstash_of(ws, layer, 0) : NULL, *st_fc = input_only ? wstash_of(ws, layer, 1) : NULL,
-         *st_proj = input_only ? wstash_of(ws, layer, 5) : NULL, *st_qkv = input_only ? wstash_of(ws, layer, 6) : NULL;
+    void *st_fcproj = input_only ? wstash_of(ws, layer, WST_FCPROJ) : NULL,
+         *st_fc = input_only ? wstash_of(ws, layer, WST_FC) : NULL,
+         *st_proj = input_only ? wstash_of(ws, layer, WST_ATTPROJ) : NULL,
+         *st_qkv = input_only ? wstash_of(ws, layer, WST_QKV) : NULL;
 
     /* MLP half (dres is fp32; the matmuls take it as an activation) */
     const void *dres_act = dres;
@@ -1640,10 +1649,6 @@ extern "C" zero_status gpt_cuda_workspace_split_backward(gpt_cuda_workspace *ws)
 {
     if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_split_backward: workspace is NULL");
     if (ws->wstash) return ZERO_OK;
-    if (ws->P > 1)
-        return gpt_fail(ZERO_UNSUPPORTED, "gpt_cuda_workspace_split_backward: the workspace is one rank of a tp group "
-                                          "of %d, whose W stash is not laid out for local widths yet: use an unsplit "
-                                          "schedule (gpipe, 1f1b, interleaved)", ws->P);
     if (ws->moe)
         return gpt_fail(ZERO_UNSUPPORTED, "gpt_cuda_workspace_split_backward: the model has MoE blocks (moe experts = %d), "
                                           "which compute their weight gradients with their input's: no deferred W",
@@ -1687,16 +1692,22 @@ extern "C" zero_status gpt_cuda_backward_block_weight(gpt_cuda_workspace *ws, in
                                             "first)", op, layer);
     int m = gpt_module_block(layer);
     GPT_TRY(check_set(ws, op, block_grads, m, "gradient"));
-    const int C = ws->cfg.d_model, N = ws->B * ws->T;
+    const int C = ws->cfg.d_model, N = ws->B * ws->T, Cl = ws->Cl, Hl = ws->Hl;
     const gpt_block_acts *a = ws->io->block[layer - ws->lb];
     float *g[GPT_MAX_MODULE_TENSORS];
     GPT_TRY(stage_grads(ws, m, block_grads, ws->module_g, g));
-    /* the unsplit backward's weight halves, in its order (fp32 or bf16 activations alike) */
-    GPT_TRY(linear_backward_weight(ws, g[GPT_FCPROJ_W], g[GPT_FCPROJ_B], wstash_of(ws, layer, 0), a->fch_gelu, N, 4 * C,
-                                   C));
-    GPT_TRY(linear_backward_weight(ws, g[GPT_FC_W], g[GPT_FC_B], wstash_of(ws, layer, 1), a->ln2, N, C, 4 * C));
-    GPT_TRY(linear_backward_weight(ws, g[GPT_ATTPROJ_W], g[GPT_ATTPROJ_B], wstash_of(ws, layer, 5), a->atty, N, C, C));
-    GPT_TRY(linear_backward_weight(ws, g[GPT_QKV_W], g[GPT_QKV_B], wstash_of(ws, layer, 6), a->ln1, N, C, 3 * C));
+    /* the unsplit backward's weight halves, in its order and at its (local)
+     * widths, fp32 or bf16 activations alike. No tp all-reduce: the sharded
+     * weights' gradients are this rank's, and the row-parallel layers'
+     * replicated biases are summed from the whole upstream gradient on every
+     * rank, as the unsplit backward does (the all-reduces are B's) */
+    GPT_TRY(linear_backward_weight(ws, g[GPT_FCPROJ_W], g[GPT_FCPROJ_B], wstash_of(ws, layer, WST_FCPROJ), a->fch_gelu,
+                                   N, Hl, C));
+    GPT_TRY(linear_backward_weight(ws, g[GPT_FC_W], g[GPT_FC_B], wstash_of(ws, layer, WST_FC), a->ln2, N, C, Hl));
+    GPT_TRY(linear_backward_weight(ws, g[GPT_ATTPROJ_W], g[GPT_ATTPROJ_B], wstash_of(ws, layer, WST_ATTPROJ), a->atty,
+                                   N, Cl, C));
+    GPT_TRY(linear_backward_weight(ws, g[GPT_QKV_W], g[GPT_QKV_B], wstash_of(ws, layer, WST_QKV), a->ln1, N, C,
+                                   3 * Cl));
     GPT_TRY(unstage_grads(ws, m, block_grads, ws->module_g));
     ws->w_due[w_index(ws, layer)] = 0;
     return ZERO_OK;

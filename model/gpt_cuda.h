@@ -147,7 +147,8 @@ zero_status gpt_cuda_backward_begin(gpt_cuda_workspace *ws, gpt_tensors *embed_g
  * activation type (bf16 in the bf16 mode, whose W runs the unsplit
  * backward's cuBLASLt weight gemm with its bias-gradient epilogue).
  * gpt_cuda_workspace_split_backward allocates the stash (its own cudaMalloc of
- * blocks x slots x batch x seq x 9 d_model elements of the activation type:
+ * blocks x slots x batch x seq x (2 d_model + 7 d_model / P) elements of the
+ * activation type, P the tp size - this rank's widths:
  * gpt_cuda_workspace_wstash_bytes); ZERO_UNSUPPORTED when blocks are
  * recomputed (activation checkpointing) or with MoE blocks. */
 zero_status gpt_cuda_workspace_split_backward(gpt_cuda_workspace *ws);
@@ -191,9 +192,10 @@ zero_status gpt_cuda_workspace_create_stage(gpt_cuda_workspace **out, const gpt_
  * failed one); without a stream the host waits for the workspace's stream
  * before each all-reduce, which then completes in the call.
  * Every rank of the group must make the same calls (the all-reduces pair
- * up in order). Refused: P not dividing n_head, MoE blocks (ZERO_UNSUPPORTED,
- * tp_config_validate), ck->partition, the split backward
- * (gpt_cuda_workspace_split_backward: ZERO_UNSUPPORTED at P > 1). */
+ * up in order). The split backward (gpt_cuda_workspace_split_backward) runs
+ * at P > 1: its stash holds the upstream gradients at this rank's widths, B
+ * does the all-reduces, W none. Refused: P not dividing n_head, MoE blocks
+ * (ZERO_UNSUPPORTED, tp_config_validate), ck->partition. */
 zero_status gpt_cuda_workspace_create_tp(gpt_cuda_workspace **out, const gpt_config *cfg, int batch, int seq,
                                          zero_dtype param_dtype, const gpt_cuda_options *opts, void *cuda_stream,
                                          const gpt_checkpointing *ck, int layer_begin, int layer_end, int slots,

@@ -29,7 +29,7 @@
  * gradient written into it is thrown away).
  *
  * Split (B/W) plans run in both activation modes (the bf16 W stash holds
- * bf16 upstream gradients). `ck` (NULL: none) recomputes blocks as
+ * bf16 upstream gradients) and at tp > 1 (the stash at the tp rank's widths). `ck` (NULL: none) recomputes blocks as
  * gpt_cuda_workspace_create_ckpt does, per slot; a split plan then fails in
  * the runtime's split_backward (W needs the activations kept).
  *

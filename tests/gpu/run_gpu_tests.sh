@@ -386,8 +386,9 @@ gpu_check train_cuda tests/train/train_cuda_check.sh "$build"
 # Tensor parallelism on CUDA (written without a GPU, never run yet) also runs there:
 # gpt_cuda_tp2_staged_np2 (tests/model/test_gpt_cuda_tp.c: the CUDA GPT's tp blocks at tp 2 on 2 ranks
 # over STAGED against the single-rank CUDA GPT, loss and every gradient gathered from the shards, fp32
-# tight and bf16 loosely) and train_cuda_tp2_staged_np4 (tests/train/train_cuda_tp_check.sh:
-# zero-train tp 2 x pp 2 and tp 2 x dp 2 on 4 ranks against the single-rank CUDA run, fp32 and bf16).
+# tight and bf16 loosely; the split backward at tp 2: linear weight gradients bitwise the unsplit tp
+# backward's) and train_cuda_tp2_staged_np4 (tests/train/train_cuda_tp_check.sh: zero-train tp 2 x pp 2
+# (1f1b and zb-h1) and tp 2 x dp 2 on 4 ranks against the single-rank CUDA run, fp32 and bf16).
 
 # ---------------------------------------------------------------- model: bf16 activations, flash attention, MFU
 # (issue 9 item 3; written without a GPU: never run yet)

@@ -46,9 +46,22 @@
  *     relative; the bound is the bf16 mode's own against fp32 (3e-2 in
  *     test_gpt_cuda.c) tightened, and a missing or doubled term is O(1).
  *     Not measured: written without a GPU.
- * Refusals (P > 1): the split backward (ZERO_UNSUPPORTED naming the tp
- * group), a host-memory (MPI) tp comm (ZERO_INVALID_ARGUMENT: "takes host
- * buffers"), a tp comm ordered on another stream (ZERO_INVALID_ARGUMENT).
+ * The split backward at P > 1 (modes 1, 3, 4: the ones that keep their
+ * activations): the tp run again with B (gpt_cuda_backward_block_input) in
+ * the backward and every block's W (gpt_cuda_backward_block_weight) after the
+ * embedding's backward, each micro-batch; against the unsplit tp run of the
+ * same mode on the same rank (its shards, before the gather): every linear
+ * layer's weight gradient BITWISE equal (W issues the unsplit backward's
+ * weight gemm on the same operands: the upstream gradients B stashed at this
+ * rank's widths, N x C / N x 4C/P / N x C / N x 3C/P, after the same
+ * all-reduces), every other gradient within 1e-5 x max |tensor| plus one bf16
+ * rounding step with bf16 gradients (the atomics of the bias / LayerNorm /
+ * embedding reductions: tests/model/test_gpt_cuda_split.c's bound); the
+ * stash's bytes exactly slots x blocks x N(2C + 4C/P + 3C/P) elements of the
+ * activation type. Mode 2 recomputes blocks: the split is refused naming
+ * block 0 (ZERO_UNSUPPORTED).
+ * Refusals (P > 1): a host-memory (MPI) tp comm (ZERO_INVALID_ARGUMENT: "takes
+ * host buffers"), a tp comm ordered on another stream (ZERO_INVALID_ARGUMENT).
  * Skips (77) without a GPU or in a build without CUDA. */
 #include <math.h>
 #include <stdint.h>
@@ -61,6 +74,7 @@
 #include "check.h"
 #include "gpt.h"
 #include "gpt_cuda.h"
+#include "gpt_test_params.h"
 #include "tp_gpt.h"
 #include "zero_build_config.h"
 
@@ -110,11 +124,26 @@ static size_t numel_of(const gpt_config *cfg, int P, size_t i)
     return ti.numel;
 }
 
+/* One backward of the split kind: B of every block, the embedding's
+ * backward, then every block's W (the deferred order of a zero-bubble
+ * stage's cool-down). */
+static zero_status split_backward(gpt_cuda_workspace *ws, const gpt_config *cfg, gpt_tensors *p, gpt_tensors *g)
+{
+    const int fm = gpt_module_final(cfg);
+    zero_status st = gpt_cuda_backward_end(ws, 1.0f, &p[fm], &g[fm], &p[GPT_MODULE_EMBED], &g[GPT_MODULE_EMBED]);
+    for (int l = L_ - 1; l >= 0 && st == ZERO_OK; l--)
+        st = gpt_cuda_backward_block_input(ws, l, &p[gpt_module_block(l)], &g[gpt_module_block(l)]);
+    if (st == ZERO_OK) st = gpt_cuda_backward_begin(ws, &g[GPT_MODULE_EMBED]);
+    for (int l = L_ - 1; l >= 0 && st == ZERO_OK; l--)
+        st = gpt_cuda_backward_block_weight(ws, l, &g[gpt_module_block(l)]);
+    return st;
+}
+
 /* One run: P = 1 the whole-model workspace, P > 1 the tp workspace over the
- * world. Parameters from the full fp32 `full`; gradients back in the full
- * layout: for P > 1 a split tensor's shard unsliced into zeros, a
- * replicated one whole. */
-static int run(const gpt_config *cfg, const float *full, const mode *m, int P, const int32_t *tok,
+ * world (split: with the split backward). Parameters from the full fp32
+ * `full`; gradients back in the full layout: for P > 1 a split tensor's shard
+ * unsliced into zeros, a replicated one whole. */
+static int run(const gpt_config *cfg, const float *full, const mode *m, int P, int split, const int32_t *tok,
                const int32_t *tgt, float *gfull, float loss[2])
 {
     const size_t np = gpt_num_params(cfg), es = m->dt == ZERO_BF16 ? 2 : 4;
@@ -158,16 +187,25 @@ static int run(const gpt_config *cfg, const float *full, const mode *m, int P, c
         st = P > 1 ? gpt_cuda_workspace_create_tp(&ws, cfg, B_, T_, m->dt, &m->o, cs, m->recompute ? &ck : NULL, 0,
                                                   L_, 1, world)
                    : gpt_cuda_workspace_create_opts(&ws, cfg, B_, T_, m->dt, &m->o, NULL, m->recompute ? &ck : NULL);
+    if (st == ZERO_OK && split) {
+        st = gpt_cuda_workspace_split_backward(ws);
+        /* N(2C + 4C/P + 3C/P) elements of the activation type per block (one slot) */
+        const size_t act = m->o.act_dtype == ZERO_BF16 ? 2 : sizeof(float), C = (size_t)cfg->d_model;
+        const size_t want = act * L_ * N_ * (2 * C + 4 * C / (size_t)P + 3 * C / (size_t)P);
+        CHECK_MSG(st != ZERO_OK || gpt_cuda_workspace_wstash_bytes(ws) == want, "%s: W stash %zu bytes, %zu expected",
+                  m->name, gpt_cuda_workspace_wstash_bytes(ws), want);
+    }
     for (int mb = 0; mb < 2 && st == ZERO_OK; mb++) {
         st = gpt_cuda_forward(ws, tok + mb * N_, tgt + mb * N_, p, &loss[mb]);
-        if (st == ZERO_OK) st = gpt_cuda_backward(ws, 1.0f, p, g);
+        if (st == ZERO_OK) st = split ? split_backward(ws, cfg, p, g) : gpt_cuda_backward(ws, 1.0f, p, g);
     }
     if (st == ZERO_OK) st = gpt_cuda_workspace_sync(ws);
-    CHECK_MSG(st == ZERO_OK, "%s (%s): %s", m->name, P > 1 ? "tp" : "reference", gpt_last_error());
-    if (st == ZERO_OK && P > 1 && !m->recompute) {
+    CHECK_MSG(st == ZERO_OK, "%s (%s%s): %s", m->name, P > 1 ? "tp" : "reference", split ? ", split backward" : "",
+              gpt_last_error());
+    if (st == ZERO_OK && P > 1 && m->recompute) { /* W reads the activations: a recomputed block has none kept */
         st = gpt_cuda_workspace_split_backward(ws);
-        CHECK_MSG(st == ZERO_UNSUPPORTED && strstr(gpt_last_error(), "tp group of"),
-                  "split backward at tp %d: %s: %s", P, zero_status_name(st), gpt_last_error());
+        CHECK_MSG(st == ZERO_UNSUPPORTED && strstr(gpt_last_error(), "block 0 is recomputed"),
+                  "split backward at tp %d with recomputed blocks: %s: %s", P, zero_status_name(st), gpt_last_error());
         st = ZERO_OK;
     }
     gpt_cuda_workspace_destroy(ws);
@@ -304,7 +342,7 @@ int main(void)
     const gpt_config cfg = {.n_layer = L_, .n_head = 4, .d_model = 64, .seq_len = T_, .vocab = V_};
     const size_t total = gpt_param_elements(&cfg);
     float *full = malloc(sizeof(float) * total), *gref = malloc(sizeof(float) * total),
-          *gtp = malloc(sizeof(float) * total);
+          *gtp = malloc(sizeof(float) * total), *gsplit = malloc(sizeof(float) * total);
     int32_t tok[2 * N_], tgt[2 * N_];
     size_t off = 0;
     for (size_t i = 0; i < gpt_num_params(&cfg); i++) {
@@ -328,8 +366,18 @@ int main(void)
     for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
         const mode *m = &modes[k];
         float lref[2] = {0, 0}, ltp[2] = {0, 0};
-        if (run(&cfg, full, m, 1, tok, tgt, gref, lref) != 0 || run(&cfg, full, m, size, tok, tgt, gtp, ltp) != 0)
+        if (run(&cfg, full, m, 1, 0, tok, tgt, gref, lref) != 0 || run(&cfg, full, m, size, 0, tok, tgt, gtp, ltp) != 0)
             continue;
+        if (size > 1 && !m->recompute) { /* B then W at tp P against the unsplit tp run, this rank's shards */
+            float lsp[2] = {0, 0};
+            if (run(&cfg, full, m, size, 1, tok, tgt, gsplit, lsp) == 0) {
+                CHECK_MSG(lsp[0] == ltp[0] && lsp[1] == ltp[1], "%s: split run's losses %.9g %.9g, unsplit %.9g %.9g",
+                          m->name, lsp[0], lsp[1], ltp[0], ltp[1]);
+                int bw = gpt_test_compare_grads(&cfg, m->name, "B then W at tp is not bitwise the unsplit tp backward",
+                                                gsplit, gtp, m->dt == ZERO_BF16 ? 1.0 / 128 : 0.0);
+                if (rank == 0) printf("%s: split backward at tp %d: %d weight gradients bitwise\n", m->name, size, bw);
+            }
+        }
         if (size > 1 && gather(&cfg, size, gtp) != 0) continue;
         const double ltol = m->loose ? 5e-3 : 1e-5;
         for (int mb = 0; mb < 2; mb++)
@@ -342,7 +390,7 @@ int main(void)
         compare(&cfg, m, gtp, gref);
     }
     if (size > 1) refusals(&cfg);
-    free(full), free(gref), free(gtp);
+    free(full), free(gref), free(gtp), free(gsplit);
     zero_comm_destroy(world);
 #endif
     return check_exit();

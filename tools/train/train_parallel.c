@@ -421,11 +421,6 @@ static int cuda_stage_for(train_parallel *p, pp_plan *plan, const char *schedule
     gpt_cuda_options o = GPT_CUDA_OPTIONS_BF16;
     if (p->dtype != ZERO_BF16) o.act_dtype = ZERO_F32, o.attention = GPT_CUDA_ATTN_UNFUSED;
     p->note[0] = 0;
-    if (plan->split && p->grid.tp_size > 1) {
-        pp_plan_free(plan);
-        return pfail(err, en, "model.pp_schedule \"%s\" splits B and W: not with model.tp > 1 on CUDA yet (the CUDA "
-                              "tp blocks have no W stash); use gpipe, 1f1b or interleaved", schedule);
-    }
     int *slots = malloc(sizeof(int) * (size_t)p->chunks);
     if (!slots) {
         pp_plan_free(plan);
