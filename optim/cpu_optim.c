@@ -101,12 +101,61 @@
  * divider operations per element, which bound the kernel in cache. The
  * scalar reference always divides, so test_cpu_optim's bitwise comparison at
  * such a step checks the shortcut. */
-#define ADAMW_BODY(VT, SQRTV)                                                                  \
+/* ---- AdamW's fast mode (opt-in, h->fast; the default is the exact kernel
+ * above). torch's form needs a square root and two divisions per element:
+ *   u = fl(fl(-step_size * m) / fl(fl(sqrt(v) / bc2) + eps)).
+ * Multiplying numerator and denominator by bc2 leaves one division:
+ *   u = fl(fl(A * m) / fl(sqrt(v) + B)),  A = -step_size * bc2, B = eps * bc2
+ * with A and B computed once per step in double and rounded once (zero/
+ * optim.c). The same real number, rounded differently: each side has at most
+ * four roundings of at most 2^-24 relative each (plus the constants'), so the
+ * update is within 8 ulps of the exact one wherever the numerators are normal
+ * floats (|step_size * m| >= 2^-126; below, both kernels round the numerator
+ * in absolute terms and their updates, < 1e-30, differ by more ulps); the
+ * test's random and edge inputs measure at most 4 (tests/optim/
+ * test_cpu_optim.c asserts 8). Still only
+ * correctly rounded IEEE operations - no estimates, no FMA - so every
+ * variant, the scalar remainder and any thread split give the same bits, and
+ * zeros, infinities and NaNs behave as in exact mode (sqrt(inf) + B = inf,
+ * m / inf = 0). One division fewer per element: the divider bounds the exact
+ * kernel in cache on some cores (docs/BENCHMARKS.md). m and v are computed
+ * exactly as in exact mode (bitwise). */
+#define ADAMW_FAST_STEP(T, SQRTF, gv, pv, mv, vv, pout, mout, vout)                             \
+    do {                                                                                       \
+        T gi_ = (gv) * gs;                                                                     \
+        T pi_ = (pv) * decay;                                                                  \
+        T mi_ = (mv) * b1 + omb1 * gi_;                                                        \
+        T vi_ = (vv) * b2 + omb2 * gi_ * gi_;                                                  \
+        pout = pi_ + fa * mi_ / (SQRTF(vi_) + fb);                                             \
+        mout = mi_;                                                                            \
+        vout = vi_;                                                                            \
+    } while (0)
+
+#define ADAMW_FAST_LOOPS(VT, SQRTV)                                                            \
+    const float fa = h->fast_num, fb = h->fast_eps;                                            \
+    for (; W > 1 && i + W <= hi; i += W) {                                                     \
+        VT gv, pv, mv, vv, po, mo, vo;                                                         \
+        memcpy(&gv, g + i, sizeof gv);                                                         \
+        memcpy(&pv, p + i, sizeof pv);                                                         \
+        memcpy(&mv, m + i, sizeof mv);                                                         \
+        memcpy(&vv, v + i, sizeof vv);                                                         \
+        ADAMW_FAST_STEP(VT, SQRTV, gv, pv, mv, vv, po, mo, vo);                                \
+        memcpy(p + i, &po, sizeof po);                                                         \
+        memcpy(m + i, &mo, sizeof mo);                                                         \
+        memcpy(v + i, &vo, sizeof vo);                                                         \
+    }                                                                                          \
+    for (; i < hi; i++) ADAMW_FAST_STEP(float, sqrtf, g[i], p[i], m[i], v[i], p[i], m[i], v[i]);
+
+#define ADAMW_BODY(VT, SQRTV)                                                     \
     const float gs = h->grad_scale, decay = h->decay, b1 = h->beta1, omb1 = h->one_minus_beta1; \
     const float b2 = h->beta2, omb2 = h->one_minus_beta2, nss = h->neg_step_size, bc2 = h->bc2_sqrt; \
     const float eps = h->eps;                                                                  \
     const size_t W = sizeof(VT) / sizeof(float);                                               \
     size_t i = lo;                                                                             \
+    if (h->fast) {                                                                             \
+        ADAMW_FAST_LOOPS(VT, SQRTV)                                                            \
+        return;                                                                                \
+    }                                                                                          \
     if (bc2 == 1.0f) {                                                                         \
         ADAMW_VECTOR_LOOP(VT, SQRTV, BC2_ONE)                                                  \
     } else {                                                                                   \

@@ -27,6 +27,13 @@ typedef struct zero_optim_hyper {
     float one_minus_dampening;
     int nesterov;
     int first; /* first update: the momentum buffer starts as the gradient */
+    /* AdamW's fast mode (zero_config.optimizer_fast; CPU kernels only):
+     * p += fast_num * m / (sqrt(v) + fast_eps), one division instead of two
+     * (cpu_optim.c: within 8 ulps of the exact update; every variant the
+     * same bits). Both in double from the step's scalars, rounded once. */
+    int fast;
+    float fast_num; /* -step_size * sqrt(1 - beta2^t) */
+    float fast_eps; /* eps * sqrt(1 - beta2^t) */
 } zero_optim_hyper;
 
 /* p, g, m, v: n floats each. In place on p, m, v. Run by the widest

@@ -13,10 +13,11 @@ static const zero_struct_version config_versions[] = {
     {ZERO_FIELD_END(zero_config, aio_queue_depth), "offload_optimizer_device"},
     {ZERO_FIELD_END(zero_config, offload_param_max_in_cpu), "offload_param_device"},
     {ZERO_FIELD_END(zero_config, local_accumulation), "local_accumulation"},
+    {ZERO_FIELD_END(zero_config, optimizer_fast), "optimizer_fast"},
 };
 #define CONFIG_VERSIONS (sizeof config_versions / sizeof *config_versions)
 _Static_assert(CONFIG_VERSIONS == ZERO_CONFIG_VERSION, "a new zero_config version needs its row above");
-ZERO_ASSERT_LAST_FIELD(zero_config, local_accumulation);
+ZERO_ASSERT_LAST_FIELD(zero_config, optimizer_fast);
 
 static const zero_versioned_type config_type = {"zero_config", "ZERO_CONFIG_INIT", config_versions,
                                                 CONFIG_VERSIONS, sizeof(zero_config)};
@@ -70,6 +71,10 @@ zero_status config_validate(const zero_config *c, zero_errbuf *err)
     if (c->local_accumulation && c->stage > 1)
         BAD("local_accumulation needs stage 0 or 1 (stage %d keeps only a shard of the gradient, so each "
             "micro-step's gradient must be reduced)", c->stage);
+    if (c->optimizer_fast != 0 && c->optimizer_fast != 1)
+        BAD("optimizer_fast must be 0 or 1, got %d", c->optimizer_fast);
+    if (c->optimizer_fast && c->optimizer != ZERO_OPTIM_ADAMW)
+        BAD("optimizer_fast applies to AdamW only (SGD has no division to approximate)");
     if (c->compute_dtype != ZERO_F32 && c->compute_dtype != ZERO_BF16 && c->compute_dtype != ZERO_F16)
         BAD("compute_dtype must be f32, bf16 or f16, got %s", zero_dtype_name(c->compute_dtype));
     if (!(c->loss_scale >= 0)) BAD("loss_scale must be >= 0 (0 = dynamic), got %g", c->loss_scale);

@@ -329,6 +329,7 @@ static zero_status parse_optimizer(const json_t *obj, zero_config *c)
         else if (!strcmp(key, "weight_decay")) st = get_num(psec, key, v, 0, INFINITY, 1, &c->weight_decay);
         else if (adam && !strcmp(key, "betas")) st = parse_betas(v, c);
         else if (adam && !strcmp(key, "eps")) st = get_num(psec, key, v, 0, INFINITY, 1, &c->eps);
+        else if (adam && !strcmp(key, "fast")) st = get_bool(psec, key, v, &c->optimizer_fast);
         else if (adam == 2 && !strcmp(key, "adam_w_mode")) {
             st = get_bool(psec, key, v, &flag);
             if (st == ZERO_OK && !flag)
@@ -338,8 +339,8 @@ static zero_status parse_optimizer(const json_t *obj, zero_config *c)
         else if (!adam && !strcmp(key, "dampening")) st = get_num(psec, key, v, 0, 1, 0, &c->dampening);
         else if (!adam && !strcmp(key, "nesterov")) st = get_bool(psec, key, v, &c->nesterov);
         else st = unknown_key(psec, key, v,
-                              adam == 2 ? "lr, betas, eps, weight_decay, adam_w_mode"
-                                        : adam ? "lr, betas, eps, weight_decay"
+                              adam == 2 ? "lr, betas, eps, weight_decay, adam_w_mode, fast"
+                                        : adam ? "lr, betas, eps, weight_decay, fast"
                                                : "lr, momentum, dampening, weight_decay, nesterov");
         if (st != ZERO_OK) return st;
     }

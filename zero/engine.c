@@ -116,6 +116,10 @@ zero_status zero_engine_create(zero_engine **out, const zero_config *config, zer
     if (is_cuda && !comm_on_device)
         return zero_fail(NULL, ZERO_INVALID_ARGUMENT,
                          "engine create: a CUDA device needs an NCCL or STAGED dp comm (got backend %d)", (int)be);
+    if (is_cuda && config->optimizer_fast)
+        return zero_fail(NULL, ZERO_UNSUPPORTED,
+                         "engine create: optimizer_fast (optimizer.params.fast) is implemented by the CPU kernels "
+                         "only; the CUDA step kernel is exact");
     if (!is_cuda && !comm_on_host)
         return zero_fail(NULL, ZERO_INVALID_ARGUMENT,
                          "engine create: the CPU device needs an MPI or LOCAL dp comm (got backend %d)", (int)be);

@@ -93,6 +93,7 @@ static zero_status apply(zero_engine *e, zero_group *g, const zero_group_hparams
     if (h.beta1 >= 0) n.beta1 = h.beta1;
     if (h.beta2 >= 0) n.beta2 = h.beta2;
     if (h.eps >= 0) n.eps = h.eps;
+
     if (h.momentum >= 0) n.momentum = h.momentum;
     if (h.dampening >= 0) n.dampening = h.dampening;
     if (h.nesterov >= 0) n.nesterov = h.nesterov;

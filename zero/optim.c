@@ -29,6 +29,10 @@ void optim_make_hyper(const zero_engine *e, zero_group *gr, float grad_scale, ze
     h->one_minus_beta2 = (float)(1.0 - gr->beta2);
     h->neg_step_size = (float)(-(lr / (1.0 - pow(gr->beta1, t))));
     h->bc2_sqrt = (float)sqrt(1.0 - pow(gr->beta2, t));
+    h->fast = c->optimizer_fast;
+    const double bc2 = sqrt(1.0 - pow(gr->beta2, t));
+    h->fast_num = (float)(-(lr / (1.0 - pow(gr->beta1, t))) * bc2);
+    h->fast_eps = (float)(gr->eps * bc2);
     h->eps = (float)gr->eps;
     h->neg_lr = (float)(-lr);
     h->weight_decay = (float)gr->weight_decay;

@@ -248,6 +248,7 @@ static uint64_t config_hash(const zero_engine *e)
     h = fnv_u64(h, (uint64_t)c->gradient_accumulation_steps);
     h = fnv_u64(h, (uint64_t)c->overlap_comm);
     h = fnv_u64(h, (uint64_t)c->local_accumulation);
+    if (c->optimizer_fast) h = fnv_u64(h, 0x66617374u); /* so a plan hash without it stays as it was */
     return h;
 }
 

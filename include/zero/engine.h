@@ -206,15 +206,24 @@ typedef struct zero_config {
      * mode (and stages 2-3) only when gradient_accumulation_steps is 1. See
      * "one step" above. */
     int local_accumulation; /* 0 */
+
+    /* ---- appended (version 5): AdamW's fast mode (JSON
+     * optimizer.params.fast, a libzero key; CPU devices only). 0: the exact
+     * kernel, torch.optim.AdamW's bits. 1: the update as
+     * (-step_size * bc2) * m / (sqrt(v) + eps * bc2), one division per
+     * element instead of two - within 8 ulps of the exact update, stages 0-3
+     * still bitwise identical to each other and every CPU kernel variant the
+     * same bits. docs/engine.md, "Optimizers". */
+    int optimizer_fast; /* 0 */
 } zero_config;
 
-#define ZERO_CONFIG_VERSION 4u
+#define ZERO_CONFIG_VERSION 5u
 #define ZERO_CONFIG_INIT                                                                          \
     {                                                                                             \
         sizeof(zero_config), ZERO_CONFIG_VERSION, 0, 500000000u, 500000000u, 0, 1, 50000000u,      \
             1000000000u, 100000u, ZERO_OPTIM_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0.01, 0.0, 0.0, 0,     \
             0.0, 1, ZERO_F32, 0.0, 16, 1000, 2, 1.0, ZERO_OFFLOAD_NONE, "", 0, 4, 1000000000u,     \
-            1048576u, 8, ZERO_OFFLOAD_NONE, "", 0, 5, 100000000u, 1000000000u, 0                  \
+            1048576u, 8, ZERO_OFFLOAD_NONE, "", 0, 5, 100000000u, 1000000000u, 0, 0               \
     }
 
 /* Fill `config` (already initialised with ZERO_CONFIG_INIT, whose values stay

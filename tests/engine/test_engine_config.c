@@ -50,7 +50,12 @@ int main(void)
     CHECK(s.weight_decay == 0 && s.compute_dtype == ZERO_BF16);
     zero_config a = ZERO_CONFIG_INIT;
     CHECK_OK(zero_config_from_json(&a, "{\"optimizer\": {\"type\": \"Adam\", \"params\": {\"adam_w_mode\": true}}}"));
-    CHECK(a.optimizer == ZERO_OPTIM_ADAMW);
+    CHECK(a.optimizer == ZERO_OPTIM_ADAMW && a.optimizer_fast == 0);
+    /* AdamW's fast mode: a libzero key under optimizer.params, AdamW only */
+    CHECK_OK(zero_config_from_json(&a, "{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"fast\": true}}}"));
+    CHECK(a.optimizer_fast == 1);
+    expect_error("{\"optimizer\": {\"type\": \"sgd\", \"params\": {\"fast\": true}}}",
+                 "optimizer.params.fast: unknown key");
     zero_config empty = ZERO_CONFIG_INIT, def = ZERO_CONFIG_INIT;
     CHECK_OK(zero_config_from_json(&empty, "{}"));
     CHECK(!memcmp(&empty, &def, sizeof def));

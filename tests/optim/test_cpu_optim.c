@@ -8,6 +8,7 @@
  * whatever variant is active) give the same bits as one scalar pass.
  * Variants the CPU cannot run are reported and skipped; on this project's
  * x86-64 CI every variant but avx512 (where the CPU lacks it) runs. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +71,9 @@ static int same_bits(const float *a, const float *b, size_t n, size_t *where)
     return 1;
 }
 
+/* 1: hyper() asks for AdamW's fast mode (the reciprocal estimate). */
+static int g_fast;
+
 static zero_optim_hyper hyper(int step, int nesterov, int with_wd)
 {
     const double lr = 1e-3, b1 = 0.9, b2 = 0.999, wd = with_wd ? 0.01 : 0.0, t = step;
@@ -81,6 +85,9 @@ static zero_optim_hyper hyper(int step, int nesterov, int with_wd)
     h.neg_step_size = (float)(-(lr / (1.0 - pow(b1, t))));
     h.bc2_sqrt = (float)sqrt(1.0 - pow(b2, t));
     h.eps = 1e-8f;
+    h.fast = g_fast;
+    h.fast_num = (float)(-(lr / (1.0 - pow(b1, t))) * sqrt(1.0 - pow(b2, t)));
+    h.fast_eps = (float)(1e-8 * sqrt(1.0 - pow(b2, t)));
     h.neg_lr = (float)-lr;
     h.weight_decay = (float)wd;
     h.momentum = 0.9f;
@@ -97,6 +104,74 @@ static int half_is_nan(uint16_t h, int dt)
 }
 
 #define N 70001 /* not a multiple of any vector width; > the kernels' threading threshold */
+
+/* The spacing of floats at |x|: 2^(exponent - 23), 2^-149 for subnormals. */
+static double ulp_of(float x)
+{
+    if (!(fabsf(x) >= 0x1p-126f)) return 0x1p-149;
+    return ldexp(1.0, ilogb(x) - 23);
+}
+
+/* AdamW's fast mode against the exact kernel, element by element: m and v
+ * bitwise, and the update (the kernel's output for p = 0 and decay 1, where
+ * p * decay + u is exactly u) within 8 ulps of the exact update, the bound
+ * optim/cpu_optim.c states (where -step_size * m is a normal float);
+ * non-finite and zero updates of the same kind and sign. Random
+ * values over many magnitudes with zeros, subnormals, infinities and NaNs
+ * mixed in (the v >= 0 of real use), eps 1e-8 and 1e-30, steps 1, 10 and
+ * 20000, by the scalar reference (every variant has its bits, checked above). */
+static void check_fast_bound(const zero_cpu_optim_variant *ref, const float *p0, const float *g, const float *m0,
+                             const float *v0, float *pe, float *me, float *ve, float *pf, float *mf, float *vf)
+{
+    (void)p0;
+    double worst = 0.0;
+    long skipped = 0;
+    const int steps[] = {1, 10, 20000};
+    const float epss[] = {1e-8f, 1e-30f};
+    for (size_t si = 0; si < 3; si++)
+        for (size_t ei = 0; ei < 2; ei++) {
+            zero_optim_hyper h = hyper(steps[si], 0, 0);
+            h.decay = 1.0f;
+            h.eps = epss[ei];
+            h.fast_eps = (float)((double)epss[ei] * sqrt(1.0 - pow(0.999, steps[si])));
+            memset(pe, 0, N * 4), memcpy(me, m0, N * 4), memcpy(ve, v0, N * 4);
+            memset(pf, 0, N * 4), memcpy(mf, m0, N * 4), memcpy(vf, v0, N * 4);
+            h.fast = 0;
+            ref->adamw(&h, pe, g, me, ve, 0, N);
+            h.fast = 1;
+            ref->adamw(&h, pf, g, mf, vf, 0, N);
+            size_t at = 0;
+            CHECK_MSG(same_bits(me, mf, N, &at) && same_bits(ve, vf, N, &at),
+                      "fast AdamW step %d eps %g: moment %zu differs from the exact kernel's", steps[si],
+                      (double)epss[ei], at);
+            size_t bad = N;
+            for (size_t i = 0; i < N; i++) {
+                const float e = pe[i], f = pf[i];
+                /* the bound's domain: both numerators (-step_size * m, and
+                 * times bc2) normal floats; below 2^-126 they round in
+                 * absolute terms, the exact kernel's too (updates < 1e-30) */
+                const float na = h.neg_step_size * me[i], nb = h.fast_num * me[i];
+                if (isfinite(na) && (fabsf(na) < 0x1p-126f || fabsf(nb) < 0x1p-126f) && na != 0.0f) {
+                    skipped++;
+                    continue;
+                }
+                if (!isfinite(e) || e == 0.0f) {
+                    /* same NaN-ness, same infinity, same zero (sign included) */
+                    int ok = isnan(e) ? isnan(f) : memcmp(&e, &f, 4) == 0;
+                    if (!ok && bad == N) bad = i;
+                    continue;
+                }
+                double u = fabs((double)f - (double)e) / ulp_of(e);
+                if (!(u <= 8.0) && bad == N) bad = i;
+                if (u > worst) worst = u;
+            }
+            CHECK_MSG(bad == N, "fast AdamW step %d eps %g: update %zu is %.9g, exact %.9g (g %g m %g v %g)", steps[si],
+                      (double)epss[ei], bad, bad < N ? (double)pf[bad] : 0.0, bad < N ? (double)pe[bad] : 0.0,
+                      bad < N ? (double)g[bad] : 0.0, bad < N ? (double)m0[bad] : 0.0, bad < N ? (double)v0[bad] : 0.0);
+        }
+    printf("fast AdamW: largest difference from the exact update %.3f ulps (bound 8); %ld of %d updates had a "
+           "subnormal numerator (outside the bound's domain)\n", worst, skipped, 6 * N);
+}
 
 int main(void)
 {
@@ -118,6 +193,7 @@ int main(void)
             continue;
         }
         tested++;
+        for (g_fast = 0; g_fast < 2; g_fast++) {
         /* step 20000: bc2_sqrt rounds to 1, where the vector loops leave
          * its division out (x / 1 == x); the scalar reference divides */
         const int steps[] = {1, 2, 3, 20000};
@@ -134,9 +210,9 @@ int main(void)
                         ref->adamw(&h, pr, g, mr, vr, lo, hi);
                         k->adamw(&h, pt, g, mt, vt, lo, hi);
                         CHECK_MSG(same_bits(pr, pt, N, &at) && same_bits(mr, mt, N, &at) && same_bits(vr, vt, N, &at),
-                                  "adamw %s step %d wd %d [%zu, %zu): element %zu differs", k->name, step, wd, lo, hi,
-                                  at);
-                        for (int mode = 0; mode < 3; mode++) { /* no momentum, momentum, nesterov */
+                                  "adamw%s %s step %d wd %d [%zu, %zu): element %zu differs", g_fast ? " (fast)" : "",
+                                  k->name, step, wd, lo, hi, at);
+                        for (int mode = 0; mode < 3 && !g_fast; mode++) { /* no momentum, momentum, nesterov */
                             zero_optim_hyper hs = hyper(step, mode == 2, wd);
                             memcpy(pr, p0, N * 4), memcpy(mr, m0, N * 4);
                             memcpy(pt, p0, N * 4), memcpy(mt, m0, N * 4);
@@ -150,19 +226,26 @@ int main(void)
                 }
             }
         }
-        printf("variant %s: bitwise equal to the scalar reference\n", k->name);
+        }
+        g_fast = 0;
+        printf("variant %s: bitwise equal to the scalar reference (exact and fast AdamW, SGD)\n", k->name);
     }
     CHECK(tested >= 2 || zero_cpu_optim_variant_at(1) == NULL); /* on x86-64 at least sse2 + scalar */
 
     /* The threaded entry points, through the active variant, over the whole array. */
-    zero_optim_hyper h = hyper(2, 0, 1);
+    zero_optim_hyper h;
     size_t at = 0;
-    memcpy(pr, p0, N * 4), memcpy(mr, m0, N * 4), memcpy(vr, v0, N * 4);
-    memcpy(pt, p0, N * 4), memcpy(mt, m0, N * 4), memcpy(vt, v0, N * 4);
-    ref->adamw(&h, pr, g, mr, vr, 0, N);
-    zero_cpu_adamw(&h, pt, g, mt, vt, N);
-    CHECK_MSG(same_bits(pr, pt, N, &at) && same_bits(mr, mt, N, &at) && same_bits(vr, vt, N, &at),
-              "zero_cpu_adamw (%s, threaded) element %zu differs", zero_cpu_optim_active()->name, at);
+    for (g_fast = 0; g_fast < 2; g_fast++) {
+        h = hyper(2, 0, 1);
+        memcpy(pr, p0, N * 4), memcpy(mr, m0, N * 4), memcpy(vr, v0, N * 4);
+        memcpy(pt, p0, N * 4), memcpy(mt, m0, N * 4), memcpy(vt, v0, N * 4);
+        ref->adamw(&h, pr, g, mr, vr, 0, N);
+        zero_cpu_adamw(&h, pt, g, mt, vt, N);
+        CHECK_MSG(same_bits(pr, pt, N, &at) && same_bits(mr, mt, N, &at) && same_bits(vr, vt, N, &at),
+                  "zero_cpu_adamw%s (%s, threaded) element %zu differs", g_fast ? " (fast)" : "",
+                  zero_cpu_optim_active()->name, at);
+    }
+    g_fast = 0;
     h = hyper(2, 1, 1);
     memcpy(pr, p0, N * 4), memcpy(mr, m0, N * 4);
     memcpy(pt, p0, N * 4), memcpy(mt, m0, N * 4);
@@ -184,12 +267,17 @@ int main(void)
         for (size_t ti = 0; ti < sizeof threads / sizeof *threads; ti++) {
             omp_set_num_threads(threads[ti]);
             zero_optim_hyper hs = hyper(2, 1, 1);
-            memcpy(pr, p0, N * 4), memcpy(mr, m0, N * 4), memcpy(vr, v0, N * 4);
-            memcpy(pt, p0, N * 4), memcpy(mt, m0, N * 4), memcpy(vt, v0, N * 4);
-            ref->adamw(&hs, pr, g, mr, vr, 0, n);
-            zero_cpu_adamw(&hs, pt, g, mt, vt, n);
-            CHECK_MSG(same_bits(pr, pt, N, &at) && same_bits(mr, mt, N, &at) && same_bits(vr, vt, N, &at),
-                      "zero_cpu_adamw over %zu on %d threads: element %zu differs", n, threads[ti], at);
+            for (int fast = 0; fast < 2; fast++) {
+                hs.fast = fast;
+                memcpy(pr, p0, N * 4), memcpy(mr, m0, N * 4), memcpy(vr, v0, N * 4);
+                memcpy(pt, p0, N * 4), memcpy(mt, m0, N * 4), memcpy(vt, v0, N * 4);
+                ref->adamw(&hs, pr, g, mr, vr, 0, n);
+                zero_cpu_adamw(&hs, pt, g, mt, vt, n);
+                CHECK_MSG(same_bits(pr, pt, N, &at) && same_bits(mr, mt, N, &at) && same_bits(vr, vt, N, &at),
+                          "zero_cpu_adamw%s over %zu on %d threads: element %zu differs", fast ? " (fast)" : "", n,
+                          threads[ti], at);
+            }
+            hs.fast = 0;
             memcpy(pr, p0, N * 4), memcpy(mr, m0, N * 4);
             memcpy(pt, p0, N * 4), memcpy(mt, m0, N * 4);
             ref->sgd(&hs, pr, g, mr, 0, n);
@@ -245,6 +333,8 @@ int main(void)
             free(out_r);
         }
     }
+
+    check_fast_bound(ref, p0, g, m0, v0, pr, mr, vr, pt, mt, vt);
 
     /* ZERO_CPU_ISA caps the choice (read once, so checked in a fresh process by meson: see meson.build). */
     const char *cap = getenv("ZERO_CPU_ISA");

@@ -121,8 +121,9 @@ static json_t *engine_effective(const zero_config *z)
                                   (json_int_t)z->stage3_param_persistence_threshold));
     if (z->optimizer == ZERO_OPTIM_ADAMW)
         json_object_set_new(e, "optimizer",
-                            json_pack("{s:s,s:{s:f,s:[f,f],s:f,s:f}}", "type", "AdamW", "params", "lr", z->lr, "betas",
-                                      z->beta1, z->beta2, "eps", z->eps, "weight_decay", z->weight_decay));
+                            json_pack("{s:s,s:{s:f,s:[f,f],s:f,s:f,s:b}}", "type", "AdamW", "params", "lr", z->lr,
+                                      "betas", z->beta1, z->beta2, "eps", z->eps, "weight_decay", z->weight_decay,
+                                      "fast", z->optimizer_fast));
     else
         json_object_set_new(e, "optimizer",
                             json_pack("{s:s,s:{s:f,s:f,s:f,s:b,s:f}}", "type", "SGD", "params", "lr", z->lr,

@@ -54,7 +54,7 @@ def test_enum_values_come_from_the_compiler(zero_mod):
         assert (cls is None) == (name == "OK"), name
         if cls:
             assert cls.__name__.lower() == "zero" + name.replace("_", "").lower() + "error", cls
-    assert lib.ZERO_MAX_DIMS == 8 and lib.ZERO_CONFIG_VERSION == 4
+    assert lib.ZERO_MAX_DIMS == 8 and lib.ZERO_CONFIG_VERSION == 5
     assert lib.ZERO_VERSION == zero_mod.version()
 
 

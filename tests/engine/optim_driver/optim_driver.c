@@ -3,7 +3,7 @@
  *   optim_driver IN OUT [--opt adamw|sgd] [--lr X] [--beta1 X] [--beta2 X]
  *                [--eps X] [--wd X] [--momentum X] [--dampening X]
  *                [--nesterov 0|1] [--clip X] [--stage S] [--bucket N]
- *                [--persistence N] [--dtype f32|bf16]
+ *                [--persistence N] [--dtype f32|bf16] [--fast 0|1]
  *                [--group LRSCALE:WD:B1:B2:EPS[:MOM:DAMP:NEST]]... [--assign G0,G1,...]
  *                [--set STEP:G:LRSCALE:WD:B1:B2:EPS[:MOM:DAMP:NEST]]...
  * --group adds parameter groups 1, 2, ... in order (negative fields: the
@@ -161,6 +161,7 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--stage")) cfg.stage = (int)v;
         else if (!strcmp(k, "--bucket")) cfg.reduce_bucket_size = (uint64_t)v;
         else if (!strcmp(k, "--persistence")) cfg.stage3_param_persistence_threshold = (uint64_t)v;
+        else if (!strcmp(k, "--fast")) cfg.optimizer_fast = (int)v;
         else if (!strcmp(k, "--group") && ngroups < MAX_GROUPS) {
             groups[ngroups] = (zero_group_hparams)ZERO_GROUP_HPARAMS_INIT;
             if (parse_hparams(argv[i + 1], &groups[ngroups++])) {
