@@ -172,8 +172,8 @@ def test_resume_moe_pp2_ep2_is_bitwise(tmp_path):
     (["--set", "model.pp=2", "--set", 'model.moe={"experts": 4, "ep": 2}', "--set", "model.pp_schedule=zb-h1",
       "--grad-accum", "4"],
      'model.pp_schedule "zb-h1": its split (zero-bubble) backward does not run MoE blocks'),
-    (["--set", "model.pp=2", "--set", 'model.moe={"experts": 4, "ep": 2}', "--set", 'train.device="cuda"'],
-     'train.device: "cuda": model.moe with model.pp > 1 runs on the CPU only'),
+    (["--set", "model.tp=2", "--set", "model.sequence_parallel=true", "--set", 'train.device="cuda"'],
+     'train.device: "cuda": model.sequence_parallel runs on the CPU only'),
 ])
 def test_bad_grid_is_rejected(tmp_path, extra, needle):
     p = run_train(TINY + ["--steps", "1", "--data", corpus(tmp_path)] + extra, ranks=4, check=False)
