@@ -35,42 +35,12 @@
 # The losses must also fall (the last step's below the first's).
 # Exit 77 when no GPU is visible (or the build has no CUDA) or no mpirun.
 set -euo pipefail
-py=$(command -v /usr/bin/python3 || command -v python3)
-exe=$1
-dev=${2:-cuda}
-steps=6
-[ "$dev" = cpu ] && steps=4 # CI's time; the CPU stage's differences are at rounding level from step 1
-src=$(cd "$(dirname "$0")/../.." && pwd)
-mpirun_sh="$src/tests/mpirun.sh"
-work=$(mktemp -d /tmp/zero-train-cuda-pp-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-# The frozen corpus (tests/python/train_helpers.py corpus(), as train_moe.sh and train_resume.sh
-# since e7229c0), not the live zero/*.c: an edit anywhere in zero/ changed this check's data, so
-# its losses, and so its outcome, moved with unrelated commits.
-# Unpacked by the Python this check needs anyway: one tool fewer to ask of the GPU image.
-"$py" -c 'import gzip, shutil, sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
-  "$src/tests/python/data/corpus.txt.gz" "$work/corpus.txt"
-common=(--plain --data "$work/corpus.txt" --micro-batch 2 --log-every 1 --steps $steps --stage 1 --device $dev
-        --set model.n_layer=4 --set model.d_model=64 --set model.n_head=4 --set model.seq_len=64
-        --set scheduler.params.total_num_steps=$steps --set scheduler.params.warmup_num_steps=1)
+. "$(dirname "$0")/mp_check_lib.sh" # the set-up, run1, runmp and mp_compare (losses, close) shared with the tp check
+mp_check_init cuda-pp "$@"
 
-if ! "$exe" "${common[@]}" --steps 1 --set gradient_accumulation_steps=4 >/dev/null 2>"$work/err"; then
-  if grep -q "no CUDA GPU is visible\|this build has no CUDA" "$work/err"; then cat "$work/err"; exit 77; fi
-  cat "$work/err"; exit 1
-fi
-command -v mpirun >/dev/null 2>&1 || { echo "no mpirun: skipped"; exit 77; }
-
-run1() { # name, extra args...: the single-rank reference
-  local n=$1; shift
-  "$exe" "${common[@]}" --set gradient_accumulation_steps=4 "$@" --metrics "$work/$n.jsonl" >"$work/$n.out"
-}
 runpp() { # name, schedule, extra args...: pp 2 on 2 ranks sharing the GPU
   local n=$1 s=$2; shift 2
-  local backend=()
-  [ "$dev" = cuda ] && backend=(--set train.comm_backend=staged)
-  "$mpirun_sh" 2 "$exe" "${common[@]}" "${backend[@]}" --set model.pp=2 \
-    --set model.pp_schedule="$s" --set gradient_accumulation_steps=4 "$@" --metrics "$work/$n.jsonl" \
-    >"$work/$n.out" 2>&1 || { cat "$work/$n.out"; exit 1; }
+  runmp 2 "$n" --set model.pp=2 --set model.pp_schedule="$s" --set gradient_accumulation_steps=4 "$@"
 }
 run1 ref32
 runpp f1b32 1f1b
@@ -88,20 +58,7 @@ if [ "$dev" = cuda ]; then # the CPU stage runs these schedules in tests/model_p
 fi
 grep -h "pipeline:" "$work"/*.out || true
 
-"$py" - "$work" "$dev" "$steps" <<'PY'
-import json, os, sys
-w, dev, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-def losses(n):
-    rows = [json.loads(l) for l in open(os.path.join(w, n + ".jsonl"))]
-    return [r["loss"] for r in rows if "loss" in r]
-def close(a, b, tol, what):
-    assert len(a) == len(b) == steps, f"{what}: {len(a)} and {len(b)} steps logged, {steps} expected"
-    worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
-    print(f"{what}: largest relative loss difference {worst:.2e} (tolerance {tol:g})")
-    print("  " + " ".join(f"{x:.5f}/{y:.5f}" for x, y in zip(a, b)))
-    assert worst <= tol, f"{what}: {worst:.3e} > {tol:g}"
-    assert a[-1] < a[0], f"{what}: the loss did not fall"
-    return worst
+mp_compare <<'PY'
 figs = {}
 r32, r16 = losses("ref32"), losses("ref16")
 figs["pp2_1f1b_fp32_rel"] = close(losses("f1b32"), r32, 2e-3, dev + " pp 2 1f1b fp32 vs 1 rank")

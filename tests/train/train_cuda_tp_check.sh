@@ -30,40 +30,10 @@
 #   gradients are bitwise GPipe's).
 # Exit 77 when no GPU is visible (or the build has no CUDA) or no mpirun.
 set -euo pipefail
-py=$(command -v /usr/bin/python3 || command -v python3)
-exe=$1
-dev=${2:-cuda}
-steps=6
-[ "$dev" = cpu ] && steps=4 # CI's time
-src=$(cd "$(dirname "$0")/../.." && pwd)
-mpirun_sh="$src/tests/mpirun.sh"
-work=$(mktemp -d /tmp/zero-train-cuda-tp-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-# The frozen corpus (as train_cuda_pp_check.sh): the live zero/*.c would move the losses with
-# unrelated commits. Unpacked by the Python this check needs anyway.
-"$py" -c 'import gzip, shutil, sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
-  "$src/tests/python/data/corpus.txt.gz" "$work/corpus.txt"
-common=(--plain --data "$work/corpus.txt" --micro-batch 2 --log-every 1 --steps $steps --stage 1 --device $dev
-        --set model.n_layer=4 --set model.d_model=64 --set model.n_head=4 --set model.seq_len=64
-        --set scheduler.params.total_num_steps=$steps --set scheduler.params.warmup_num_steps=1)
+. "$(dirname "$0")/mp_check_lib.sh" # the set-up, run1, runmp and mp_compare (losses, close) shared with the pp check
+mp_check_init cuda-tp "$@"
 
-if ! "$exe" "${common[@]}" --steps 1 --set gradient_accumulation_steps=4 >/dev/null 2>"$work/err"; then
-  if grep -q "no CUDA GPU is visible\|this build has no CUDA" "$work/err"; then cat "$work/err"; exit 77; fi
-  cat "$work/err"; exit 1
-fi
-command -v mpirun >/dev/null 2>&1 || { echo "no mpirun: skipped"; exit 77; }
-
-backend=()
-[ "$dev" = cuda ] && backend=(--set train.comm_backend=staged)
-run1() { # name, extra args...: the single-rank reference
-  local n=$1; shift
-  "$exe" "${common[@]}" --set gradient_accumulation_steps=4 "$@" --metrics "$work/$n.jsonl" >"$work/$n.out"
-}
-run4() { # name, extra args...: 4 ranks sharing the GPU
-  local n=$1; shift
-  "$mpirun_sh" 4 "$exe" "${common[@]}" "${backend[@]}" "$@" --metrics "$work/$n.jsonl" \
-    >"$work/$n.out" 2>&1 || { cat "$work/$n.out"; exit 1; }
-}
+run4() { runmp 4 "$@"; } # name, extra args...: 4 ranks sharing the GPU
 tppp=(--set model.tp=2 --set model.pp=2 --set gradient_accumulation_steps=4)
 tpdp=(--set model.tp=2 --set gradient_accumulation_steps=2)
 run1 ref32
@@ -76,20 +46,7 @@ run4 tpppzb32 "${tppp[@]}" --set model.pp_schedule=zb-h1
 if [ "$dev" = cuda ]; then run4 tpppzb16 "${tppp[@]}" --set model.pp_schedule=zb-h1 --set bf16.enabled=true; fi
 grep -h "model parallel:" "$work"/tppp32.out "$work"/tpdp32.out || true
 
-"$py" - "$work" "$dev" "$steps" <<'PY'
-import json, os, sys
-w, dev, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-def losses(n):
-    rows = [json.loads(l) for l in open(os.path.join(w, n + ".jsonl"))]
-    return [r["loss"] for r in rows if "loss" in r]
-def close(a, b, tol, what):
-    assert len(a) == len(b) == steps, f"{what}: {len(a)} and {len(b)} steps logged, {steps} expected"
-    worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
-    print(f"{what}: largest relative loss difference {worst:.2e} (tolerance {tol:g})")
-    print("  " + " ".join(f"{x:.5f}/{y:.5f}" for x, y in zip(a, b)))
-    assert worst <= tol, f"{what}: {worst:.3e} > {tol:g}"
-    assert a[-1] < a[0], f"{what}: the loss did not fall"
-    return worst
+mp_compare <<'PY'
 for n, grid in (("tppp32", "tp 2 x cp 1 x pp 2 x dp 1"), ("tpdp32", "tp 2 x cp 1 x pp 1 x dp 2")):
     assert grid in open(os.path.join(w, n + ".out")).read(), f"{n}: no '{grid}' in its summary"
 figs = {}
