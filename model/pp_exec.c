@@ -20,7 +20,12 @@
  * the comm's stream for the compute issued before it; the host waits for
  * nothing until the end of the step (zero_comm_sync, then the stage's
  * finish). With a host-driven comm the host waits for the stage's stream
- * (one event) before issuing a group, and for requests as on the CPU. */
+ * (one event) before issuing a group, and for requests as on the CPU.
+ *
+ * The events (one per group, and the one recorded on the stage's stream
+ * before each group) and the step's bookkeeping arrays come from the
+ * stage's pp_run_cache (pp_run_cache.h): made in a plan's first step, reused
+ * by every later one. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -28,6 +33,7 @@
 #include "gpt_internal.h"
 #include "pp_gpt.h"
 #include "pp_plan.h"
+#include "pp_run_cache.h"
 #include "pp_trace.h"
 
 typedef struct run {
@@ -40,10 +46,10 @@ typedef struct run {
     size_t N, C, NT;               /* rows this rank holds of a message (x C floats); tokens of a micro-batch */
     zero_request **req;   /* [op index]: the stage's comm requests */
     zero_stream *S, *K;   /* the stage's stream (NULL: host compute); the comm's (NULL: host-driven comm) */
-    zero_event *sev;      /* recorded on S before each group */
+    zero_event *sev;      /* recorded on S before each group (the cache's) */
     zero_event **gev;     /* K: [op index] the event after the op's group, until a compute op waited for it */
-    zero_event **evs;     /* K: every group's event (one per group), nev of them */
-    int nev;
+    zero_event **evs;     /* K: the groups' events (the cache's, one per group), nev used of max_ev */
+    int nev, max_ev;
     int *op_of[7];        /* [kind][c * M + m]: op index on this stage, -1 */
     int *prev;            /* [c * M + m]: micro-batch that held the slot before, -1 */
     float **landing;      /* [c][j]: incoming activations */
@@ -217,20 +223,34 @@ static zero_status before_group(run *r)
 }
 
 /* After the group of ops [i, end) (stream-ordered comm): one event on the
- * comm's stream, which each op's consumer waits for. */
+ * comm's stream, which each op's consumer waits for - the group's own in
+ * this step (count_groups sized them), kept from the earlier steps. */
 static zero_status after_group(run *r, int i, int end)
 {
     if (!r->K) return ZERO_OK;
-    zero_event *ev = NULL;
-    zero_status st = zero_event_create(r->st->dev, &ev);
-    if (st != ZERO_OK) return dev_fail(r, st, "an event for a group of sends / receives");
-    r->evs[r->nev++] = ev;
-    if ((st = zero_event_record(ev, r->K)) != ZERO_OK) return dev_fail(r, st, "recording a group's event");
+    if (r->nev == r->max_ev)
+        return gpt_fail(ZERO_INTERNAL, "pipeline stage %d: more groups of sends / receives than the %d counted", r->s,
+                        r->max_ev);
+    zero_event *ev = r->evs[r->nev++];
+    zero_status st = zero_event_record(ev, r->K);
+    if (st != ZERO_OK) return dev_fail(r, st, "recording a group's event");
     for (int j = i; j < end; j++) r->gev[j] = ev;
     return ZERO_OK;
 }
 
 /* ------------------------------------------------------------ the stage's list */
+/* The groups execute() issues: a comm op and the ops flagged `group` after it. */
+static int count_groups(const pp_op *ops, int n)
+{
+    int groups = 0;
+    for (int i = 0; i < n; i++)
+        if (ops[i].kind >= PP_OP_SEND_ACT) {
+            while (i + 1 < n && ops[i + 1].group) i++;
+            groups++;
+        }
+    return groups;
+}
+
 static zero_status execute(run *r)
 {
     const pp_op *ops = r->plan->ops[r->s];
@@ -269,19 +289,49 @@ static zero_status execute(run *r)
     return ZERO_OK;
 }
 
-static void free_run(run *r)
+/* The transfer buffers back to the stage (the arrays and events stay in the cache). */
+static void release_buffers(run *r)
 {
-    for (int k = 0; k < 7; k++) free(r->op_of[k]);
-    free(r->prev);
-    for (int c = 0; c < r->V; c++) {
-        if (r->landing) r->st->release(r->st->self, r->landing[c]);
-        if (r->gin) r->st->release(r->st->self, r->gin[c]);
-        if (r->gout) r->st->release(r->st->self, r->gout[c]);
+    for (int c = 0; c < r->V && r->landing; c++) {
+        r->st->release(r->st->self, r->landing[c]);
+        r->st->release(r->st->self, r->gin[c]);
+        r->st->release(r->st->self, r->gout[c]);
     }
-    free(r->landing), free(r->gin), free(r->gout), free(r->req);
-    for (int k = 0; k < r->nev; k++) zero_event_destroy(r->evs[k]);
-    free(r->evs), free(r->gev);
-    zero_event_destroy(r->sev);
+}
+
+/* The step's bookkeeping in the cache's block: pointer arrays (zeroed), then
+ * int arrays (-1). last_in: [c * M + slot], the last micro-batch in that slot. */
+static zero_status carve(run *r, pp_run_cache *cache, int n, size_t nk, int **last_in)
+{
+    const size_t np = 2 * ((size_t)n + 1) + 3 * (size_t)r->V, ni = 9 * nk;
+    char *b = pp_run_cache_scratch(cache, sizeof(void *) * np + sizeof(int) * ni);
+    if (!b) return gpt_fail(ZERO_OUT_OF_MEMORY, "pp_run_plan: out of memory for the step's bookkeeping");
+    memset(b, 0, sizeof(void *) * np);
+    r->req = (zero_request **)b;
+    r->gev = (zero_event **)(r->req + n + 1);
+    r->landing = (float **)(r->gev + n + 1);
+    r->gin = r->landing + r->V;
+    r->gout = r->gin + r->V;
+    int *ints = (int *)(r->gout + r->V);
+    for (size_t i = 0; i < ni; i++) ints[i] = -1;
+    for (int k = 0; k < 7; k++) r->op_of[k] = ints + (size_t)k * nk;
+    r->prev = ints + 7 * nk;
+    *last_in = ints + 8 * nk;
+    return ZERO_OK;
+}
+
+/* The events of the step: sev (a stage with a stream) and one per group
+ * (a stream-ordered comm), all from the cache. */
+static zero_status take_events(run *r, pp_run_cache *cache, int groups)
+{
+    const int need = (r->S ? 1 : 0) + (r->K ? groups : 0);
+    if (!need) return ZERO_OK;
+    zero_event **ev;
+    GPT_TRY(pp_run_cache_events(cache, r->st->dev, need, &ev));
+    r->sev = r->S ? ev[0] : NULL;
+    r->evs = ev + (r->S ? 1 : 0);
+    r->max_ev = r->K ? groups : 0;
+    return ZERO_OK;
 }
 
 zero_status pp_run_plan(tp_workspace *const *ws, zero_comm *pp, const pp_plan *plan, const pp_step_args *a,
@@ -347,16 +397,16 @@ zero_status pp_run_stage(const pp_stage *stage, zero_comm *pp, const pp_plan *pl
 
     const int n = plan->count[r.s];
     size_t nk = (size_t)r.V * r.M, nc = r.N * r.C;
+    /* the stage's cache (kept across steps), else one for this step */
+    pp_run_cache step_cache = {0}, *cache = stage->cache ? stage->cache : &step_cache;
+    int *last_in = NULL;
+    zero_status st = carve(&r, cache, n, nk, &last_in);
+    if (st == ZERO_OK) st = take_events(&r, cache, count_groups(plan->ops[r.s], n));
+    if (st != ZERO_OK) {
+        pp_run_cache_free(&step_cache);
+        return st;
+    }
     int bad = 0;
-    r.req = calloc((size_t)n + 1, sizeof *r.req);
-    r.prev = malloc(sizeof(int) * nk);
-    for (int k = 0; k < 7; k++) bad |= !(r.op_of[k] = malloc(sizeof(int) * nk));
-    r.landing = calloc((size_t)r.V, sizeof *r.landing);
-    r.gin = calloc((size_t)r.V, sizeof *r.gin);
-    r.gout = calloc((size_t)r.V, sizeof *r.gout);
-    bad |= !r.req || !r.prev || !r.landing || !r.gin || !r.gout;
-    if (r.K) bad |= !(r.gev = calloc((size_t)n + 1, sizeof *r.gev)) || !(r.evs = calloc((size_t)n + 1, sizeof *r.evs));
-    if (r.S && !bad && zero_event_create(stage->dev, &r.sev) != ZERO_OK) bad = 1;
     for (int c = 0; c < r.V && !bad; c++) {
         int land = plan->landing[r.s * r.V + c], slots = plan->slots[r.s * r.V + c];
         r.landing[c] = stage->alloc(stage->self, sizeof(float) * nc * (size_t)(land ? land : 1));
@@ -365,27 +415,21 @@ zero_status pp_run_stage(const pp_stage *stage, zero_comm *pp, const pp_plan *pl
         bad |= !r.landing[c] || !r.gin[c] || !r.gout[c];
     }
     if (bad) {
-        free_run(&r);
-        return gpt_fail(ZERO_OUT_OF_MEMORY, "pp_run_plan: out of memory for the stage's transfer buffers or events");
+        release_buffers(&r);
+        pp_run_cache_free(&step_cache);
+        return gpt_fail(ZERO_OUT_OF_MEMORY, "pp_run_plan: out of memory for the stage's transfer buffers");
     }
-    for (size_t i = 0; i < nk; i++) {
-        r.prev[i] = -1;
-        for (int k = 0; k < 7; k++) r.op_of[k][i] = -1;
-    }
-    int *last_in = malloc(sizeof(int) * nk); /* [c * M + slot]: last micro-batch in that slot */
-    for (size_t i = 0; last_in && i < nk; i++) last_in[i] = -1;
     for (int i = 0; i < n; i++) {
         const pp_op *op = &plan->ops[r.s][i];
         r.op_of[op->kind][key(&r, op->chunk, op->micro)] = i;
-        if (op->kind == PP_OP_F && last_in) {
+        if (op->kind == PP_OP_F) {
             int sl = op->chunk * r.M + slot_of(&r, op->chunk, op->micro);
             r.prev[key(&r, op->chunk, op->micro)] = last_in[sl];
             last_in[sl] = op->micro;
         }
     }
-    free(last_in);
 
-    zero_status st = execute(&r);
+    st = execute(&r);
     /* what is still in flight completes (or fails) before its buffers go */
     if (r.K) {
         zero_status w = zero_comm_sync(r.pp); /* the host's one wait for the step's communication */
@@ -400,7 +444,8 @@ zero_status pp_run_stage(const pp_stage *stage, zero_comm *pp, const pp_plan *pl
         zero_status w = stage->finish(stage->self, &r.loss_sum);
         if (st == ZERO_OK) st = w;
     }
-    free_run(&r);
+    release_buffers(&r);
+    pp_run_cache_free(&step_cache); /* a no-op for the stage's own cache */
     if (st != ZERO_OK) return st;
     float mean = (float)(r.loss_sum / a->micro_batches);
     /* MoE: the loss is the cross-entropy (last stage) plus every stage's share of the aux losses: summed */

@@ -30,7 +30,9 @@
  *     (the transport reads the buffers as soon as the op is issued); a
  *     receive is complete when its request is waited.
  * At the end of the step the runtime calls `finish` (if set), which waits
- * for the stage's stream and adds the losses forward deferred.
+ * for the stage's stream and adds the losses forward deferred. The events
+ * live in the stage's `cache` across steps (none made after a plan's first
+ * step).
  *
  * Errors: zero_status, message in gpt_last_error(). */
 #ifndef ZERO_MODEL_PP_STAGE_H
@@ -42,6 +44,7 @@
 #include <zero/device.h>
 
 #include "gpt.h"
+#include "pp_run_cache.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -96,6 +99,12 @@ typedef struct pp_stage {
      * forward left out of *loss (written 0 there: reading them would wait
      * for the stream) are added to *loss_sum in forward order. */
     zero_status (*finish)(void *self, double *loss_sum);
+    /* What the runtime keeps across this stage's steps (pp_run_cache.h: the
+     * events ordering the transfers, the step's bookkeeping), owned by the
+     * stage, which frees it (pp_run_cache_free) before its device goes.
+     * NULL: the runtime makes them for the step and frees them after it (the
+     * CPU stage, which has no events: only its arrays are remade). */
+    pp_run_cache *cache;
 } pp_stage;
 
 #ifdef __cplusplus

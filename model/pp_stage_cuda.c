@@ -25,6 +25,7 @@ struct pp_cuda_stage {
     int own_stream;          /* made by the stage (else the caller's) */
     zero_event *done;        /* finish: the host's one wait per step */
     pp_pool pool;            /* the runtime's transfer buffers (alloc / release), kept across steps */
+    pp_run_cache cache;      /* the runtime's events and bookkeeping (pp_stage.cache), kept across steps */
     /* the losses of the step's forwards with targets, in forward order: each
      * micro-batch's per-token losses copied on the stream into a pinned array
      * of its own (made at first use, kept), read by finish */
@@ -198,6 +199,7 @@ void pp_cuda_stage_destroy(pp_cuda_stage *s)
     zero_device_free(s->dev, s->wpe);
     zero_device_free(s->dev, s->dwpe);
     pp_pool_free(&s->pool);
+    pp_run_cache_free(&s->cache); /* its events: the stream no longer waits for them (synced above) */
     for (int k = 0; k < s->cap_loss; k++) zero_host_free_pinned(s->dev, s->losses[k]);
     free(s->losses), free(s->valid);
     zero_event_destroy(s->done);
@@ -275,9 +277,11 @@ void pp_cuda_stage_view(pp_cuda_stage *s, pp_stage *st)
     st->forward = forward, st->backward = backward, st->weight = weight;
     st->alloc = alloc, st->release = release, st->copy = copy;
     st->dev = s->dev, st->stream = s->stream, st->finish = finish;
+    st->cache = &s->cache;
 }
 
 int pp_cuda_stage_transfer_allocs(const pp_cuda_stage *s) { return s ? s->pool.allocs : 0; }
+int pp_cuda_stage_events_created(const pp_cuda_stage *s) { return s ? s->cache.created : 0; }
 
 void pp_cuda_stage_activation_bytes_without_ckpt(const pp_cuda_stage *s, gpt_activation_bytes *out)
 {

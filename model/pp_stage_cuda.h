@@ -7,7 +7,9 @@
  * device memory (zero_device_alloc on `dev`): the comm must be a device
  * comm (NCCL, or STAGED at several ranks on one GPU). The runtime's buffers
  * come from a pool: allocated at their first request and reused by every
- * later step (pp_cuda_stage_transfer_allocs counts the allocations).
+ * later step (pp_cuda_stage_transfer_allocs counts the allocations); the
+ * runtime's events live in the stage's pp_run_cache the same way
+ * (pp_cuda_stage_events_created counts them).
  *
  * Stream-ordered (pp_stage.h's contract): every chunk's workspace enqueues
  * on one stream - the caller's (`stream`: zero-train passes the engine's
@@ -79,6 +81,9 @@ void pp_cuda_stage_view(pp_cuda_stage *s, pp_stage *out);
 /* Device allocations made for the runtime's transfer buffers so far (the
  * pool: constant after the first step of a plan). */
 int pp_cuda_stage_transfer_allocs(const pp_cuda_stage *s);
+/* Device events the runtime made for this stage so far (pp_run_cache.h:
+ * constant after the first step of a plan). */
+int pp_cuda_stage_events_created(const pp_cuda_stage *s);
 /* What the chunks' workspaces would allocate without activation checkpointing. */
 void pp_cuda_stage_activation_bytes_without_ckpt(const pp_cuda_stage *s, gpt_activation_bytes *out);
 /* Activation bytes summed over the chunks' workspaces (the W stash not included). */

@@ -22,6 +22,7 @@
  *    step with bf16 gradients): the bias / LayerNorm / embedding reductions
  *    use atomics;
  *  - a second step allocates no transfer buffer (pp_cuda_stage_transfer_allocs
+ *    unchanged), creates no device event (pp_cuda_stage_events_created
  *    unchanged) and gives the same loss bitwise;
  * and with activation checkpointing on the stage (every block recomputed;
  * once with the recomputed inputs in pinned host memory), GPipe: the same
@@ -106,7 +107,7 @@ static int staged(const gpt_config *cfg, const float *params, size_t total, cons
     pp_step_args a = {M_, tok, tgt, 1.0f / M_, p, g};
     pp_stage view;
     float second = -1;
-    int allocs = -1;
+    int allocs = -1, events = -1;
     if (st == ZERO_OK) {
         pp_cuda_stage_activation_bytes(s, now);
         pp_cuda_stage_activation_bytes_without_ckpt(s, without);
@@ -116,12 +117,16 @@ static int staged(const gpt_config *cfg, const float *params, size_t total, cons
     if (st == ZERO_OK) {
         gpt_test_dev_grads(&d, grads);
         allocs = pp_cuda_stage_transfer_allocs(s);
+        events = pp_cuda_stage_events_created(s);
         st = pp_run_stage(&view, NULL, plan, &a, NULL, &second);
     }
     if (st == ZERO_OK)
-        CHECK_MSG(second == *loss && pp_cuda_stage_transfer_allocs(s) == allocs && allocs > 0,
-                  "%s, %s: second step loss %.9g (first %.9g); %d transfer allocations after it, %d after the first",
-                  md->name, plan->name, second, *loss, pp_cuda_stage_transfer_allocs(s), allocs);
+        CHECK_MSG(second == *loss && pp_cuda_stage_transfer_allocs(s) == allocs && allocs > 0 &&
+                      pp_cuda_stage_events_created(s) == events && events > 0,
+                  "%s, %s: second step loss %.9g (first %.9g); %d transfer allocations after it, %d after the first; "
+                  "%d events created after it, %d after the first",
+                  md->name, plan->name, second, *loss, pp_cuda_stage_transfer_allocs(s), allocs,
+                  pp_cuda_stage_events_created(s), events);
     pp_cuda_stage_destroy(s);
     zero_device_destroy(dev);
     gpt_test_dev_free(&d);
