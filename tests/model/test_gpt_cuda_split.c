@@ -30,6 +30,7 @@
 #include "check.h"
 #include "gpt.h"
 #include "gpt_cuda.h"
+#include "gpt_cuda_small.h"
 #include "gpt_test_params.h"
 #include "zero_build_config.h"
 #include <zero/device.h>
@@ -37,9 +38,7 @@
 #if ZERO_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#define L_ 2
-#define B_ 3
-#define T_ 40
+enum { L_ = GPT_SMALL_L, B_ = GPT_SMALL_B, T_ = GPT_SMALL_T }; /* gpt_cuda_small.h's model */
 
 /* One pass (split or not); the gradients as fp32 on the host. */
 static int run(const gpt_config *cfg, const float *params, size_t total, zero_dtype dt, const gpt_cuda_options *o,
@@ -92,11 +91,8 @@ int main(void)
 {
     if (!gpt_cuda_available()) CHECK_SKIP("no CUDA GPU visible (or this build has no CUDA path)");
 #if ZERO_HAVE_CUDA
-    gpt_config cfg = {.n_layer = L_, .n_head = 4, .d_model = 64, .seq_len = T_, .vocab = 256};
-    size_t total = gpt_param_elements(&cfg);
-    float *params = gpt_test_init_params(&cfg, 7), *gw = malloc(total * 4), *gs = malloc(total * 4);
-    int32_t tok[B_ * T_], tgt[B_ * T_];
-    for (int i = 0; i < B_ * T_; i++) tok[i] = (i * 37 + 11) % 256, tgt[i] = (i * 53 + 3) % 256;
+    gpt_small s; /* one micro-batch */
+    if (gpt_small_init(&s, 1) != 0) return check_exit();
     const struct { zero_dtype dt; gpt_cuda_options o; const char *name; } modes[] = {
         {ZERO_F32, {GPT_CUDA_MATH_FP32, ZERO_F32, GPT_CUDA_ATTN_UNFUSED}, "fp32 params, fp32 math"},
         {ZERO_BF16, {GPT_CUDA_MATH_BF16, ZERO_F32, GPT_CUDA_ATTN_UNFUSED}, "bf16 params, bf16 math"},
@@ -104,17 +100,17 @@ int main(void)
         {ZERO_BF16, GPT_CUDA_OPTIONS_BF16, "bf16 params, bf16 activations"},
     };
     for (int k = 0; k < 4; k++)
-        if (run(&cfg, params, total, modes[k].dt, &modes[k].o, 0, tok, tgt, gw) == 0 &&
-            run(&cfg, params, total, modes[k].dt, &modes[k].o, 1, tok, tgt, gs) == 0)
-            compare(&cfg, modes[k].name, gs, gw, modes[k].dt == ZERO_BF16 ? 1.0 / 128 : 0.0);
+        if (run(&s.cfg, s.params, s.total, modes[k].dt, &modes[k].o, 0, s.tok, s.tgt, s.gref) == 0 &&
+            run(&s.cfg, s.params, s.total, modes[k].dt, &modes[k].o, 1, s.tok, s.tgt, s.gtest) == 0)
+            compare(&s.cfg, modes[k].name, s.gtest, s.gref, modes[k].dt == ZERO_BF16 ? 1.0 / 128 : 0.0);
     /* the split needs the activations kept */
     gpt_checkpointing ck = {1, 0, 0};
     gpt_cuda_workspace *ws = NULL;
-    CHECK_OK(gpt_cuda_workspace_create_ckpt(&ws, &cfg, B_, T_, ZERO_F32, GPT_CUDA_MATH_FP32, NULL, &ck));
+    CHECK_OK(gpt_cuda_workspace_create_ckpt(&ws, &s.cfg, B_, T_, ZERO_F32, GPT_CUDA_MATH_FP32, NULL, &ck));
     CHECK(gpt_cuda_workspace_split_backward(ws) == ZERO_UNSUPPORTED &&
           strstr(gpt_last_error(), "block 0 is recomputed"));
     gpt_cuda_workspace_destroy(ws);
-    free(params), free(gw), free(gs);
+    gpt_small_free(&s);
 #endif
     return check_exit();
 }

@@ -29,6 +29,7 @@
 #include "check.h"
 #include "gpt.h"
 #include "gpt_cuda.h"
+#include "gpt_cuda_small.h"
 #include "gpt_test_params.h"
 #include "zero_build_config.h"
 #include <zero/device.h>
@@ -36,9 +37,7 @@
 #if ZERO_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#define L_ 2
-#define B_ 3
-#define T_ 40
+enum { L_ = GPT_SMALL_L, B_ = GPT_SMALL_B, T_ = GPT_SMALL_T }; /* gpt_cuda_small.h's model */
 #define N_ (B_ * T_)
 
 #define STEP(call)                                                                                                \
@@ -146,25 +145,22 @@ int main(void)
 {
     if (!gpt_cuda_available()) CHECK_SKIP("no CUDA GPU visible (or this build has no CUDA path)");
 #if ZERO_HAVE_CUDA
-    gpt_config cfg = {.n_layer = L_, .n_head = 4, .d_model = 64, .seq_len = T_, .vocab = 256};
-    size_t total = gpt_param_elements(&cfg);
-    float *params = gpt_test_init_params(&cfg, 7), *gw = malloc(total * 4), *gs = malloc(total * 4);
-    int32_t tok[2 * N_], tgt[2 * N_];
-    for (int i = 0; i < 2 * N_; i++) tok[i] = (i * 37 + 11) % 256, tgt[i] = (i * 53 + 3) % 256;
+    gpt_small s; /* micro-batches A and B */
+    if (gpt_small_init(&s, 2) != 0) return check_exit();
     const struct { zero_dtype dt; gpt_cuda_math math; const char *name; } modes[] = {
         {ZERO_F32, GPT_CUDA_MATH_FP32, "fp32 params, fp32 math"},
         {ZERO_BF16, GPT_CUDA_MATH_BF16, "bf16 params, bf16 math"},
     };
     for (int k = 0; k < 2; k++) {
         float lw[2] = {0, 0}, ls[2] = {0, 0};
-        if (run(&cfg, params, total, modes[k].dt, modes[k].math, 0, tok, tgt, gw, lw) == 0 &&
-            run(&cfg, params, total, modes[k].dt, modes[k].math, 1, tok, tgt, gs, ls) == 0) {
+        if (run(&s.cfg, s.params, s.total, modes[k].dt, modes[k].math, 0, s.tok, s.tgt, s.gref, lw) == 0 &&
+            run(&s.cfg, s.params, s.total, modes[k].dt, modes[k].math, 1, s.tok, s.tgt, s.gtest, ls) == 0) {
             CHECK_MSG(memcmp(lw, ls, sizeof lw) == 0, "%s: losses %.9g %.9g (stages) vs %.9g %.9g (whole model)",
                       modes[k].name, ls[0], ls[1], lw[0], lw[1]);
-            compare(&cfg, modes[k].name, gs, gw, modes[k].dt == ZERO_BF16 ? 1.0 / 128 : 0.0);
+            compare(&s.cfg, modes[k].name, s.gtest, s.gref, modes[k].dt == ZERO_BF16 ? 1.0 / 128 : 0.0);
         }
     }
-    free(params), free(gw), free(gs);
+    gpt_small_free(&s);
 #endif
     return check_exit();
 }

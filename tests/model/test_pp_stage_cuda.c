@@ -47,6 +47,7 @@
 #include "check.h"
 #include "gpt.h"
 #include "gpt_cuda.h"
+#include "gpt_cuda_small.h"
 #include "gpt_test_params.h"
 #include "pp_gpt.h"
 #include "pp_plan.h"
@@ -55,9 +56,7 @@
 #include <zero/device.h>
 
 #if ZERO_HAVE_CUDA
-#define L_ 2
-#define B_ 3
-#define T_ 40
+enum { L_ = GPT_SMALL_L, B_ = GPT_SMALL_B, T_ = GPT_SMALL_T }; /* gpt_cuda_small.h's model */
 #define M_ 4
 #define N_ (B_ * T_)
 
@@ -140,12 +139,14 @@ int main(void)
 {
     if (!gpt_cuda_available()) CHECK_SKIP("no CUDA GPU visible (or this build has no CUDA path)");
 #if ZERO_HAVE_CUDA
-    gpt_config cfg = {.n_layer = L_, .n_head = 4, .d_model = 64, .seq_len = T_, .vocab = 256};
-    size_t total = gpt_param_elements(&cfg);
-    float *params = gpt_test_init_params(&cfg, 7), *gr = malloc(total * 4), *gs = malloc(total * 4);
-    int32_t tok[M_ * N_], tgt[M_ * N_];
-    for (int i = 0; i < M_ * N_; i++) tok[i] = (i * 37 + 11) % 256, tgt[i] = (i * 53 + 3) % 256;
-    tgt[5] = -1; /* an ignored target: the valid count differs per micro-batch */
+    gpt_small s;
+    if (gpt_small_init(&s, M_) != 0) return check_exit();
+    const gpt_config cfg = s.cfg;
+    const size_t total = s.total;
+    const float *params = s.params;
+    float *gr = s.gref, *gs = s.gtest;
+    const int32_t *tok = s.tok, *tgt = s.tgt;
+    s.tgt[5] = -1; /* an ignored target: the valid count differs per micro-batch */
     const mode modes[] = {
         {ZERO_F32, {GPT_CUDA_MATH_FP32, ZERO_F32, GPT_CUDA_ATTN_UNFUSED}, "fp32 params, fp32 math"},
         {ZERO_BF16, GPT_CUDA_OPTIONS_BF16, "bf16 params, bf16 activations"},
@@ -230,7 +231,7 @@ int main(void)
         free(mp), free(mr), free(ms);
     }
     for (int j = 0; j < 3; j++) pp_plan_free(&plans[j]);
-    free(params), free(gr), free(gs);
+    gpt_small_free(&s);
 #endif
     return check_exit();
 }
