@@ -1,9 +1,11 @@
 /* Test helpers shared by the CUDA GPT tests (test_gpt_cuda.c,
- * test_gpt_cuda_split.c, test_gpt_cuda_stage.c, test_gpt_moe_cuda.c,
- * test_moe_cuda.c): every module's tensors in one flat buffer, that buffer
- * with its gradients on the device, the fp32 GPU-vs-CPU tolerance, and the
- * comparison of two runs' gradients (linear weights bitwise). One copy of the set-up each test
- * used to write out for itself. */
+ * test_gpt_cuda_split.c, test_gpt_cuda_stage.c, test_gpt_cuda_tp.c,
+ * test_gpt_moe_cuda.c, test_moe_cuda.c, test_pp_stage_cuda.c): every module's
+ * tensors in one flat buffer, that buffer with its gradients on the device,
+ * one tensor's distance from a reference (gpt_test_diff_of), the fp32
+ * GPU-vs-CPU tolerance, and the comparison of two runs' gradients (linear
+ * weights bitwise). One copy of the set-up each test used to write out for
+ * itself. */
 #ifndef ZERO_TESTS_MODEL_GPT_TEST_PARAMS_H
 #define ZERO_TESTS_MODEL_GPT_TEST_PARAMS_H
 
@@ -31,23 +33,40 @@ static inline void gpt_test_layout(const gpt_config *cfg, void *base, size_t ele
     }
 }
 
+/* How far one tensor of a run is from the same tensor of a reference (host
+ * fp32, n elements), the differences taken in double: every comparison of
+ * two runs' tensors in these tests is one of these figures against its bound. */
+typedef struct gpt_test_diff {
+    double scale;   /* max |ref| */
+    double worst;   /* max |got - ref| */
+    double l2;      /* relative L2 error: sqrt(sum (got - ref)^2 / sum ref^2), the sum of ref^2 taken as 1 at 0 */
+    size_t outside; /* elements not within abs_k x scale + rel_k x |ref| (a NaN is outside) */
+} gpt_test_diff;
+
+static inline gpt_test_diff gpt_test_diff_of(const float *got, const float *ref, size_t n, double abs_k, double rel_k)
+{
+    gpt_test_diff r = {0, 0, 0, 0};
+    double d2 = 0, r2 = 0;
+    for (size_t j = 0; j < n; j++) {
+        double d = fabs((double)got[j] - ref[j]);
+        r.scale = fmax(r.scale, fabs(ref[j])), r.worst = fmax(r.worst, d), d2 += d * d, r2 += (double)ref[j] * ref[j];
+    }
+    for (size_t j = 0; j < n; j++)
+        r.outside += !(fabs((double)got[j] - ref[j]) <= abs_k * r.scale + rel_k * fabs(ref[j]));
+    r.l2 = sqrt(d2 / (r2 > 0 ? r2 : 1));
+    return r;
+}
+
 /* fp32 on both sides, only the summation order (cuBLAS blocking) and expf
  * differ (~1e-6 relative): |gpu - cpu| <= 1e-4 max|cpu| + 1e-3 |cpu|
  * elementwise, as tests/model/test_gpt_cuda.c. Host arrays; the worst error
  * is printed when `print`. */
 static inline void gpt_test_compare(const char *what, const float *gpu, const float *cpu, size_t n, int print)
 {
-    double scale = 0, worst = 0;
-    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(cpu[i]));
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)gpu[i] - cpu[i]);
-        worst = fmax(worst, d);
-        if (!(d <= 1e-4 * scale + 1e-3 * fabs(cpu[i]))) bad++;
-    }
-    CHECK_MSG(bad == 0, "%s: %zu of %zu elements outside tolerance (max abs err %.3g, scale %.3g)", what, bad, n,
-              worst, scale);
-    if (print) printf("  %-32s max abs err %.3g (scale %.3g)\n", what, worst, scale);
+    const gpt_test_diff r = gpt_test_diff_of(gpu, cpu, n, 1e-4, 1e-3);
+    CHECK_MSG(r.outside == 0, "%s: %zu of %zu elements outside tolerance (max abs err %.3g, scale %.3g)", what,
+              r.outside, n, r.worst, r.scale);
+    if (print) printf("  %-32s max abs err %.3g (scale %.3g)\n", what, r.worst, r.scale);
 }
 
 /* Every parameter of cfg, GPT-2's init from `seed` (gpt_param_init), in
@@ -89,18 +108,15 @@ static inline int gpt_test_compare_grads(const gpt_config *cfg, const char *mode
         gpt_param_info info;
         gpt_param_info_get(cfg, i, &info);
         const float *a = got + off, *b = ref + off;
-        double scale = 0, worst = 0;
-        for (size_t j = 0; j < info.numel; j++) scale = fmax(scale, fabs(b[j])), worst = fmax(worst, fabs(a[j] - b[j]));
-        int outside = 0;
-        for (size_t j = 0; j < info.numel; j++) outside += !(fabs(a[j] - b[j]) <= 1e-5 * scale + rel * fabs(b[j]));
-        CHECK_MSG(scale > 0, "%s: %s: the gradient is zero", mode, info.name);
+        const gpt_test_diff r = gpt_test_diff_of(a, b, info.numel, 1e-5, rel);
+        CHECK_MSG(r.scale > 0, "%s: %s: the gradient is zero", mode, info.name);
         if (gpt_test_is_linear_weight(cfg, &info)) {
             CHECK_MSG(memcmp(a, b, info.numel * sizeof(float)) == 0, "%s: %s: %s (max abs diff %.3g)", mode, info.name,
-                      how, worst);
+                      how, r.worst);
             bitwise++;
         } else {
-            CHECK_MSG(outside == 0, "%s: %s: %d elements outside 1e-5 x %.3g + %g |value| (max abs diff %.3g)", mode,
-                      info.name, outside, scale, rel, worst);
+            CHECK_MSG(r.outside == 0, "%s: %s: %zu elements outside 1e-5 x %.3g + %g |value| (max abs diff %.3g)",
+                      mode, info.name, r.outside, r.scale, rel, r.worst);
         }
         off += info.numel;
     }

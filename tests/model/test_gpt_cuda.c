@@ -65,23 +65,14 @@ static float uniform(void)
     return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-/* max |a-b| <= atol_scale*max|b| + rtol*|b| elementwise; or rel-L2 <= tol when l2 */
+/* |gpu - cpu| <= 1e-4 max|cpu| + tol |cpu| elementwise; or rel-L2 <= tol when l2 (gpt_test_diff_of) */
 static void compare(const char *what, const float *gpu, const float *cpu, size_t n, int l2, double tol)
 {
-    double scale = 0, num = 0, den = 0, worst = 0;
-    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(cpu[i]));
-    int bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)gpu[i] - cpu[i]);
-        num += d * d, den += (double)cpu[i] * cpu[i];
-        worst = fmax(worst, d);
-        if (!l2 && !(d <= 1e-4 * scale + tol * fabs(cpu[i]))) bad++;
-    }
-    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-    if (l2) CHECK_MSG(rel <= tol, "%s: relative L2 error %.3g > %.3g", what, rel, tol);
-    else CHECK_MSG(bad == 0, "%s: %d of %zu elements outside tolerance (max abs err %.3g, scale %.3g)", what, bad, n,
-                   worst, scale);
-    printf("  %-28s max abs err %.3g (scale %.3g), rel L2 %.3g\n", what, worst, scale, rel);
+    const gpt_test_diff r = gpt_test_diff_of(gpu, cpu, n, 1e-4, tol);
+    if (l2) CHECK_MSG(r.l2 <= tol, "%s: relative L2 error %.3g > %.3g", what, r.l2, tol);
+    else CHECK_MSG(r.outside == 0, "%s: %zu of %zu elements outside tolerance (max abs err %.3g, scale %.3g)", what,
+                   r.outside, n, r.worst, r.scale);
+    printf("  %-28s max abs err %.3g (scale %.3g), rel L2 %.3g\n", what, r.worst, r.scale, r.l2);
 }
 
 static float bf16_round(float x) { return zero_bf16_to_f32(zero_f32_to_bf16(x)); }

@@ -267,24 +267,15 @@ static void compare(const gpt_config *cfg, const mode *m, const float *got, cons
     for (size_t i = 0; i < gpt_num_params(cfg); i++) {
         gpt_param_info info;
         gpt_param_info_get(cfg, i, &info);
-        const float *a = got + foff, *b = ref + foff;
-        double scale = 0, worst = 0, d2 = 0, r2 = 0;
-        size_t outside = 0;
-        for (size_t j = 0; j < info.numel; j++) {
-            double d = fabs((double)a[j] - b[j]);
-            scale = fmax(scale, fabs(b[j])), worst = fmax(worst, d), d2 += d * d, r2 += (double)b[j] * b[j];
-        }
-        for (size_t j = 0; j < info.numel; j++)
-            outside += !(fabs((double)a[j] - b[j]) <= 2e-5 * scale + 1e-4 * fabs(b[j]));
-        CHECK_MSG(scale > 0, "%s: %s: the reference gradient is zero", m->name, info.name);
+        const gpt_test_diff r = gpt_test_diff_of(got + foff, ref + foff, info.numel, 2e-5, 1e-4);
+        CHECK_MSG(r.scale > 0, "%s: %s: the reference gradient is zero", m->name, info.name);
         if (m->loose) {
-            double rel = sqrt(d2 / (r2 > 0 ? r2 : 1));
-            worst_rel = fmax(worst_rel, rel);
-            CHECK_MSG(rel <= 2e-2, "%s: %s: relative L2 error %.3g > 2e-2", m->name, info.name, rel);
+            worst_rel = fmax(worst_rel, r.l2);
+            CHECK_MSG(r.l2 <= 2e-2, "%s: %s: relative L2 error %.3g > 2e-2", m->name, info.name, r.l2);
         } else {
-            worst_rel = fmax(worst_rel, scale > 0 ? worst / scale : 0);
-            CHECK_MSG(outside == 0, "%s: %s: %zu elements outside 2e-5 x %.3g + 1e-4 |ref| (max abs diff %.3g)",
-                      m->name, info.name, outside, scale, worst);
+            worst_rel = fmax(worst_rel, r.scale > 0 ? r.worst / r.scale : 0);
+            CHECK_MSG(r.outside == 0, "%s: %s: %zu elements outside 2e-5 x %.3g + 1e-4 |ref| (max abs diff %.3g)",
+                      m->name, info.name, r.outside, r.scale, r.worst);
         }
         foff += info.numel;
     }
