@@ -165,12 +165,11 @@ static zero_status block_backward(const gpt_block_ctx *k, int layer, const gpt_b
     /* MLP half, in reverse. Row-parallel c_proj: g's backward is the identity,
      * its bias gradient is computed (redundantly under tp) from the replicated dres. */
     if (k->moe) {
-        /* the MoE layer computes its weight gradients with its input's (no deferred W: the
-         * pipeline runtime that defers it has no MoE blocks) */
-        if (st)
-            return gpt_fail(ZERO_UNSUPPORTED, "block %d: an MoE block's weight gradients cannot be deferred", layer);
+        /* deferred: the experts' weight gradients wait in the MoE layer (its own stash and
+         * activations, moe.h); the router's gradient stays in B, as the LayerNorms' do */
         gpt_moe_params mp = moe_tensors(p), mg = moe_tensors(g);
-        GPT_TRY(gpt_moe_backward(k->moe[layer], k->moe_dloss, a->ln2, dres, k->dln, &mp, &mg));
+        if (st) GPT_TRY(gpt_moe_backward_input(k->moe[layer], k->moe_dloss, a->ln2, dres, k->dln, &mp, &mg));
+        else GPT_TRY(gpt_moe_backward(k->moe[layer], k->moe_dloss, a->ln2, dres, k->dln, &mp, &mg));
         dln = k->dln;
     } else {
         if (k->seq) GPT_TRY(seq_op(k, 1, dres, k->sp_full, "d of the MLP output (backward)", layer));
@@ -234,17 +233,24 @@ zero_status gpt_block_backward_input(const gpt_block_ctx *k, int layer, const gp
     return block_backward(k, layer, a, x, dres, p, g, st);
 }
 
-void gpt_block_backward_weight(const gpt_block_ctx *k, const gpt_block_acts *a, const gpt_block_wstash *st,
-                               gpt_tensors *g)
+zero_status gpt_block_backward_weight(const gpt_block_ctx *k, int layer, const gpt_block_acts *a,
+                                      const gpt_block_wstash *st, gpt_tensors *g)
 {
     const int N = k->Nc, C = k->C, Cl = k->Cl, Hl = k->Hl, nt = k->nthreads;
     /* the order of the inline backward (it does not matter for the bits:
      * each tensor gets one += per call) */
-    gpt_matmul_backward_weight(k->math, g->t[GPT_FCPROJ_W], g->t[GPT_FCPROJ_B], st->dout_fcproj, a->fch_gelu, N, Hl,
-                               C, k->partials, nt);
-    gpt_matmul_backward_weight(k->math, g->t[GPT_FC_W], g->t[GPT_FC_B], st->dfch, a->ln2, N, C, Hl, k->partials, nt);
+    if (k->moe) {
+        gpt_moe_params mg = moe_tensors(g);
+        GPT_TRY(gpt_moe_backward_weight(k->moe[layer], &mg));
+    } else {
+        gpt_matmul_backward_weight(k->math, g->t[GPT_FCPROJ_W], g->t[GPT_FCPROJ_B], st->dout_fcproj, a->fch_gelu, N,
+                                   Hl, C, k->partials, nt);
+        gpt_matmul_backward_weight(k->math, g->t[GPT_FC_W], g->t[GPT_FC_B], st->dfch, a->ln2, N, C, Hl, k->partials,
+                                   nt);
+    }
     gpt_matmul_backward_weight(k->math, g->t[GPT_ATTPROJ_W], g->t[GPT_ATTPROJ_B], st->dout_attproj, a->atty, N, Cl,
                                C, k->partials, nt);
     gpt_matmul_backward_weight(k->math, g->t[GPT_QKV_W], g->t[GPT_QKV_B], st->dqkv, a->ln1, N, C, 3 * Cl,
                                k->partials, nt);
+    return ZERO_OK;
 }

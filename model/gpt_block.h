@@ -64,7 +64,12 @@ zero_status gpt_block_backward(const gpt_block_ctx *k, int layer, const gpt_bloc
  * so they stay in B); it keeps the upstream gradient of each of those layers
  * in a stash. W computes those gradients from the stash and the block's
  * activations (which must stay until then). B followed by W computes the
- * same bits as gpt_block_backward. */
+ * same bits as gpt_block_backward. An MoE block (k->moe) defers its
+ * experts' weight and bias gradients the same way, in its MoE layer (moe.h:
+ * gpt_moe_backward_input / _weight; the layer keeps their upstream
+ * gradients, so the stash's MLP parts go unused; the router's gradient
+ * stays in B); the layer must have its split stash (gpt_moe_split_backward)
+ * and see no forward before the W. */
 typedef struct gpt_block_wstash {
     float *dout_fcproj;  /* N x C: d(block output), the MLP projection's upstream gradient */
     float *dfch;         /* N x Hl: d(fc output) after GELU's backward */
@@ -79,7 +84,7 @@ static inline size_t gpt_block_wstash_floats(int N, int C, int Cl, int Hl)
 }
 zero_status gpt_block_backward_input(const gpt_block_ctx *k, int layer, const gpt_block_acts *a, const float *x,
                                      float *dres, const gpt_tensors *p, gpt_tensors *g, const gpt_block_wstash *st);
-void gpt_block_backward_weight(const gpt_block_ctx *k, const gpt_block_acts *a, const gpt_block_wstash *st,
-                               gpt_tensors *g);
+zero_status gpt_block_backward_weight(const gpt_block_ctx *k, int layer, const gpt_block_acts *a,
+                                      const gpt_block_wstash *st, gpt_tensors *g);
 
 #endif

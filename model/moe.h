@@ -114,6 +114,23 @@ zero_status gpt_moe_forward(gpt_moe *m, const float *x, const float *init, float
 zero_status gpt_moe_backward(gpt_moe *m, float dloss, const float *x, const float *dout, float *dx,
                              const gpt_moe_params *p, gpt_moe_params *g);
 
+/* The backward split in two for zero-bubble pipelines (gpt_block.h's B and
+ * W), CPU layers only: gpt_moe_backward_input is gpt_moe_backward without
+ * the experts' weight and bias gradients (dx, the router's gradient into
+ * g->gate_w - the only tensor of g it touches - and both exchanges: W needs
+ * no communication); gpt_moe_backward_weight adds those gradients later,
+ * from d(expert output) kept in the layer's stash and d(fc output), the
+ * experts' inputs and GELU outputs the layer keeps anyway. B then W computes
+ * the same bits as gpt_moe_backward (the matmul backward is its input half
+ * then its weight half). Until the W ran, a forward into the layer is
+ * ZERO_INVALID_STATE. gpt_moe_split_backward allocates the stash (Rmax x C
+ * floats, gpt_moe_split_bytes; once); a CUDA layer: ZERO_UNSUPPORTED. */
+zero_status gpt_moe_split_backward(gpt_moe *m);
+size_t gpt_moe_split_bytes(const gpt_moe *m); /* 0 before gpt_moe_split_backward */
+zero_status gpt_moe_backward_input(gpt_moe *m, float dloss, const float *x, const float *dout, float *dx,
+                                   const gpt_moe_params *p, gpt_moe_params *g);
+zero_status gpt_moe_backward_weight(gpt_moe *m, gpt_moe_params *g);
+
 /* The routing of the last forward, for tests and reports: per token and
  * choice (N x top_k, choice-major within a token): the expert, its weight,
  * and the slot it got (-1: dropped). */

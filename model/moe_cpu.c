@@ -51,7 +51,9 @@ struct gpt_moe {
     float *dw;                    /* N x K: d(weight) of each choice */
     float *partials;              /* nthreads x max(H, C) */
     size_t bytes;                 /* of the buffers: the host block (CPU) or the device allocation (CUDA) */
+    float *dyout;                 /* split backward: Rmax x C, d(expert output) expert-major, kept from B to W */
     int have_forward;
+    int w_due;                    /* a backward_input ran and its backward_weight has not */
     gpt_gemm_math math;           /* of the router's and experts' matmuls */
 };
 
@@ -198,6 +200,7 @@ void gpt_moe_destroy(gpt_moe *m)
     moe_cuda_destroy(m->dev);
     moe_plan_free(&m->pl);
     free(m->block);
+    free(m->dyout);
     free(m);
 }
 
@@ -226,6 +229,9 @@ void gpt_moe_get_routing(const gpt_moe *m, gpt_moe_routing *out)
     out->slot = m->sel_slot;
     out->dropped = m->pl.dropped;
 }
+
+/* The split backward's stash: d(expert output) for every row the layer may receive. */
+static size_t split_bytes(const gpt_moe *m) { return sizeof(float) * m->pl.Rmax * (size_t)m->C; }
 
 /* ------------------------------------------------------------ exchanges */
 
@@ -329,6 +335,9 @@ zero_status gpt_moe_forward(gpt_moe *m, const float *x, const float *init, float
 {
     if (!m || !x || !out || !p || !p->gate_w || !p->fc_w || !p->fc_b || !p->proj_w || !p->proj_b)
         return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_moe_forward: a NULL layer, buffer or parameter");
+    if (m->w_due)
+        return gpt_fail(ZERO_INVALID_STATE, "gpt_moe_forward: the weight gradients (gpt_moe_backward_weight) of the "
+                                            "last split backward have not run; the forward would overwrite their inputs");
     m->have_forward = 0;
     if (m->dev) {
         GPT_TRY(moe_cuda_forward(m->dev, &m->pl, m->sel_e, m->sel_slot, m->sel_w, x, init, out, p, aux));
@@ -381,13 +390,17 @@ zero_status gpt_moe_forward(gpt_moe *m, const float *x, const float *init, float
 
 /* ------------------------------------------------------------ backward */
 
-zero_status gpt_moe_backward(gpt_moe *m, float dloss, const float *x, const float *dout, float *dx,
-                             const gpt_moe_params *p, gpt_moe_params *g)
+/* split: B only (the experts' weight gradients left to backward_weight, their upstream gradients kept) */
+static zero_status backward(gpt_moe *m, float dloss, const float *x, const float *dout, float *dx,
+                            const gpt_moe_params *p, gpt_moe_params *g, int split)
 {
-    if (!m || !x || !dout || !dx || !p || !g || !g->gate_w || !g->fc_w || !g->fc_b || !g->proj_w || !g->proj_b)
-        return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_moe_backward: a NULL layer, buffer or gradient");
-    if (!m->have_forward)
-        return gpt_fail(ZERO_INVALID_STATE, "gpt_moe_backward: no completed forward to differentiate");
+    const char *op = split ? "gpt_moe_backward_input" : "gpt_moe_backward";
+    if (!m || !x || !dout || !dx || !p || !g || !g->gate_w ||
+        (!split && (!g->fc_w || !g->fc_b || !g->proj_w || !g->proj_b)))
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "%s: a NULL layer, buffer or gradient", op);
+    if (!m->have_forward) return gpt_fail(ZERO_INVALID_STATE, "%s: no completed forward to differentiate", op);
+    if (split && !m->dyout)
+        return gpt_fail(ZERO_INVALID_STATE, "%s: the layer has no stash (call gpt_moe_split_backward)", op);
     m->have_forward = 0;
     if (m->dev) return moe_cuda_backward(m->dev, &m->pl, dloss, x, dout, dx, p, g);
     const int N = m->N, E = m->E, K = m->K, C = m->C, H = m->H, nt = m->nthreads;
@@ -405,19 +418,30 @@ zero_status gpt_moe_backward(gpt_moe *m, float dloss, const float *x, const floa
             m->dw[n * K + i] = s;
         }
     GPT_TRY(exchange(m, m->sendbuf, m->pl.sc, m->pl.sd, m->recvbuf, m->pl.rc, m->pl.rd, "dispatch (backward)"));
-    permute(m, m->eout, 1);
+    /* d(expert output), expert-major: split, in the stash (W reads it); else in eout, which
+     * d(expert input) overwrites once read */
+    float *dy = split ? m->dyout : m->eout;
+    permute(m, dy, 1);
     for (int el = 0; el < m->El; el++) {
         int r = (int)m->pl.erows[el];
         if (!r) continue;
         size_t f = m->pl.efirst[el];
-        gpt_matmul_backward(m->math, m->dfch + f * H, g->proj_w + (size_t)el * C * H, g->proj_b + (size_t)el * C,
-                            m->eout + f * C, m->fch_gelu + f * H, p->proj_w + (size_t)el * C * H, r, H, C, 0,
-                            m->partials, nt);
-        gpt_gelu_backward(m->dfch + f * H, m->fch + f * H, m->dfch + f * H, (size_t)r * H);
-        /* d(expert input) overwrites d(expert output), read by now */
-        gpt_matmul_backward(m->math, m->eout + f * C, g->fc_w + (size_t)el * H * C, g->fc_b + (size_t)el * H,
-                            m->dfch + f * H, m->xin + f * C, p->fc_w + (size_t)el * H * C, r, C, H, 0, m->partials, nt);
+        if (split)
+            gpt_matmul_backward_input(m->math, m->dfch + f * H, dy + f * C, p->proj_w + (size_t)el * C * H, r, H, C, 0);
+        else
+            gpt_matmul_backward(m->math, m->dfch + f * H, g->proj_w + (size_t)el * C * H, g->proj_b + (size_t)el * C,
+                                dy + f * C, m->fch_gelu + f * H, p->proj_w + (size_t)el * C * H, r, H, C, 0,
+                                m->partials, nt);
+        gpt_gelu_backward(m->dfch + f * H, m->fch + f * H, m->dfch + f * H, (size_t)r * H); /* W reads it (split) */
+        if (split)
+            gpt_matmul_backward_input(m->math, m->eout + f * C, m->dfch + f * H, p->fc_w + (size_t)el * H * C, r, C, H,
+                                      0);
+        else
+            gpt_matmul_backward(m->math, m->eout + f * C, g->fc_w + (size_t)el * H * C, g->fc_b + (size_t)el * H,
+                                m->dfch + f * H, m->xin + f * C, p->fc_w + (size_t)el * H * C, r, C, H, 0,
+                                m->partials, nt);
     }
+    m->w_due = split;
     permute(m, m->eout, 0);
     GPT_TRY(exchange(m, m->recvbuf, m->pl.rc, m->pl.rd, m->sendbuf, m->pl.sc, m->pl.sd, "combine (backward)"));
     for (int n = 0; n < N; n++) {
@@ -451,5 +475,61 @@ zero_status gpt_moe_backward(gpt_moe *m, float dloss, const float *x, const floa
         for (int e = 0; e < E; e++) dp[e] = pr[e] * (dp[e] - s);
     }
     gpt_matmul_backward(m->math, dx, g->gate_w, NULL, m->dprobs, x, p->gate_w, N, C, E, 1, m->partials, nt);
+    return ZERO_OK;
+}
+
+zero_status gpt_moe_backward(gpt_moe *m, float dloss, const float *x, const float *dout, float *dx,
+                             const gpt_moe_params *p, gpt_moe_params *g)
+{
+    if (m && m->w_due)
+        return gpt_fail(ZERO_INVALID_STATE, "gpt_moe_backward: the last split backward's weight gradients have not run");
+    return backward(m, dloss, x, dout, dx, p, g, 0);
+}
+
+/* ------------------------------------------------------------ split backward (B / W) */
+
+zero_status gpt_moe_split_backward(gpt_moe *m)
+{
+    if (!m) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_moe_split_backward: layer is NULL");
+    if (m->dev)
+        return gpt_fail(ZERO_UNSUPPORTED, "gpt_moe_split_backward: a CUDA MoE layer computes its experts' weight "
+                                          "gradients with their input's (no deferred W on CUDA yet)");
+    if (m->dyout) return ZERO_OK;
+    m->dyout = malloc(split_bytes(m));
+    if (!m->dyout)
+        return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_moe_split_backward: no memory for %zu bytes of stash",
+                        split_bytes(m));
+    return ZERO_OK;
+}
+
+size_t gpt_moe_split_bytes(const gpt_moe *m) { return m && m->dyout ? split_bytes(m) : 0; }
+
+zero_status gpt_moe_backward_input(gpt_moe *m, float dloss, const float *x, const float *dout, float *dx,
+                                   const gpt_moe_params *p, gpt_moe_params *g)
+{
+    if (m && m->w_due)
+        return gpt_fail(ZERO_INVALID_STATE, "gpt_moe_backward_input: the last split backward's weight gradients "
+                                            "have not run");
+    return backward(m, dloss, x, dout, dx, p, g, 1);
+}
+
+zero_status gpt_moe_backward_weight(gpt_moe *m, gpt_moe_params *g)
+{
+    if (!m || !g || !g->fc_w || !g->fc_b || !g->proj_w || !g->proj_b)
+        return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_moe_backward_weight: a NULL layer or expert gradient");
+    if (!m->w_due)
+        return gpt_fail(ZERO_INVALID_STATE, "gpt_moe_backward_weight: no split backward (gpt_moe_backward_input) "
+                                            "awaits its weight gradients");
+    const int C = m->C, H = m->H, nt = m->nthreads;
+    for (int el = 0; el < m->El; el++) { /* the unsplit backward's weight halves, on the same operands */
+        int r = (int)m->pl.erows[el];
+        if (!r) continue;
+        size_t f = m->pl.efirst[el];
+        gpt_matmul_backward_weight(m->math, g->proj_w + (size_t)el * C * H, g->proj_b + (size_t)el * C,
+                                   m->dyout + f * C, m->fch_gelu + f * H, r, H, C, m->partials, nt);
+        gpt_matmul_backward_weight(m->math, g->fc_w + (size_t)el * H * C, g->fc_b + (size_t)el * H, m->dfch + f * H,
+                                   m->xin + f * C, r, C, H, m->partials, nt);
+    }
+    m->w_due = 0;
     return ZERO_OK;
 }

@@ -722,7 +722,8 @@ zero_status tp_backward_block_weight(tp_workspace *ws, int slot, int layer, gpt_
     GPT_TRY(check_tensors("tp_backward_block_weight", g, all_block, GPT_BLOCK_NT, "block gradient"));
     gpt_block_wstash st;
     stash_of(ws, slot, i, &st);
-    gpt_block_backward_weight(&ws->blk, ws->acts.slots[slot].block[i], &st, g);
+    moe_select(ws, slot); /* the slot's MoE layers hold their deferred W */
+    GPT_TRY(gpt_block_backward_weight(&ws->blk, layer, ws->acts.slots[slot].block[i], &st, g));
     ws->w_due[(size_t)slot * (size_t)nb + (size_t)i] = 0;
     ws->slots[slot].w_pending--;
     return ZERO_OK;
@@ -732,11 +733,6 @@ zero_status tp_workspace_split_backward(tp_workspace *ws)
 {
     if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "tp_workspace_split_backward: workspace is NULL");
     if (ws->wstash) return ZERO_OK;
-    if (ws->moe)
-        return gpt_fail(ZERO_UNSUPPORTED,
-                        "tp_workspace_split_backward: not with MoE blocks (the MoE layer computes its experts' weight "
-                        "gradients with its input's, between its two exchanges): use a schedule without a split "
-                        "backward (gpipe, 1f1b, interleaved)");
     if (ws->sp || ws->cp)
         return gpt_fail(ZERO_UNSUPPORTED,
                         "tp_workspace_split_backward: not with sequence or context parallelism (the deferred W "
@@ -750,6 +746,10 @@ zero_status tp_workspace_split_backward(tp_workspace *ws)
     const gpt_block_ctx *k = &ws->blk;
     ws->wstash_floats = gpt_block_wstash_floats(ws->B * ws->T, k->C, k->Cl, k->Hl);
     size_t n = ws->wstash_floats * (size_t)nb * (size_t)ws->nslots;
+    /* MoE blocks: each slot's layers keep their experts' deferred W (moe.h) */
+    for (int sl = 0; ws->moe && sl < ws->nslots; sl++)
+        for (int l = ws->begin; l < ws->end; l++)
+            GPT_TRY(gpt_moe_split_backward(ws->moe[(size_t)sl * ws->cfg.n_layer + l]));
     ws->wstash = malloc(sizeof(float) * n);
     ws->w_due = calloc((size_t)nb * (size_t)ws->nslots, 1);
     if (!ws->wstash || !ws->w_due) {
@@ -763,8 +763,11 @@ zero_status tp_workspace_split_backward(tp_workspace *ws)
 
 size_t tp_workspace_wstash_bytes(const tp_workspace *ws)
 {
-    return ws && ws->wstash ? sizeof(float) * ws->wstash_floats * (size_t)(ws->end - ws->begin) * (size_t)ws->nslots
-                            : 0;
+    if (!ws || !ws->wstash) return 0;
+    size_t bytes = sizeof(float) * ws->wstash_floats * (size_t)(ws->end - ws->begin) * (size_t)ws->nslots;
+    for (int sl = 0; ws->moe && sl < ws->nslots; sl++) /* the MoE layers' stashes */
+        for (int l = ws->begin; l < ws->end; l++) bytes += gpt_moe_split_bytes(ws->moe[(size_t)sl * ws->cfg.n_layer + l]);
+    return bytes;
 }
 
 zero_status tp_backward_embed(tp_workspace *ws, int slot, gpt_tensors *embed_grads)

@@ -228,8 +228,12 @@ zero_status tp_seq_grad_allreduce(tp_workspace *ws, gpt_tensors *grads);
  * embedding's gradients stay whole (tp_backward_head / _embed: cheap, and
  * their inputs are there anyway).
  * tp_workspace_split_backward allocates the stash (slots x blocks x
- * N(2C + Hl + 3Cl) floats, see tp_workspace_wstash_bytes); ZERO_UNSUPPORTED
- * when the workspace recomputes blocks (activation checkpointing). */
+ * N(2C + Hl + 3Cl) floats, and with MoE blocks each slot's MoE layers'
+ * stashes, gpt_moe_split_backward: see tp_workspace_wstash_bytes);
+ * ZERO_UNSUPPORTED when the workspace recomputes blocks (activation
+ * checkpointing) or runs sequence / context parallelism. MoE blocks defer
+ * their experts' weight gradients to W as the dense MLP does (the router's
+ * stays in B; W runs no exchange). */
 zero_status tp_workspace_split_backward(tp_workspace *ws);
 size_t tp_workspace_wstash_bytes(const tp_workspace *ws);
 zero_status tp_backward_block_input(tp_workspace *ws, int slot, int layer, const gpt_tensors *block,

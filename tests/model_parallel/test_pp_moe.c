@@ -18,8 +18,17 @@
  *     expert slices as they are (each expert's gradient has every ep rank's
  *     rows already);
  *   - GPipe gives bitwise 1F1B's loss and gradients;
+ *   - the split backward (B / W, the experts' weight gradients deferred to
+ *     W in their MoE layers, moe.h): ZB-H1 and ZB-H2 through the runtime
+ *     (pp_run_plan) give bitwise 1F1B's loss and every gradient (at pp 2
+ *     stage 1 runs a W after the next micro-batch's forward and backward);
+ *     at pp 1 a plan running every W after every B (the W stash of each
+ *     slot's MoE layers held across the other micro-batches' F and B, the
+ *     ep exchanges all in B) gives bitwise GPipe's loss and gradients, and
+ *     the split was real (the W stash's bytes include the MoE layers');
  *   - refusals by name: MoE at tp 2, an ep comm of the wrong size, sequence
- *     parallelism, a split (zero-bubble) backward. */
+ *     parallelism; a forward into an MoE layer whose deferred W has not
+ *     run. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,6 +43,7 @@
 #include "moe.h"
 #include "moe_test_model.h"
 #include "pp_gpt.h"
+#include "pp_plan.h"
 #include "tp_gpt.h"
 
 enum { B = 2, T = 8, M = 3 };
@@ -98,6 +108,42 @@ static float pipeline(model *m, zero_grid *grid, zero_comm *ep, zero_comm *embed
     return loss;
 }
 
+/* `plan` through the runtime (pp_run_plan) on a workspace with the plan's
+ * slots; *wstash (may be NULL): the W stash's bytes after the step. */
+static float pipeline_plan(model *m, zero_grid *grid, zero_comm *ep, zero_comm *embed, const pp_plan *plan,
+                           const int32_t *tok, const int32_t *tgt, size_t *wstash)
+{
+    int b, e;
+    CHECK_OK(pp_stage_layers(&m->cfg, grid->pp_size, grid->pp_rank, &b, &e));
+    tp_workspace *ws = NULL;
+    const tp_options o = {NULL, 0, NULL, ep};
+    CHECK_OK(tp_workspace_create_opts(&ws, &m->cfg, NULL, B, T, b, e, plan->slots[grid->pp_rank], &o));
+    pp_step_args a = {M, tok, tgt, 1.0f / M, m->p, m->g};
+    float loss = -1;
+    CHECK_OK(pp_run_plan(&ws, grid->pp_size > 1 ? grid->pp : NULL, plan, &a, NULL, &loss));
+    CHECK_OK(pp_tied_grad_allreduce(embed, &m->cfg, &m->g[GPT_MODULE_EMBED]));
+    if (wstash) *wstash = tp_workspace_wstash_bytes(ws);
+    tp_workspace_destroy(ws);
+    return loss;
+}
+
+/* Every gradient this rank holds bitwise equal in a and b; else the first that differs named in `first`. */
+static char g_first[128];
+static int same_grads(const gpt_config *cfg, const model *a, const model *b, const char **first)
+{
+    for (size_t i = 0; i < gpt_num_params(cfg); i++) {
+        gpt_param_info in;
+        gpt_param_info_get(cfg, i, &in);
+        const float *x = a->g[in.module].t[in.index], *y = b->g[in.module].t[in.index];
+        if (x && memcmp(x, y, in.numel * 4) != 0) {
+            snprintf(g_first, sizeof g_first, "%s", in.name);
+            *first = g_first;
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static void refusals(const gpt_config *sl, zero_comm *ep)
 {
     tp_workspace *ws = NULL;
@@ -112,8 +158,40 @@ static void refusals(const gpt_config *sl, zero_comm *ep)
     CHECK_MSG(strstr(gpt_last_error(), "MoE blocks") != NULL, "%s", gpt_last_error());
     const tp_options ok = {NULL, 0, NULL, ep};
     CHECK_OK(tp_workspace_create_opts(&ws, sl, NULL, B, T, 0, 1, 1, &ok));
-    CHECK(tp_workspace_split_backward(ws) == ZERO_UNSUPPORTED && strstr(gpt_last_error(), "MoE blocks"));
+    CHECK_OK(tp_workspace_split_backward(ws)); /* MoE blocks split their backward too */
+    CHECK(tp_workspace_wstash_bytes(ws) > 0);
     tp_workspace_destroy(ws);
+}
+
+/* An MoE layer refuses a forward while its deferred W is due (it would
+ * overwrite what W reads), and a W without a B. One layer, one rank. */
+static void moe_layer_refusals(void)
+{
+    const gpt_moe_config mc = {8, 16, 4, 2, 0.0f, 0.01f};
+    enum { N = 6 };
+    gpt_moe *m = NULL;
+    CHECK_OK(gpt_moe_create(&m, &mc, N, NULL));
+    float gate[4 * 8], fc_w[4 * 16 * 8], fc_b[4 * 16], proj_w[4 * 8 * 16], proj_b[4 * 8];
+    float g_gate[4 * 8] = {0}, g_fc_w[4 * 16 * 8] = {0}, g_fc_b[4 * 16] = {0}, g_proj_w[4 * 8 * 16] = {0},
+          g_proj_b[4 * 8] = {0};
+    float x[N * 8], out[N * 8], dout[N * 8], dx[N * 8];
+    float *all[] = {gate, fc_w, fc_b, proj_w, proj_b, x, dout};
+    size_t n[] = {sizeof gate, sizeof fc_w, sizeof fc_b, sizeof proj_w, sizeof proj_b, sizeof x, sizeof dout};
+    for (int t = 0; t < 7; t++)
+        for (size_t k = 0; k < n[t] / 4; k++) all[t][k] = (float)((k * 37 + (size_t)t * 11) % 17) / 17.0f - 0.5f;
+    gpt_moe_params p = {gate, fc_w, fc_b, proj_w, proj_b}, g = {g_gate, g_fc_w, g_fc_b, g_proj_w, g_proj_b};
+    CHECK_OK(gpt_moe_forward(m, x, NULL, out, &p, NULL));
+    CHECK(gpt_moe_backward_input(m, 1.0f, x, dout, dx, &p, &g) == ZERO_INVALID_STATE &&
+          strstr(gpt_last_error(), "gpt_moe_split_backward"));
+    CHECK_OK(gpt_moe_split_backward(m));
+    CHECK(gpt_moe_split_bytes(m) > 0);
+    CHECK_OK(gpt_moe_backward_input(m, 1.0f, x, dout, dx, &p, &g));
+    CHECK(gpt_moe_forward(m, x, NULL, out, &p, NULL) == ZERO_INVALID_STATE &&
+          strstr(gpt_last_error(), "gpt_moe_backward_weight"));
+    CHECK_OK(gpt_moe_backward_weight(m, &g));
+    CHECK(gpt_moe_backward_weight(m, &g) == ZERO_INVALID_STATE && strstr(gpt_last_error(), "no split backward"));
+    CHECK_OK(gpt_moe_forward(m, x, NULL, out, &p, NULL));
+    gpt_moe_destroy(m);
 }
 
 int main(int argc, char **argv)
@@ -187,7 +265,55 @@ int main(int argc, char **argv)
         compared++;
     }
     CHECK(compared > 0);
+
+    /* the split backward with MoE blocks: zero-bubble schedules bitwise 1F1B; at pp 1 every W deferred */
+    model onef, split;
+    model_init(&onef, sl, ep_rank, PP, grid.pp_rank); /* 1F1B again: `one`'s gradients were summed over ep above */
+    float loss_1 = pipeline(&onef, &grid, ep, embed, PP_1F1B, tok, tgt);
+    for (int k = PP_SCHED_ZB_H1; k <= PP_SCHED_ZB_H2; k++) {
+        pp_plan plan;
+        const char *diff = NULL;
+        model_init(&split, sl, ep_rank, PP, grid.pp_rank);
+        CHECK_OK(pp_plan_generate(&plan, (pp_schedule_kind)k, PP, M, 1));
+        float l = pipeline_plan(&split, &grid, ep, embed, &plan, tok, tgt, NULL);
+        CHECK_MSG(l == loss_1 && same_grads(&sl, &split, &onef, &diff), "pp %d x ep %d, MoE %s: loss %.9g vs 1F1B %.9g%s%s",
+                  PP, EP, plan.name, (double)l, (double)loss_1, diff ? "; gradient differs: " : "", diff ? diff : "");
+        pp_plan_free(&plan);
+        model_free(&split);
+    }
+    if (PP == 1) {
+        pp_plan w_late, whole;
+        const char *diff = NULL;
+        CHECK_OK(pp_plan_generate(&whole, PP_SCHED_GPIPE, 1, M, 1));
+        CHECK_OK(pp_plan_init(&w_late, 1, 1, M, "w-deferred"));
+        for (int k = 0; k < M; k++) CHECK_OK(pp_plan_add(&w_late, 0, PP_OP_F, k, 0, 0));
+        for (int k = 0; k < M; k++) CHECK_OK(pp_plan_add(&w_late, 0, PP_OP_B, k, 0, 0));
+        for (int k = 0; k < M; k++) CHECK_OK(pp_plan_add(&w_late, 0, PP_OP_W, k, 0, 0));
+        CHECK_OK(pp_plan_check(&w_late));
+        CHECK(w_late.split && !whole.split);
+        model unsplit;
+        model_init(&unsplit, sl, ep_rank, PP, grid.pp_rank), model_init(&split, sl, ep_rank, PP, grid.pp_rank);
+        size_t stash = 0, moe_stash = 0;
+        float lw = pipeline_plan(&unsplit, &grid, ep, embed, &whole, tok, tgt, NULL);
+        float ls = pipeline_plan(&split, &grid, ep, embed, &w_late, tok, tgt, &stash);
+        /* the stash holds each slot's MoE layers' d(expert output) beside the blocks' dense parts */
+        const int L = sl.n_layer, Cm = sl.d_model, N = B * T;
+        const size_t dense = sizeof(float) * (size_t)M * (size_t)L * (size_t)N * (2 * (size_t)Cm + 4 * (size_t)Cm + 3 * (size_t)Cm);
+        moe_stash = stash - dense;
+        CHECK_MSG(ls == lw && same_grads(&sl, &split, &unsplit, &diff) && stash > dense,
+                  "ep %d, MoE, every W after every B: loss %.9g vs GPipe %.9g%s%s; W stash %zu bytes (dense part %zu)",
+                  EP, (double)ls, (double)lw, diff ? "; gradient differs: " : "", diff ? diff : "", stash, dense);
+        if (rank == 0)
+            fprintf(stderr, "ep %d: MoE split backward (every W deferred) bitwise GPipe; the MoE layers' W stash %zu "
+                    "bytes\n", EP, moe_stash);
+        model_free(&unsplit), model_free(&split);
+        pp_plan_free(&w_late), pp_plan_free(&whole);
+    }
+    model_free(&onef);
+    if (rank == 0)
+        fprintf(stderr, "pp %d x ep %d: MoE zb-h1, zb-h2 bitwise 1f1b\n", PP, EP);
     refusals(&sl, ep);
+    moe_layer_refusals();
     if (rank == 0)
         fprintf(stderr, "pp %d x ep %d: loss %.6f equals the single-rank MoE GPT's %.6f; %d gradients compared\n", PP,
                 EP, (double)loss, want, compared);
