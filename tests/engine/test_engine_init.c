@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "eng_util.h"
+#include "proc_mem.h"
 
 #include "../../zero/philox.h"
 
@@ -482,37 +483,6 @@ static void test_memory_peak(zero_comm *comm, zero_device *dev, int stage, zero_
 
 /* ---------------------------------------------------------------- memory: the process */
 
-static long rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    long pages = 0, res = 0;
-    if (!f) return -1;
-    if (fscanf(f, "%ld %ld", &pages, &res) != 2) res = -1;
-    fclose(f);
-    return res < 0 ? -1 : res * sysconf(_SC_PAGESIZE);
-}
-
-static long hwm_bytes(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kb = -1;
-    if (!f) return -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
-    fclose(f);
-    return kb < 0 ? -1 : kb * 1024;
-}
-
-/* "5" resets the peak to the current resident size (Linux >= 4.0). */
-static int reset_peak(void)
-{
-    FILE *f = fopen("/proc/self/clear_refs", "w");
-    if (!f) return 0;
-    int ok = fputs("5", f) >= 0;
-    return fclose(f) == 0 && ok;
-}
-
 #define RSS_PARAMS 10
 #define RSS_ROWS 5000
 #define RSS_COLS 1000 /* 10 x 5M = 50M parameters */
@@ -524,8 +494,8 @@ static long build_rss(zero_comm *comm, zero_device *dev, int values, uint64_t *s
     zero_config c = ZERO_CONFIG_INIT;
     c.stage = 3;
     c.reduce_bucket_size = RSS_ROWS * RSS_COLS;
-    if (!reset_peak()) return -1;
-    long before = rss_bytes();
+    if (!proc_reset_peak()) return -1;
+    long before = proc_rss_bytes();
     zero_engine *e = NULL;
     CHECK_OK(zero_engine_create(&e, &c, comm, dev));
     if (!e) return -1;
@@ -551,7 +521,7 @@ static long build_rss(zero_comm *comm, zero_device *dev, int values, uint64_t *s
     }
     free(buf);
     CHECK_OK(zero_engine_finalize(e));
-    long hwm = hwm_bytes();
+    long hwm = proc_hwm_bytes();
     zero_memory_report r;
     CHECK_OK(zero_engine_get_memory_report(e, &r));
     *steady = r.total;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "eng_util.h"
+#include "proc_mem.h"
 
 /* ---------------------------------------------------------------- the plan, independently */
 
@@ -184,38 +185,6 @@ static void check_config(const zero_config *c, zero_comm *comm, zero_device *dev
 
 /* ---------------------------------------------------------------- resident memory */
 
-static long rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    long pages = 0, res = 0;
-    if (!f) return -1;
-    if (fscanf(f, "%ld %ld", &pages, &res) != 2) res = -1;
-    fclose(f);
-    return res < 0 ? -1 : res * sysconf(_SC_PAGESIZE);
-}
-
-/* Peak resident memory (VmHWM) since the last reset_peak(); -1 if unknown. */
-static long hwm_bytes(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kb = -1;
-    if (!f) return -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
-    fclose(f);
-    return kb < 0 ? -1 : kb * 1024;
-}
-
-/* "5" resets the peak RSS to the current RSS (Linux >= 4.0). */
-static int reset_peak(void)
-{
-    FILE *f = fopen("/proc/self/clear_refs", "w");
-    if (!f) return 0;
-    int ok = fputs("5", f) >= 0;
-    return fclose(f) == 0 && ok;
-}
-
 /* Returns the peak resident growth (bytes) over the stage's whole run, -1 if unknown. */
 static double check_rss(zero_comm *comm, zero_device *dev, int stage, double *engine_peak)
 {
@@ -223,14 +192,14 @@ static double check_rss(zero_comm *comm, zero_device *dev, int stage, double *en
     c.stage = stage;
     c.reduce_bucket_size = 1u << 20;
     c.compute_dtype = ZERO_BF16;
-    int have_peak = reset_peak();
-    long before = rss_bytes();
+    int have_peak = proc_reset_peak();
+    long before = proc_rss_bytes();
     zero_engine *e = NULL;
     CHECK_OK(zero_engine_create(&e, &c, comm, dev));
     if (!e) return -1;
     CHECK_OK(eng_register(e, 1500));
     CHECK_OK(zero_engine_finalize(e));
-    long after = rss_bytes();
+    long after = proc_rss_bytes();
     zero_memory_report r;
     CHECK_OK(zero_engine_get_memory_report(e, &r));
     double grew = (double)(after - before), rep = (double)r.total;
@@ -240,7 +209,7 @@ static double check_rss(zero_comm *comm, zero_device *dev, int stage, double *en
     CHECK_MSG(fabs(grew - rep) <= 0.03 * rep, "stage %d: resident memory grew by %.1f MB, report says %.1f MB",
               stage, grew / 1e6, rep / 1e6);
     /* and the peak: the init values (held until finalize) plus every buffer */
-    long hwm = hwm_bytes();
+    long hwm = proc_hwm_bytes();
     if (have_peak && hwm > 0) {
         double pgrew = (double)(hwm - before), prep = (double)r.peak_total;
         fprintf(stderr, "[rank %d] stage %d: peak resident +%.1f MB, reported peak %.1f MB (ratio %.4f)\n",
@@ -254,14 +223,14 @@ static double check_rss(zero_comm *comm, zero_device *dev, int stage, double *en
     zero_step_result res;
     for (int step = 1; step <= 2; step++) CHECK_OK(eng_train_step(e, dev, &c, &run, step, &res));
     CHECK_OK(zero_engine_memory_report(e, &r));
-    long now = rss_bytes();
+    long now = proc_rss_bytes();
     double sgrew = (double)(now - before), srep = (double)r.total;
     fprintf(stderr, "[rank %d] stage %d after 2 steps: resident +%.1f MB, reported %.1f MB (ratio %.4f)\n",
             zero_comm_rank(comm), stage, sgrew / 1e6, srep / 1e6, sgrew / srep);
     CHECK_MSG(fabs(sgrew - srep) <= 0.03 * srep, "stage %d after steps: resident memory grew by %.1f MB, report says "
               "%.1f MB", stage, sgrew / 1e6, srep / 1e6);
     double peak_grew = -1;
-    hwm = hwm_bytes();
+    hwm = proc_hwm_bytes();
     *engine_peak = (double)r.peak_total;
     if (have_peak && hwm > 0) {
         peak_grew = (double)(hwm - before);

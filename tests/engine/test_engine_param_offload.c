@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "eng_util.h"
+#include "proc_mem.h"
 
 #define STEPS 3
 
@@ -448,16 +449,6 @@ static void check_json(void)
 
 /* ---------------------------------------------------------------- resident memory */
 
-static long rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    long pages = 0, res = 0;
-    if (!f) return -1;
-    if (fscanf(f, "%ld %ld", &pages, &res) != 2) res = -1;
-    fclose(f);
-    return res < 0 ? -1 : res * sysconf(_SC_PAGESIZE);
-}
-
 /* Resident growth of an engine (finalize + one step) with the shard on NVMe
  * and without offload: each grows by its memory report (+ the host pool)
  * within 3%, and the NVMe engine by the shard's S*d bytes less, plus its
@@ -478,7 +469,7 @@ static void check_rss(zero_comm *comm, zero_device *dev)
         c.stage3_prefetch_bucket_size = 1u << 22;
         c.stage3_max_live_parameters = 1u << 24;
         c.gradient_accumulation_steps = 1;
-        long before = rss_bytes();
+        long before = proc_rss_bytes();
         zero_engine *e = NULL;
         CHECK_OK(zero_engine_create(&e, &c, comm, dev));
         if (!e) return;
@@ -486,7 +477,7 @@ static void check_rss(zero_comm *comm, zero_device *dev)
         CHECK_OK(zero_engine_finalize(e));
         zero_step_result res;
         CHECK_OK(eng_train_step(e, dev, &c, &r, 1, &res));
-        grew[k] = rss_bytes() - before;
+        grew[k] = proc_rss_bytes() - before;
         zero_memory_report m;
         zero_param_offload_report po;
         zero_plan_info plan;
