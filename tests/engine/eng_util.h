@@ -17,6 +17,17 @@
 
 /* ---------------------------------------------------------------- set-up */
 
+/* A call that must fail: it returns `status` and the thread's last error
+ * (zero_last_error) contains `text`; otherwise a failed check naming both. */
+#define ENG_EXPECT(call, status, text)                                                                      \
+    do {                                                                                                    \
+        zero_status st_ = (call);                                                                           \
+        CHECK_MSG(st_ == (status), "%s returned %s (%s), expected %s", #call, zero_status_name(st_),         \
+                  zero_last_error(), zero_status_name(status));                                             \
+        CHECK_MSG(strstr(zero_last_error(), (text)) != NULL, "%s: message \"%s\" lacks \"%s\"", #call,      \
+                  zero_last_error(), (text));                                                               \
+    } while (0)
+
 /* A multi-rank engine test's world and device: the world comm (a 60 s
  * deadline; a CUDA run over NCCL when `nccl`, else STAGED - several ranks
  * sharing one GPU), this rank recorded for CHECK messages, and a CPU or

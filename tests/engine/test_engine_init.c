@@ -35,15 +35,6 @@
 
 #include "../../zero/philox.h"
 
-#define EXPECT(call, status, text)                                                                          \
-    do {                                                                                                    \
-        zero_status st_ = (call);                                                                           \
-        CHECK_MSG(st_ == (status), "%s returned %s (%s), expected %s", #call, zero_status_name(st_),         \
-                  zero_last_error(), zero_status_name(status));                                             \
-        CHECK_MSG(strstr(zero_last_error(), (text)) != NULL, "%s: message \"%s\" lacks \"%s\"", #call,      \
-                  zero_last_error(), (text));                                                               \
-    } while (0)
-
 static int g_rank, g_world;
 
 /* ---------------------------------------------------------------- philox known answers */
@@ -143,7 +134,7 @@ static void test_formula(void)
     CHECK(memcmp(a + 3, b, 5 * sizeof *a) == 0);
     zero_init_spec c = ZERO_INIT_SPEC_INIT;
     c.kind = ZERO_INIT_CALLBACK;
-    EXPECT(zero_init_generate(&c, "a", 0, 8, a), ZERO_INVALID_ARGUMENT, "fill NULL");
+    ENG_EXPECT(zero_init_generate(&c, "a", 0, 8, a), ZERO_INVALID_ARGUMENT, "fill NULL");
     free(v);
 }
 
@@ -386,7 +377,7 @@ static void test_mismatch(zero_comm *comm, zero_device *dev)
         param_name(g_tweak_param, name, sizeof name);
         snprintf(needle, sizeof needle, "first difference at param #%d '%s' (module '%s'): rank(s) %d differ from rank 0",
                  g_tweak_param, name, eng_module_names[eng_model[g_tweak_param].module], g_world - 1);
-        EXPECT(zero_engine_finalize(e), ZERO_MISMATCH, needle);
+        ENG_EXPECT(zero_engine_finalize(e), ZERO_MISMATCH, needle);
         zero_engine_destroy(e);
     }
     /* a callback that fails on the last rank: that rank names the range, the others the rank */
@@ -396,8 +387,10 @@ static void test_mismatch(zero_comm *comm, zero_device *dev)
     if (!e) return;
     cb_log log = {{0}, 0, g_rank == g_world - 1 ? 5 : -1};
     CHECK_OK(register_model(e, 99, &log, NULL));
-    if (g_rank == g_world - 1) EXPECT(zero_engine_finalize(e), ZERO_IO, "init callback of parameter 'block0.p5' failed on elements [0, 1)");
-    else EXPECT(zero_engine_finalize(e), ZERO_MISMATCH, "param #0");
+    if (g_rank == g_world - 1)
+        ENG_EXPECT(zero_engine_finalize(e), ZERO_IO,
+                   "init callback of parameter 'block0.p5' failed on elements [0, 1)");
+    else ENG_EXPECT(zero_engine_finalize(e), ZERO_MISMATCH, "param #0");
     zero_engine_destroy(e);
 }
 
@@ -413,23 +406,24 @@ static void test_bad_specs(zero_comm *comm, zero_device *dev)
     zero_init_spec s = ZERO_INIT_SPEC_INIT;
     s.kind = ZERO_INIT_NORMAL;
     s.std = -1;
-    EXPECT(zero_engine_add_param_init(e, m, "w", 1, shape, &s, NULL), ZERO_INVALID_ARGUMENT, "std >= 0");
+    ENG_EXPECT(zero_engine_add_param_init(e, m, "w", 1, shape, &s, NULL), ZERO_INVALID_ARGUMENT, "std >= 0");
     s.std = NAN;
-    EXPECT(zero_engine_add_param_init(e, m, "w", 1, shape, &s, NULL), ZERO_INVALID_ARGUMENT, "'w': normal init");
+    ENG_EXPECT(zero_engine_add_param_init(e, m, "w", 1, shape, &s, NULL), ZERO_INVALID_ARGUMENT, "'w': normal init");
     s = (zero_init_spec)ZERO_INIT_SPEC_INIT;
     s.kind = ZERO_INIT_UNIFORM;
     s.lo = 1;
     s.hi = 0;
-    EXPECT(zero_engine_add_param_init(e, m, "w", 1, shape, &s, NULL), ZERO_INVALID_ARGUMENT, "lo <= hi");
+    ENG_EXPECT(zero_engine_add_param_init(e, m, "w", 1, shape, &s, NULL), ZERO_INVALID_ARGUMENT, "lo <= hi");
     s = (zero_init_spec)ZERO_INIT_SPEC_INIT;
     s.kind = ZERO_INIT_CALLBACK;
-    EXPECT(zero_engine_add_param_init(e, m, "w", 1, shape, &s, NULL), ZERO_INVALID_ARGUMENT, "fill NULL");
+    ENG_EXPECT(zero_engine_add_param_init(e, m, "w", 1, shape, &s, NULL), ZERO_INVALID_ARGUMENT, "fill NULL");
     s = (zero_init_spec)ZERO_INIT_SPEC_INIT;
     s.kind = (zero_init_kind)42;
-    EXPECT(zero_engine_add_param_init(e, m, "w", 1, shape, &s, NULL), ZERO_INVALID_ARGUMENT, "unknown init kind 42");
+    ENG_EXPECT(zero_engine_add_param_init(e, m, "w", 1, shape, &s, NULL), ZERO_INVALID_ARGUMENT,
+               "unknown init kind 42");
     s = (zero_init_spec)ZERO_INIT_SPEC_INIT;
     s.size = 8;
-    EXPECT(zero_engine_add_param_init(e, m, "w", 1, shape, &s, NULL), ZERO_INVALID_ARGUMENT, "ZERO_INIT_SPEC_INIT");
+    ENG_EXPECT(zero_engine_add_param_init(e, m, "w", 1, shape, &s, NULL), ZERO_INVALID_ARGUMENT, "ZERO_INIT_SPEC_INIT");
     CHECK(zero_engine_get_num_params(e) == 0);
     /* NULL spec = zeros */
     CHECK_OK(zero_engine_add_param_init(e, m, "w", 1, shape, NULL, NULL));

@@ -8,15 +8,6 @@
 
 #include "eng_util.h"
 
-#define EXPECT(call, status, text)                                                                          \
-    do {                                                                                                    \
-        zero_status st_ = (call);                                                                           \
-        CHECK_MSG(st_ == (status), "%s returned %s (%s), expected %s", #call, zero_status_name(st_),         \
-                  zero_last_error(), zero_status_name(status));                                             \
-        CHECK_MSG(strstr(zero_last_error(), (text)) != NULL, "%s: message \"%s\" lacks \"%s\"", #call,      \
-                  zero_last_error(), (text));                                                               \
-    } while (0)
-
 static double now(void)
 {
     struct timespec ts;
@@ -38,55 +29,56 @@ static void api_misuse(zero_comm *comm, zero_device *dev)
     zero_engine_destroy(NULL);
     zero_engine *e = NULL;
     zero_config c = base_config(3);
-    EXPECT(zero_engine_create(&e, &c, NULL, dev), ZERO_INVALID_ARGUMENT, "dp comm is NULL");
+    ENG_EXPECT(zero_engine_create(&e, &c, NULL, dev), ZERO_INVALID_ARGUMENT, "dp comm is NULL");
     CHECK(e == NULL);
     zero_config bad = base_config(5);
-    EXPECT(zero_engine_create(&e, &bad, comm, dev), ZERO_CONFIG, "stage must be 0..3");
+    ENG_EXPECT(zero_engine_create(&e, &bad, comm, dev), ZERO_CONFIG, "stage must be 0..3");
     zero_config old = c;
     old.size = 8;
-    EXPECT(zero_engine_create(&e, &old, comm, dev), ZERO_CONFIG, "ZERO_CONFIG_INIT");
+    ENG_EXPECT(zero_engine_create(&e, &old, comm, dev), ZERO_CONFIG, "ZERO_CONFIG_INIT");
 
     CHECK_OK(zero_engine_create(&e, &c, comm, dev));
     if (!e) return;
     int m = -1, p = -1;
-    EXPECT(zero_engine_step(e, NULL), ZERO_INVALID_STATE, "finalize first");
-    EXPECT(zero_engine_gather(e, 0), ZERO_INVALID_STATE, "finalize first");
-    EXPECT(zero_engine_finalize(e), ZERO_INVALID_STATE, "no parameters");
+    ENG_EXPECT(zero_engine_step(e, NULL), ZERO_INVALID_STATE, "finalize first");
+    ENG_EXPECT(zero_engine_gather(e, 0), ZERO_INVALID_STATE, "finalize first");
+    ENG_EXPECT(zero_engine_finalize(e), ZERO_INVALID_STATE, "no parameters");
     CHECK_OK(zero_engine_add_module(e, "m", &m));
-    EXPECT(zero_engine_add_module(e, "m", NULL), ZERO_INVALID_ARGUMENT, "already exists");
+    ENG_EXPECT(zero_engine_add_module(e, "m", NULL), ZERO_INVALID_ARGUMENT, "already exists");
     int64_t shape[2] = {3, 0};
-    EXPECT(zero_engine_add_param(e, m, "w", 2, shape, NULL, &p), ZERO_INVALID_ARGUMENT, "shape[1]");
-    EXPECT(zero_engine_add_param(e, 7, "w", 1, shape, NULL, &p), ZERO_NOT_FOUND, "unknown module 7");
-    EXPECT(zero_engine_add_param(e, m, "w", 0, shape, NULL, &p), ZERO_INVALID_ARGUMENT, "ndim 0");
+    ENG_EXPECT(zero_engine_add_param(e, m, "w", 2, shape, NULL, &p), ZERO_INVALID_ARGUMENT, "shape[1]");
+    ENG_EXPECT(zero_engine_add_param(e, 7, "w", 1, shape, NULL, &p), ZERO_NOT_FOUND, "unknown module 7");
+    ENG_EXPECT(zero_engine_add_param(e, m, "w", 0, shape, NULL, &p), ZERO_INVALID_ARGUMENT, "ndim 0");
     shape[1] = 5;
     CHECK_OK(zero_engine_add_param(e, m, "w", 2, shape, NULL, &p));
-    EXPECT(zero_engine_add_param(e, m, "w", 1, shape, NULL, NULL), ZERO_INVALID_ARGUMENT, "'w' already exists");
+    ENG_EXPECT(zero_engine_add_param(e, m, "w", 1, shape, NULL, NULL), ZERO_INVALID_ARGUMENT, "'w' already exists");
     CHECK_OK(zero_engine_finalize(e));
 
-    EXPECT(zero_engine_finalize(e), ZERO_INVALID_STATE, "after zero_engine_finalize");
-    EXPECT(zero_engine_add_param(e, m, "late", 1, shape, NULL, NULL), ZERO_INVALID_STATE, "after zero_engine_finalize");
-    EXPECT(zero_engine_add_module(e, "late", NULL), ZERO_INVALID_STATE, "after zero_engine_finalize");
-    EXPECT(zero_engine_gather(e, 42), ZERO_NOT_FOUND, "unknown module 42");
-    EXPECT(zero_engine_gather(e, -1), ZERO_NOT_FOUND, "unknown module -1");
+    ENG_EXPECT(zero_engine_finalize(e), ZERO_INVALID_STATE, "after zero_engine_finalize");
+    ENG_EXPECT(zero_engine_add_param(e, m, "late", 1, shape, NULL, NULL), ZERO_INVALID_STATE,
+               "after zero_engine_finalize");
+    ENG_EXPECT(zero_engine_add_module(e, "late", NULL), ZERO_INVALID_STATE, "after zero_engine_finalize");
+    ENG_EXPECT(zero_engine_gather(e, 42), ZERO_NOT_FOUND, "unknown module 42");
+    ENG_EXPECT(zero_engine_gather(e, -1), ZERO_NOT_FOUND, "unknown module -1");
     CHECK(strstr(zero_engine_last_error(e), "unknown module -1") != NULL);
-    EXPECT(zero_engine_release(e, m), ZERO_INVALID_STATE, "not gathered");
-    EXPECT(zero_engine_grads_ready(e, 9), ZERO_NOT_FOUND, "unknown module 9");
+    ENG_EXPECT(zero_engine_release(e, m), ZERO_INVALID_STATE, "not gathered");
+    ENG_EXPECT(zero_engine_grads_ready(e, 9), ZERO_NOT_FOUND, "unknown module 9");
     void *ptr = NULL;
-    EXPECT(zero_engine_param_data(e, 99, &ptr), ZERO_NOT_FOUND, "unknown parameter 99");
-    EXPECT(zero_engine_param_data(e, p, &ptr), ZERO_INVALID_STATE, "not gathered");
-    EXPECT(zero_engine_step(e, NULL), ZERO_INVALID_STATE, "module 'm' reported grads-ready 0 time(s)");
+    ENG_EXPECT(zero_engine_param_data(e, 99, &ptr), ZERO_NOT_FOUND, "unknown parameter 99");
+    ENG_EXPECT(zero_engine_param_data(e, p, &ptr), ZERO_INVALID_STATE, "not gathered");
+    ENG_EXPECT(zero_engine_step(e, NULL), ZERO_INVALID_STATE, "module 'm' reported grads-ready 0 time(s)");
     CHECK_OK(zero_engine_gather(e, m));
     CHECK_OK(zero_engine_param_data(e, p, &ptr));
     CHECK(ptr != NULL);
     CHECK_OK(zero_engine_grads_ready(e, m));
-    EXPECT(zero_engine_step(e, NULL), ZERO_INVALID_STATE, "still gathered");
-    EXPECT(zero_engine_grads_ready(e, m), ZERO_INVALID_STATE, "already reported 1 time(s)");
+    ENG_EXPECT(zero_engine_step(e, NULL), ZERO_INVALID_STATE, "still gathered");
+    ENG_EXPECT(zero_engine_grads_ready(e, m), ZERO_INVALID_STATE, "already reported 1 time(s)");
     CHECK_OK(zero_engine_release(e, m));
     zero_step_result r;
     CHECK_OK(zero_engine_step(e, &r));
     CHECK(r.step == 1);
-    EXPECT(zero_engine_state_get(e, (zero_state_kind)7, p, NULL), ZERO_INVALID_ARGUMENT, "unknown state kind");
-    EXPECT(zero_engine_set_lr(e, -1.0), ZERO_INVALID_ARGUMENT, "lr must be");
+    ENG_EXPECT(zero_engine_state_get(e, (zero_state_kind)7, p, NULL), ZERO_INVALID_ARGUMENT, "unknown state kind");
+    ENG_EXPECT(zero_engine_set_lr(e, -1.0), ZERO_INVALID_ARGUMENT, "lr must be");
     zero_engine_destroy(e);
 
     /* SGD without momentum keeps no moments */
@@ -100,7 +92,7 @@ static void api_misuse(zero_comm *comm, zero_device *dev)
     zero_param_info pi;
     CHECK_OK(zero_engine_get_param_info(e, p, &pi));
     if (pi.owned_numel > 0) {
-        EXPECT(zero_engine_state_get(e, ZERO_STATE_MOMENT1, p, buf), ZERO_NOT_FOUND, "no moment1");
+        ENG_EXPECT(zero_engine_state_get(e, ZERO_STATE_MOMENT1, p, buf), ZERO_NOT_FOUND, "no moment1");
         CHECK_OK(zero_engine_state_get(e, ZERO_STATE_MASTER, p, buf));
     }
     zero_engine_destroy(e);
@@ -168,9 +160,9 @@ static int rank_dies(zero_comm *world, zero_device *dev)
     fprintf(stderr, "[rank %d] expected failure after %.2f s: %s\n", rank, dt, zero_engine_last_error(e));
     /* afterwards the engine refuses everything but destroy, at once */
     t0 = now();
-    EXPECT(zero_engine_step(e, NULL), ZERO_INVALID_STATE, "unusable after an earlier failure");
-    EXPECT(zero_engine_gather(e, 0), ZERO_INVALID_STATE, "engine step: ");
-    EXPECT(zero_engine_gather(e, 0), ZERO_INVALID_STATE, "that failure: engine step: ");
+    ENG_EXPECT(zero_engine_step(e, NULL), ZERO_INVALID_STATE, "unusable after an earlier failure");
+    ENG_EXPECT(zero_engine_gather(e, 0), ZERO_INVALID_STATE, "engine step: ");
+    ENG_EXPECT(zero_engine_gather(e, 0), ZERO_INVALID_STATE, "that failure: engine step: ");
     CHECK_MSG(strstr(strstr(zero_engine_last_error(e), "that failure:") + 1, "that failure:") == NULL,
               "the message nests: %s", zero_engine_last_error(e));
     CHECK(now() - t0 < 0.5);
