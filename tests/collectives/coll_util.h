@@ -15,6 +15,8 @@
 #include <zero/comm.h>
 #include <zero/device.h>
 
+#include "check.h"
+
 static const zero_dtype coll_all_dtypes[] = {ZERO_F32, ZERO_F16, ZERO_BF16, ZERO_I32, ZERO_I64, ZERO_U8, ZERO_F64};
 #define COLL_NDTYPES 7
 
@@ -115,6 +117,30 @@ static inline double coll_load(zero_dtype d, const void *buf, size_t i)
     case ZERO_U8: return ((const uint8_t *)buf)[i];
     }
     return 0;
+}
+
+/* got bitwise equal to want (n elements of d); else a failed check naming
+ * `what` and the first element that differs. */
+static inline void coll_expect_equal(const void *got, const void *want, size_t n, zero_dtype d, const char *what)
+{
+    long i = coll_first_diff(got, want, n, zero_dtype_size(d));
+    CHECK_MSG(i < 0, "%s: element %ld of %zu differs: got %.9g, want %.9g", what, i, n,
+              i < 0 ? 0 : coll_load(d, got, (size_t)i), i < 0 ? 0 : coll_load(d, want, (size_t)i));
+}
+
+/* comm's counters (zero_comm_get_counters) since `before`: exactly one more
+ * call of kind k, exactly `sent` bytes sent and `recv` received by it. */
+static inline void coll_check_counters(zero_comm *comm, const zero_comm_counters *before, zero_op_kind k, uint64_t sent,
+                                       uint64_t recv, const char *what)
+{
+    zero_comm_counters now;
+    CHECK_OK(zero_comm_get_counters(comm, &now));
+    CHECK_MSG(now.calls[k] == before->calls[k] + 1, "%s: calls %llu -> %llu", what,
+              (unsigned long long)before->calls[k], (unsigned long long)now.calls[k]);
+    CHECK_MSG(now.bytes_sent[k] - before->bytes_sent[k] == sent, "%s: sent %llu bytes, expected %llu", what,
+              (unsigned long long)(now.bytes_sent[k] - before->bytes_sent[k]), (unsigned long long)sent);
+    CHECK_MSG(now.bytes_recv[k] - before->bytes_recv[k] == recv, "%s: received %llu bytes, expected %llu", what,
+              (unsigned long long)(now.bytes_recv[k] - before->bytes_recv[k]), (unsigned long long)recv);
 }
 
 #endif

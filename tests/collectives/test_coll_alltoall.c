@@ -24,26 +24,6 @@
 static zero_comm *comm;
 static int rank, size;
 
-static void check_counters(const zero_comm_counters *before, zero_op_kind k, uint64_t sent, uint64_t recv,
-                           const char *what)
-{
-    zero_comm_counters now;
-    CHECK_OK(zero_comm_get_counters(comm, &now));
-    CHECK_MSG(now.calls[k] == before->calls[k] + 1, "%s: calls %llu -> %llu", what,
-              (unsigned long long)before->calls[k], (unsigned long long)now.calls[k]);
-    CHECK_MSG(now.bytes_sent[k] - before->bytes_sent[k] == sent, "%s: sent %llu bytes, expected %llu", what,
-              (unsigned long long)(now.bytes_sent[k] - before->bytes_sent[k]), (unsigned long long)sent);
-    CHECK_MSG(now.bytes_recv[k] - before->bytes_recv[k] == recv, "%s: received %llu bytes, expected %llu", what,
-              (unsigned long long)(now.bytes_recv[k] - before->bytes_recv[k]), (unsigned long long)recv);
-}
-
-static void expect_equal(const void *got, const void *want, size_t n, zero_dtype d, const char *what)
-{
-    long i = coll_first_diff(got, want, n, zero_dtype_size(d));
-    CHECK_MSG(i < 0, "%s: element %ld of %zu differs: got %.9g, want %.9g", what, i, n,
-              i < 0 ? 0 : coll_load(d, got, (size_t)i), i < 0 ? 0 : coll_load(d, want, (size_t)i));
-}
-
 /* ------------------------------------------------------------ all-to-all */
 
 /* Rank r's send buffer is its values at indices 0..count*n; chunk j (for
@@ -69,10 +49,10 @@ static void test_alltoall(zero_dtype d, size_t count, int async)
     } else {
         CHECK_OK(zero_alltoall(comm, send, recv, count, d));
     }
-    expect_equal(recv, want, total, d, what);
-    expect_equal(send, orig, total, d, "alltoall left send unchanged");
+    coll_expect_equal(recv, want, total, d, what);
+    coll_expect_equal(send, orig, total, d, "alltoall left send unchanged");
     uint64_t v = (uint64_t)count * es * (uint64_t)(size - 1);
-    check_counters(&before, ZERO_OP_ALLTOALL, v, v, what);
+    coll_check_counters(comm, &before, ZERO_OP_ALLTOALL, v, v, what);
     free(send), free(recv), free(want), free(orig);
 }
 
@@ -129,8 +109,8 @@ static void test_alltoallv(zero_dtype d, int salt, int gapped, int async)
     } else {
         CHECK_OK(zero_alltoallv(comm, send, sc, sdp, recv, rc, rdp, d));
     }
-    expect_equal(recv, want, rtot, d, what);
-    check_counters(&before, ZERO_OP_ALLTOALLV, sent, got, what);
+    coll_expect_equal(recv, want, rtot, d, what);
+    coll_check_counters(comm, &before, ZERO_OP_ALLTOALLV, sent, got, what);
     free(send), free(recv), free(want), free(sc), free(sd), free(rc), free(rd);
 }
 
@@ -156,7 +136,7 @@ static void test_async_mix(void)
         CHECK_OK(zero_wait(req[k]));
         for (int i = 0; i < size; i++)
             coll_fill(ZERO_F32, want + (size_t)i * COUNT, COUNT, i + 10 * k, (size_t)rank * COUNT);
-        expect_equal(recv[k], want, COUNT * n, ZERO_F32, k % 2 ? "async alltoall" : "async alltoallv");
+        coll_expect_equal(recv[k], want, COUNT * n, ZERO_F32, k % 2 ? "async alltoall" : "async alltoallv");
         free(send[k]), free(recv[k]);
     }
     free(want), free(cnt);

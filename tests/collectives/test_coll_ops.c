@@ -12,27 +12,6 @@ static zero_comm *comm;
 static int rank, size;
 static int all_ranks[64];
 
-static void check_counters(const zero_comm_counters *before, zero_op_kind k, uint64_t sent, uint64_t recv,
-                           const char *what)
-{
-    zero_comm_counters now;
-    CHECK_OK(zero_comm_get_counters(comm, &now));
-    CHECK_MSG(now.calls[k] == before->calls[k] + 1, "%s: calls %llu -> %llu", what,
-              (unsigned long long)before->calls[k], (unsigned long long)now.calls[k]);
-    CHECK_MSG(now.bytes_sent[k] - before->bytes_sent[k] == sent, "%s: sent %llu bytes, expected %llu", what,
-              (unsigned long long)(now.bytes_sent[k] - before->bytes_sent[k]), (unsigned long long)sent);
-    CHECK_MSG(now.bytes_recv[k] - before->bytes_recv[k] == recv, "%s: received %llu bytes, expected %llu", what,
-              (unsigned long long)(now.bytes_recv[k] - before->bytes_recv[k]), (unsigned long long)recv);
-}
-
-static void expect_equal(const void *got, const void *want, size_t n, zero_dtype d, const char *what)
-{
-    size_t es = zero_dtype_size(d);
-    long i = coll_first_diff(got, want, n, es);
-    CHECK_MSG(i < 0, "%s: element %ld of %zu differs: got %.9g, want %.9g", what, i, n,
-              i < 0 ? 0 : coll_load(d, got, (size_t)i), i < 0 ? 0 : coll_load(d, want, (size_t)i));
-}
-
 static void test_allreduce(zero_dtype d, zero_redop op, size_t count, int in_place)
 {
     size_t es = zero_dtype_size(d);
@@ -46,14 +25,14 @@ static void test_allreduce(zero_dtype d, zero_redop op, size_t count, int in_pla
     zero_comm_get_counters(comm, &before);
     void *out = in_place ? send : recv;
     CHECK_OK(zero_allreduce(comm, send, out, count, d, op));
-    expect_equal(out, want, count, d, what);
+    coll_expect_equal(out, want, count, d, what);
     uint64_t S = count * es, v = size > 1 ? 2 * S * (uint64_t)(size - 1) / (uint64_t)size : 0;
-    check_counters(&before, ZERO_OP_ALLREDUCE, v, v, what);
+    coll_check_counters(comm, &before, ZERO_OP_ALLREDUCE, v, v, what);
     if (!in_place) {
         /* send is input only */
         void *orig = malloc(count * es);
         coll_fill(d, orig, count, rank, 0);
-        expect_equal(send, orig, count, d, "allreduce left send unchanged");
+        coll_expect_equal(send, orig, count, d, "allreduce left send unchanged");
         free(orig);
     }
     /* The test's data must be able to tell round-once from round-per-step. */
@@ -78,16 +57,16 @@ static void test_reduce_scatter(zero_dtype d, zero_redop op, size_t count, int i
     zero_comm_get_counters(comm, &before);
     char *out = in_place ? send + (size_t)rank * count * es : recv;
     CHECK_OK(zero_reduce_scatter(comm, send, out, count, d, op));
-    expect_equal(out, want, count, d, what);
+    coll_expect_equal(out, want, count, d, what);
     uint64_t v = (uint64_t)count * es * (uint64_t)(size - 1);
-    check_counters(&before, ZERO_OP_REDUCE_SCATTER, v, v, what);
+    coll_check_counters(comm, &before, ZERO_OP_REDUCE_SCATTER, v, v, what);
     /* Other chunks of send are left as they were (MPI and LOCAL). */
     char *orig = malloc(total * es);
     coll_fill(d, orig, total, rank, 0);
     for (int r = 0; r < size; r++)
         if (!in_place || r != rank)
-            expect_equal(send + (size_t)r * count * es, orig + (size_t)r * count * es, count, d,
-                         "reduce_scatter left the other chunks of send unchanged");
+            coll_expect_equal(send + (size_t)r * count * es, orig + (size_t)r * count * es, count, d,
+                              "reduce_scatter left the other chunks of send unchanged");
     free(orig);
     free(send), free(recv), free(want);
 }
@@ -110,9 +89,9 @@ static void test_allgather(zero_dtype d, size_t count, int in_place)
     zero_comm_counters before;
     zero_comm_get_counters(comm, &before);
     CHECK_OK(zero_allgather(comm, in, recv, count, d));
-    expect_equal(recv, want, total, d, what);
+    coll_expect_equal(recv, want, total, d, what);
     uint64_t v = (uint64_t)count * es * (uint64_t)(size - 1);
-    check_counters(&before, ZERO_OP_ALLGATHER, v, v, what);
+    coll_check_counters(comm, &before, ZERO_OP_ALLGATHER, v, v, what);
     free(send), free(recv), free(want);
 }
 
@@ -131,10 +110,10 @@ static void test_broadcast(zero_dtype d, size_t count, int root, int in_place)
     char *out = in_place ? send : recv;
     /* Non-roots pass NULL send: only the root's is read. */
     CHECK_OK(zero_broadcast(comm, rank == root ? send : NULL, out, count, d, root));
-    expect_equal(out, want, count, d, what);
+    coll_expect_equal(out, want, count, d, what);
     uint64_t S = count * es;
-    check_counters(&before, ZERO_OP_BROADCAST, size > 1 && rank == root ? S : 0, size > 1 && rank != root ? S : 0,
-                   what);
+    coll_check_counters(comm, &before, ZERO_OP_BROADCAST, size > 1 && rank == root ? S : 0,
+                        size > 1 && rank != root ? S : 0, what);
     free(send), free(recv), free(want);
 }
 
@@ -157,15 +136,15 @@ static void test_sendrecv(zero_dtype d, size_t count)
     CHECK_OK(zero_send_async(comm, send, count, d, next, &sr));
     CHECK_OK(zero_wait(sr));
     CHECK_OK(zero_wait(rr));
-    expect_equal(recv, want, count, d, what);
-    check_counters(&before, ZERO_OP_SEND, count * es, 0, what);
+    coll_expect_equal(recv, want, count, d, what);
+    coll_check_counters(comm, &before, ZERO_OP_SEND, count * es, 0, what);
     /* Blocking pair between ranks 0 and 1. */
     if (rank == 0) CHECK_OK(zero_send(comm, send, count, d, 1));
     if (rank == 1) {
         CHECK_OK(zero_recv(comm, recv, count, d, 0));
         void *w0 = malloc(count * es);
         coll_fill(d, w0, count, 0, 0);
-        expect_equal(recv, w0, count, d, "blocking send/recv 0 -> 1");
+        coll_expect_equal(recv, w0, count, d, "blocking send/recv 0 -> 1");
         free(w0);
     }
     free(send), free(recv), free(want);
