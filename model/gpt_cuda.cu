@@ -1603,12 +1603,14 @@ static zero_status block_backward(gpt_cuda_workspace *ws, const char *op, int la
     const void *dres_act = dres;
     if (ws->moe) {
         /* d ln_2 from d out through the MoE layer (router and expert gradients
-         * accumulate into g); with bf16 activations it comes back in fp32
-         * (into dfch, unused here) and is rounded into dln */
+         * accumulate into g; B of a split: the experts' wait in the layer for
+         * W); with bf16 activations it comes back in fp32 (into dfch, unused
+         * here) and is rounded into dln */
         const float *mx = ws->act_bf16 ? a->fch : a->ln2;
         float *mdx = ws->act_bf16 ? dfch : dln;
         gpt_moe_params mp = moe_tensors(pv.f), mg = moe_tensors(g);
-        GPT_TRY(gpt_moe_backward(ws->moe[layer], ws->moe_dloss, mx, dres, mdx, &mp, &mg));
+        if (input_only) GPT_TRY(gpt_moe_backward_input(ws->moe[layer], ws->moe_dloss, mx, dres, mdx, &mp, &mg));
+        else GPT_TRY(gpt_moe_backward(ws->moe[layer], ws->moe_dloss, mx, dres, mdx, &mp, &mg));
         if (ws->act_bf16) {
             f32_to_bf16_kernel<<<blocks_for(nh, 256), 256, 0, ws->stream>>>((bf16 *)dln, mdx, nh);
             LAUNCH_CHECK("f32_to_bf16");
@@ -1649,15 +1651,14 @@ extern "C" zero_status gpt_cuda_workspace_split_backward(gpt_cuda_workspace *ws)
 {
     if (!ws) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_cuda_workspace_split_backward: workspace is NULL");
     if (ws->wstash) return ZERO_OK;
-    if (ws->moe)
-        return gpt_fail(ZERO_UNSUPPORTED, "gpt_cuda_workspace_split_backward: the model has MoE blocks (moe experts = %d), "
-                                          "which compute their weight gradients with their input's: no deferred W",
-                        ws->cfg.moe_experts);
     for (int l = ws->lb; l < ws->le; l++)
         if (gpt_acts_recomputed(&ws->acts.shape, l))
             return gpt_fail(ZERO_UNSUPPORTED,
                             "gpt_cuda_workspace_split_backward: block %d is recomputed (activation checkpointing): "
                             "W needs its activations kept until it runs", l);
+    /* MoE blocks: each slot's layers keep their experts' deferred W (moe.h) */
+    for (int k = 0; ws->moe_all && k < ws->slots; k++)
+        for (int l = ws->lb; l < ws->le; l++) GPT_TRY(gpt_moe_split_backward(ws->moe_all[(size_t)k * ws->cfg.n_layer + l]));
     size_t bytes = act_size(ws) * wstash_floats(ws) * (size_t)(ws->le - ws->lb) * (size_t)ws->slots;
     ws->w_due = (unsigned char *)calloc((size_t)ws->cfg.n_layer * (size_t)ws->slots, 1);
     if (!ws->w_due) return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_cuda_workspace_split_backward: no host memory");
@@ -1674,7 +1675,11 @@ extern "C" zero_status gpt_cuda_workspace_split_backward(gpt_cuda_workspace *ws)
 
 extern "C" size_t gpt_cuda_workspace_wstash_bytes(const gpt_cuda_workspace *ws)
 {
-    return ws && ws->wstash ? act_size(ws) * wstash_floats(ws) * (size_t)(ws->le - ws->lb) * (size_t)ws->slots : 0;
+    if (!ws || !ws->wstash) return 0;
+    size_t bytes = act_size(ws) * wstash_floats(ws) * (size_t)(ws->le - ws->lb) * (size_t)ws->slots;
+    for (int k = 0; ws->moe_all && k < ws->slots; k++) /* the MoE layers' stashes */
+        for (int l = ws->lb; l < ws->le; l++) bytes += gpt_moe_split_bytes(ws->moe_all[(size_t)k * ws->cfg.n_layer + l]);
+    return bytes;
 }
 
 extern "C" zero_status gpt_cuda_backward_block_input(gpt_cuda_workspace *ws, int layer, const gpt_tensors *block,
@@ -1701,9 +1706,14 @@ extern "C" zero_status gpt_cuda_backward_block_weight(gpt_cuda_workspace *ws, in
      * weights' gradients are this rank's, and the row-parallel layers'
      * replicated biases are summed from the whole upstream gradient on every
      * rank, as the unsplit backward does (the all-reduces are B's) */
-    GPT_TRY(linear_backward_weight(ws, g[GPT_FCPROJ_W], g[GPT_FCPROJ_B], wstash_of(ws, layer, WST_FCPROJ), a->fch_gelu,
-                                   N, Hl, C));
-    GPT_TRY(linear_backward_weight(ws, g[GPT_FC_W], g[GPT_FC_B], wstash_of(ws, layer, WST_FC), a->ln2, N, C, Hl));
+    if (ws->moe) { /* the slot's MoE layer holds its experts' deferred W (on this stream) */
+        gpt_moe_params mg = moe_tensors(g);
+        GPT_TRY(gpt_moe_backward_weight(ws->moe[layer], &mg));
+    } else {
+        GPT_TRY(linear_backward_weight(ws, g[GPT_FCPROJ_W], g[GPT_FCPROJ_B], wstash_of(ws, layer, WST_FCPROJ),
+                                       a->fch_gelu, N, Hl, C));
+        GPT_TRY(linear_backward_weight(ws, g[GPT_FC_W], g[GPT_FC_B], wstash_of(ws, layer, WST_FC), a->ln2, N, C, Hl));
+    }
     GPT_TRY(linear_backward_weight(ws, g[GPT_ATTPROJ_W], g[GPT_ATTPROJ_B], wstash_of(ws, layer, WST_ATTPROJ), a->atty,
                                    N, Cl, C));
     GPT_TRY(linear_backward_weight(ws, g[GPT_QKV_W], g[GPT_QKV_B], wstash_of(ws, layer, WST_QKV), a->ln1, N, C,

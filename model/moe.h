@@ -115,7 +115,7 @@ zero_status gpt_moe_backward(gpt_moe *m, float dloss, const float *x, const floa
                              const gpt_moe_params *p, gpt_moe_params *g);
 
 /* The backward split in two for zero-bubble pipelines (gpt_block.h's B and
- * W), CPU layers only: gpt_moe_backward_input is gpt_moe_backward without
+ * W): gpt_moe_backward_input is gpt_moe_backward without
  * the experts' weight and bias gradients (dx, the router's gradient into
  * g->gate_w - the only tensor of g it touches - and both exchanges: W needs
  * no communication); gpt_moe_backward_weight adds those gradients later,
@@ -124,7 +124,9 @@ zero_status gpt_moe_backward(gpt_moe *m, float dloss, const float *x, const floa
  * the same bits as gpt_moe_backward (the matmul backward is its input half
  * then its weight half). Until the W ran, a forward into the layer is
  * ZERO_INVALID_STATE. gpt_moe_split_backward allocates the stash (Rmax x C
- * floats, gpt_moe_split_bytes; once); a CUDA layer: ZERO_UNSUPPORTED. */
+ * floats, gpt_moe_split_bytes; once; device memory for a CUDA layer, whose
+ * backward_input synchronizes its stream as gpt_moe_backward does and whose
+ * backward_weight only enqueues its gemms there). */
 zero_status gpt_moe_split_backward(gpt_moe *m);
 size_t gpt_moe_split_bytes(const gpt_moe *m); /* 0 before gpt_moe_split_backward */
 zero_status gpt_moe_backward_input(gpt_moe *m, float dloss, const float *x, const float *dout, float *dx,

@@ -51,7 +51,8 @@ struct gpt_moe {
     float *dw;                    /* N x K: d(weight) of each choice */
     float *partials;              /* nthreads x max(H, C) */
     size_t bytes;                 /* of the buffers: the host block (CPU) or the device allocation (CUDA) */
-    float *dyout;                 /* split backward: Rmax x C, d(expert output) expert-major, kept from B to W */
+    float *dyout;                 /* split backward (CPU): Rmax x C, d(expert output) expert-major, kept from B to W */
+    size_t stash_bytes;           /* the split backward's stash (CPU: dyout; CUDA: the backend's), 0 before */
     int have_forward;
     int w_due;                    /* a backward_input ran and its backward_weight has not */
     gpt_gemm_math math;           /* of the router's and experts' matmuls */
@@ -230,9 +231,6 @@ void gpt_moe_get_routing(const gpt_moe *m, gpt_moe_routing *out)
     out->dropped = m->pl.dropped;
 }
 
-/* The split backward's stash: d(expert output) for every row the layer may receive. */
-static size_t split_bytes(const gpt_moe *m) { return sizeof(float) * m->pl.Rmax * (size_t)m->C; }
-
 /* ------------------------------------------------------------ exchanges */
 
 /* One all-to-all-v of rows (C floats each) over ep; a plain copy at P = 1. */
@@ -399,10 +397,14 @@ static zero_status backward(gpt_moe *m, float dloss, const float *x, const float
         (!split && (!g->fc_w || !g->fc_b || !g->proj_w || !g->proj_b)))
         return gpt_fail(ZERO_INVALID_ARGUMENT, "%s: a NULL layer, buffer or gradient", op);
     if (!m->have_forward) return gpt_fail(ZERO_INVALID_STATE, "%s: no completed forward to differentiate", op);
-    if (split && !m->dyout)
+    if (split && !m->stash_bytes)
         return gpt_fail(ZERO_INVALID_STATE, "%s: the layer has no stash (call gpt_moe_split_backward)", op);
     m->have_forward = 0;
-    if (m->dev) return moe_cuda_backward(m->dev, &m->pl, dloss, x, dout, dx, p, g);
+    if (m->dev) {
+        GPT_TRY(moe_cuda_backward(m->dev, &m->pl, dloss, x, dout, dx, p, g, split));
+        m->w_due = split;
+        return ZERO_OK;
+    }
     const int N = m->N, E = m->E, K = m->K, C = m->C, H = m->H, nt = m->nthreads;
 
     /* out[n] += w y: dY = w dout[n] (send layout), dw = <dout[n], y> */
@@ -491,18 +493,17 @@ zero_status gpt_moe_backward(gpt_moe *m, float dloss, const float *x, const floa
 zero_status gpt_moe_split_backward(gpt_moe *m)
 {
     if (!m) return gpt_fail(ZERO_INVALID_ARGUMENT, "gpt_moe_split_backward: layer is NULL");
-    if (m->dev)
-        return gpt_fail(ZERO_UNSUPPORTED, "gpt_moe_split_backward: a CUDA MoE layer computes its experts' weight "
-                                          "gradients with their input's (no deferred W on CUDA yet)");
-    if (m->dyout) return ZERO_OK;
-    m->dyout = malloc(split_bytes(m));
+    if (m->stash_bytes) return ZERO_OK;
+    if (m->dev) return moe_cuda_split(m->dev, &m->pl, &m->stash_bytes);
+    size_t bytes = sizeof(float) * (m->pl.Rmax ? m->pl.Rmax : 1) * (size_t)m->C; /* every row the layer may receive */
+    m->dyout = malloc(bytes);
     if (!m->dyout)
-        return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_moe_split_backward: no memory for %zu bytes of stash",
-                        split_bytes(m));
+        return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_moe_split_backward: no memory for %zu bytes of stash", bytes);
+    m->stash_bytes = bytes;
     return ZERO_OK;
 }
 
-size_t gpt_moe_split_bytes(const gpt_moe *m) { return m && m->dyout ? split_bytes(m) : 0; }
+size_t gpt_moe_split_bytes(const gpt_moe *m) { return m ? m->stash_bytes : 0; }
 
 zero_status gpt_moe_backward_input(gpt_moe *m, float dloss, const float *x, const float *dout, float *dx,
                                    const gpt_moe_params *p, gpt_moe_params *g)
@@ -520,6 +521,11 @@ zero_status gpt_moe_backward_weight(gpt_moe *m, gpt_moe_params *g)
     if (!m->w_due)
         return gpt_fail(ZERO_INVALID_STATE, "gpt_moe_backward_weight: no split backward (gpt_moe_backward_input) "
                                             "awaits its weight gradients");
+    if (m->dev) {
+        GPT_TRY(moe_cuda_backward_weight(m->dev, &m->pl, g));
+        m->w_due = 0;
+        return ZERO_OK;
+    }
     const int C = m->C, H = m->H, nt = m->nthreads;
     for (int el = 0; el < m->El; el++) { /* the unsplit backward's weight halves, on the same operands */
         int r = (int)m->pl.erows[el];

@@ -74,6 +74,7 @@ struct moe_cuda {
     float *recvbuf, *xin, *eout;  /* Rmax x C */
     float *fch, *fch_gelu, *dfch; /* Rmax x H */
     float *ones;                  /* max(Rmax, 1): the bias gradients' gemv */
+    float *dyout;                 /* split backward: Rmax x C, d(expert output) kept from B to W (own cudaMalloc) */
     int32_t *h_dest;              /* host N x K */
     double *h_probsum;            /* host E */
     float *h_first_frac;          /* host E */
@@ -253,15 +254,23 @@ static zero_status moe_linear_forward(moe_cuda *d, float *out, const float *inp,
 }
 
 /* dinp = dout w (overwritten); dw += dout^T inp; db += column sums of dout. */
-static zero_status moe_linear_backward(moe_cuda *d, float *dinp, float *dw, float *db, const float *dout,
-                                       const float *inp, const float *w, int R, int IC, int OC)
+/* The weight half: dw += dout^T inp, db += column sums of dout. */
+static zero_status moe_linear_backward_weight(moe_cuda *d, float *dw, float *db, const float *dout, const float *inp,
+                                              int R, int IC, int OC)
 {
-    GPT_TRY(moe_gemm(d, 0, 0, R, IC, OC, dout, OC, w, IC, 0.0f, dinp, IC));
     GPT_TRY(moe_gemm(d, 1, 0, OC, IC, R, dout, OC, inp, IC, 1.0f, dw, IC));
     const float one = 1.0f;
     /* dout row-major R x OC is column-major OC x R: db += dout^T-as-stored times ones */
     MOE_CUBLAS_TRY(cublasSgemv(d->blas, CUBLAS_OP_N, OC, R, &one, dout, OC, d->ones, 1, &one, db, 1));
     return ZERO_OK;
+}
+
+/* The input half then (dw NULL: not now - a split backward's W runs it) the weight half. */
+static zero_status moe_linear_backward(moe_cuda *d, float *dinp, float *dw, float *db, const float *dout,
+                                       const float *inp, const float *w, int R, int IC, int OC)
+{
+    GPT_TRY(moe_gemm(d, 0, 0, R, IC, OC, dout, OC, w, IC, 0.0f, dinp, IC));
+    return dw ? moe_linear_backward_weight(d, dw, db, dout, inp, R, IC, OC) : ZERO_OK;
 }
 
 /* ------------------------------------------------------------ lifetime */
@@ -376,6 +385,7 @@ void moe_cuda_destroy(moe_cuda *d)
     if (!d) return;
     if (d->blas) cublasDestroy(d->blas);
     if (d->mem) cudaFree(d->mem);
+    if (d->dyout) cudaFree(d->dyout);
     free(d->h_dest);
     free(d->h_probsum);
     free(d->h_first_frac);
@@ -469,25 +479,46 @@ static zero_status moe_experts_forward_batched(moe_cuda *d, int r, const gpt_moe
     return moe_gemm_batched(d, 0, 1, r, C, H, d->fch_gelu, H, rH, p->proj_w, H, HC, 1.0f, d->eout, C, rC, El);
 }
 
-/* Their backward likewise: d(expert output) in eout, d(expert input) back into eout. */
-static zero_status moe_experts_backward_batched(moe_cuda *d, int r, const gpt_moe_params *p, gpt_moe_params *g)
+/* The experts' proj weight half on uniform blocks: dproj_w += dY^T gelu(fc); dproj_b += column sums of dY. */
+static zero_status moe_batched_weight_proj(moe_cuda *d, int r, const float *dy, gpt_moe_params *g)
 {
     const int C = d->C, H = d->H, El = d->El;
     const long long rC = (long long)r * C, rH = (long long)r * H, HC = (long long)H * C;
     const float one = 1.0f;
-    /* proj: dfch = dY proj_w; dproj_w += dY^T gelu(fc); dproj_b += column sums of dY */
-    GPT_TRY(moe_gemm_batched(d, 0, 0, r, H, C, d->eout, C, rC, p->proj_w, H, HC, 0.0f, d->dfch, H, rH, El));
-    GPT_TRY(moe_gemm_batched(d, 1, 0, C, H, r, d->eout, C, rC, d->fch_gelu, H, rH, 1.0f, g->proj_w, H, HC, El));
+    GPT_TRY(moe_gemm_batched(d, 1, 0, C, H, r, dy, C, rC, d->fch_gelu, H, rH, 1.0f, g->proj_w, H, HC, El));
     for (int el = 0; el < El; el++)
-        MOE_CUBLAS_TRY(cublasSgemv(d->blas, CUBLAS_OP_N, C, r, &one, d->eout + el * rC, C, d->ones, 1, &one,
+        MOE_CUBLAS_TRY(cublasSgemv(d->blas, CUBLAS_OP_N, C, r, &one, dy + el * rC, C, d->ones, 1, &one,
                                    g->proj_b + (size_t)el * C, 1));
-    MOE_CUDA_TRY(gpt_cuda_gelu_backward(d->dfch, d->fch, d->dfch, (size_t)El * rH, d->stream));
-    /* fc: dX = dfch fc_w (over dY, read by now); dfc_w += dfch^T x; dfc_b += column sums of dfch */
-    GPT_TRY(moe_gemm_batched(d, 0, 0, r, C, H, d->dfch, H, rH, p->fc_w, C, HC, 0.0f, d->eout, C, rC, El));
+    return ZERO_OK;
+}
+
+/* The fc weight half likewise: dfc_w += dfch^T x; dfc_b += column sums of dfch. */
+static zero_status moe_batched_weight_fc(moe_cuda *d, int r, gpt_moe_params *g)
+{
+    const int C = d->C, H = d->H, El = d->El;
+    const long long rC = (long long)r * C, rH = (long long)r * H, HC = (long long)H * C;
+    const float one = 1.0f;
     GPT_TRY(moe_gemm_batched(d, 1, 0, H, C, r, d->dfch, H, rH, d->xin, C, rC, 1.0f, g->fc_w, C, HC, El));
     for (int el = 0; el < El; el++)
         MOE_CUBLAS_TRY(cublasSgemv(d->blas, CUBLAS_OP_N, H, r, &one, d->dfch + el * rH, H, d->ones, 1, &one,
                                    g->fc_b + (size_t)el * H, 1));
+    return ZERO_OK;
+}
+
+/* Their backward likewise: d(expert output) in dy (eout, or the split stash), d(expert input)
+ * into eout; split: the weight halves left to moe_cuda_backward_weight. */
+static zero_status moe_experts_backward_batched(moe_cuda *d, int r, const gpt_moe_params *p, gpt_moe_params *g,
+                                                const float *dy, int split)
+{
+    const int C = d->C, H = d->H, El = d->El;
+    const long long rC = (long long)r * C, rH = (long long)r * H, HC = (long long)H * C;
+    /* proj: dfch = dY proj_w */
+    GPT_TRY(moe_gemm_batched(d, 0, 0, r, H, C, dy, C, rC, p->proj_w, H, HC, 0.0f, d->dfch, H, rH, El));
+    if (!split) GPT_TRY(moe_batched_weight_proj(d, r, dy, g));
+    MOE_CUDA_TRY(gpt_cuda_gelu_backward(d->dfch, d->fch, d->dfch, (size_t)El * rH, d->stream));
+    /* fc: dX = dfch fc_w (over dY when dy is eout: read by now) */
+    GPT_TRY(moe_gemm_batched(d, 0, 0, r, C, H, d->dfch, H, rH, p->fc_w, C, HC, 0.0f, d->eout, C, rC, El));
+    if (!split) GPT_TRY(moe_batched_weight_fc(d, r, g));
     return ZERO_OK;
 }
 
@@ -550,7 +581,7 @@ zero_status moe_cuda_forward(moe_cuda *d, moe_plan *pl, int32_t *sel_e, int32_t 
 /* ------------------------------------------------------------ backward */
 
 zero_status moe_cuda_backward(moe_cuda *d, moe_plan *pl, float dloss, const float *x, const float *dout, float *dx,
-                              const gpt_moe_params *p, gpt_moe_params *g)
+                              const gpt_moe_params *p, gpt_moe_params *g, int split)
 {
     const int N = d->N, E = d->E, K = d->K, C = d->C, H = d->H;
     /* out[n] += w y: dY = w dout[n] (send layout), dw = <dout[n], y> */
@@ -558,20 +589,24 @@ zero_status moe_cuda_backward(moe_cuda *d, moe_plan *pl, float dloss, const floa
                                                                    d->sel_w, K, C);
     MOE_LAUNCH_CHECK();
     GPT_TRY(moe_exchange(d, d->sendbuf, pl->sc, pl->sd, d->recvbuf, pl->rc, pl->rd, "dispatch (backward)"));
-    GPT_TRY(moe_permute(d, pl, d->eout, 1));
+    /* d(expert output): split, in the stash W reads; else in eout, which d(expert input) overwrites */
+    float *dy = split ? d->dyout : d->eout;
+    GPT_TRY(moe_permute(d, pl, dy, 1));
     const int uniform = moe_uniform_rows(d, pl);
-    if (uniform) GPT_TRY(moe_experts_backward_batched(d, uniform, p, g));
+    if (uniform) GPT_TRY(moe_experts_backward_batched(d, uniform, p, g, dy, split));
     for (int el = 0; el < d->El && !uniform; el++) {
         int r = (int)pl->erows[el];
         if (!r) continue;
         size_t f = pl->efirst[el];
-        GPT_TRY(moe_linear_backward(d, d->dfch + f * H, g->proj_w + (size_t)el * C * H, g->proj_b + (size_t)el * C,
-                                    d->eout + f * C, d->fch_gelu + f * H, p->proj_w + (size_t)el * C * H, r, H, C));
+        GPT_TRY(moe_linear_backward(d, d->dfch + f * H, split ? NULL : g->proj_w + (size_t)el * C * H,
+                                    split ? NULL : g->proj_b + (size_t)el * C, dy + f * C, d->fch_gelu + f * H,
+                                    p->proj_w + (size_t)el * C * H, r, H, C));
         MOE_CUDA_TRY(
             gpt_cuda_gelu_backward(d->dfch + f * H, d->fch + f * H, d->dfch + f * H, (size_t)r * H, d->stream));
-        /* d(expert input) overwrites d(expert output), read by now */
-        GPT_TRY(moe_linear_backward(d, d->eout + f * C, g->fc_w + (size_t)el * H * C, g->fc_b + (size_t)el * H,
-                                    d->dfch + f * H, d->xin + f * C, p->fc_w + (size_t)el * H * C, r, C, H));
+        /* d(expert input) overwrites d(expert output) when dy is eout: read by now */
+        GPT_TRY(moe_linear_backward(d, d->eout + f * C, split ? NULL : g->fc_w + (size_t)el * H * C,
+                                    split ? NULL : g->fc_b + (size_t)el * H, d->dfch + f * H, d->xin + f * C,
+                                    p->fc_w + (size_t)el * H * C, r, C, H));
     }
     GPT_TRY(moe_permute(d, pl, d->eout, 0));
     GPT_TRY(moe_exchange(d, d->recvbuf, pl->rc, pl->rd, d->sendbuf, pl->sc, pl->sd, "combine (backward)"));
@@ -586,5 +621,42 @@ zero_status moe_cuda_backward(moe_cuda *d, moe_plan *pl, float dloss, const floa
     GPT_TRY(moe_gemm(d, 0, 0, N, C, E, d->dprobs, E, p->gate_w, C, 1.0f, dx, C));        /* dx += dprobs gate_w */
     GPT_TRY(moe_gemm(d, 1, 0, E, C, N, d->dprobs, E, x, C, 1.0f, g->gate_w, C));          /* dgate += dprobs^T x */
     MOE_CUDA_TRY(cudaStreamSynchronize(d->stream));
+    return ZERO_OK;
+}
+
+/* ------------------------------------------------------------ split backward (B / W) */
+
+zero_status moe_cuda_split(moe_cuda *d, const moe_plan *pl, size_t *bytes)
+{
+    *bytes = sizeof(float) * (pl->Rmax > 0 ? pl->Rmax : 1) * (size_t)d->C;
+    if (d->dyout) return ZERO_OK;
+    cudaError_t e = cudaMalloc((void **)&d->dyout, *bytes);
+    if (e != cudaSuccess) {
+        d->dyout = NULL;
+        return gpt_fail(ZERO_OUT_OF_MEMORY, "gpt_moe_split_backward: cudaMalloc of %zu bytes of stash: %s", *bytes,
+                        cudaGetErrorString(e));
+    }
+    return ZERO_OK;
+}
+
+/* The unsplit backward's weight halves on the operands B left (d(expert output) in the stash,
+ * d(fc output) in dfch), batched or per expert as B chose; enqueued on the layer's stream. */
+zero_status moe_cuda_backward_weight(moe_cuda *d, const moe_plan *pl, gpt_moe_params *g)
+{
+    const int C = d->C, H = d->H;
+    const int uniform = moe_uniform_rows(d, pl);
+    if (uniform) {
+        GPT_TRY(moe_batched_weight_proj(d, uniform, d->dyout, g));
+        return moe_batched_weight_fc(d, uniform, g);
+    }
+    for (int el = 0; el < d->El; el++) {
+        int r = (int)pl->erows[el];
+        if (!r) continue;
+        size_t f = pl->efirst[el];
+        GPT_TRY(moe_linear_backward_weight(d, g->proj_w + (size_t)el * C * H, g->proj_b + (size_t)el * C,
+                                           d->dyout + f * C, d->fch_gelu + f * H, r, H, C));
+        GPT_TRY(moe_linear_backward_weight(d, g->fc_w + (size_t)el * H * C, g->fc_b + (size_t)el * H, d->dfch + f * H,
+                                           d->xin + f * C, r, C, H));
+    }
     return ZERO_OK;
 }

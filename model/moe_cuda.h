@@ -25,8 +25,14 @@ void moe_cuda_set_bf16(moe_cuda *d, int bf16);
 /* sel_e, sel_slot, sel_w: host, N x K, filled with the routing. */
 zero_status moe_cuda_forward(moe_cuda *d, moe_plan *pl, int32_t *sel_e, int32_t *sel_slot, float *sel_w,
                              const float *x, const float *init, float *out, const gpt_moe_params *p, float *aux);
+/* split: the experts' weight gradients left to moe_cuda_backward_weight
+ * (d(expert output) kept in the stash moe_cuda_split made). */
 zero_status moe_cuda_backward(moe_cuda *d, moe_plan *pl, float dloss, const float *x, const float *dout, float *dx,
-                              const gpt_moe_params *p, gpt_moe_params *g);
+                              const gpt_moe_params *p, gpt_moe_params *g, int split);
+/* The split backward's stash (once); *bytes: its size. */
+zero_status moe_cuda_split(moe_cuda *d, const moe_plan *pl, size_t *bytes);
+/* The experts' weight gradients of the last split backward, enqueued on the layer's stream. */
+zero_status moe_cuda_backward_weight(moe_cuda *d, const moe_plan *pl, gpt_moe_params *g);
 
 #ifdef __cplusplus
 }

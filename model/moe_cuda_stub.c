@@ -29,8 +29,21 @@ zero_status moe_cuda_forward(moe_cuda *d, moe_plan *pl, int32_t *sel_e, int32_t 
 }
 
 zero_status moe_cuda_backward(moe_cuda *d, moe_plan *pl, float dloss, const float *x, const float *dout, float *dx,
-                              const gpt_moe_params *p, gpt_moe_params *g)
+                              const gpt_moe_params *p, gpt_moe_params *g, int split)
 {
-    (void)d, (void)pl, (void)dloss, (void)x, (void)dout, (void)dx, (void)p, (void)g;
+    (void)d, (void)pl, (void)dloss, (void)x, (void)dout, (void)dx, (void)p, (void)g, (void)split;
     return gpt_fail(ZERO_UNSUPPORTED, "gpt_moe_backward: this build of the model has no CUDA path");
+}
+
+zero_status moe_cuda_split(moe_cuda *d, const moe_plan *pl, size_t *bytes)
+{
+    (void)d, (void)pl;
+    if (bytes) *bytes = 0;
+    return gpt_fail(ZERO_UNSUPPORTED, "gpt_moe_split_backward: this build of the model has no CUDA path");
+}
+
+zero_status moe_cuda_backward_weight(moe_cuda *d, const moe_plan *pl, gpt_moe_params *g)
+{
+    (void)d, (void)pl, (void)g;
+    return gpt_fail(ZERO_UNSUPPORTED, "gpt_moe_backward_weight: this build of the model has no CUDA path");
 }

@@ -37,7 +37,11 @@
  * loss (cross-entropy + 0.01 x aux, the aux share added by the stage's
  * forward, the cross-entropy at the end of the step) within 1e-6 relative
  * (the two terms are summed in another order), every gradient within
- * 1e-4 x max + 1e-3 |value| (gpt_test_compare: the layers' own reductions). */
+ * 1e-4 x max + 1e-3 |value| (gpt_test_compare: the layers' own reductions);
+ * and the split plan (every W after all the B's: the experts' weight
+ * gradients deferred in each slot's MoE layers, moe.h) likewise, with its
+ * loss and every expert weight and bias gradient BITWISE the GPipe stage's
+ * (B then W issues the unsplit backward's gemms on the same operands). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -205,10 +209,10 @@ int main(void)
         mc.moe_ep = 1;
         const size_t mt = gpt_param_elements(&mc);
         float *mp = gpt_test_init_params(&mc, 7), *mr = malloc(mt * 4), *ms = malloc(mt * 4);
-        float lr = 0, ls = 0;
+        float *mg = malloc(mt * 4), lr = 0, ls = 0, lg = 0;
         gpt_activation_bytes now, without;
         if (reference(&mc, mp, mt, &modes[0], tok, tgt, mr, &lr) == 0)
-            for (int j = 0; j < 2; j++) {
+            for (int j = 0; j < 3; j++) {
                 char what[128];
                 snprintf(what, sizeof what, "MoE, %s, %s", modes[0].name, plans[j].name);
                 if (staged(&mc, mp, mt, &modes[0], &plans[j], NULL, tok, tgt, ms, &ls, &now, &without) != 0) {
@@ -224,11 +228,17 @@ int main(void)
                     char name[192];
                     snprintf(name, sizeof name, "%s: d %s", what, info.name);
                     gpt_test_compare(name, ms + off, mr + off, info.numel, 0);
+                    int expert = strstr(info.name, "experts") != NULL; /* the experts' fc / proj weights and biases */
+                    if (j == 2 && expert)
+                        CHECK_MSG(memcmp(ms + off, mg + off, info.numel * 4) == 0,
+                                  "%s: not bitwise the unsplit (GPipe) stage's", name);
                     off += info.numel;
                 }
+                if (j == 0) memcpy(mg, ms, mt * 4), lg = ls;
+                if (j == 2) CHECK_MSG(ls == lg, "%s: loss %.9g vs GPipe's %.9g", what, ls, lg);
                 printf("%s: loss within 1e-6 and gradients within 1e-4 x max of the whole model\n", what);
             }
-        free(mp), free(mr), free(ms);
+        free(mp), free(mr), free(ms), free(mg);
     }
     for (int j = 0; j < 3; j++) pp_plan_free(&plans[j]);
     gpt_small_free(&s);

@@ -31,7 +31,10 @@
 #         (cpu_checkpointing).
 #   MoE blocks (4 experts, top-2; on CUDA one MoE layer per slot and block),
 #         1f1b fp32, against the single-rank MoE run: within 2e-3 relative,
-#         the dense fp32 tolerance.
+#         the dense fp32 tolerance; on CUDA also zb-h1 with MoE blocks (the
+#         experts' weight gradients deferred to W in their layers) against
+#         1f1b with them: within 1e-4 relative (the CPU's is bitwise:
+#         test_train_parallel.py::test_moe_pp2_ep2_zb_h1_is_1f1b).
 # The losses must also fall (the last step's below the first's).
 # Exit 77 when no GPU is visible (or the build has no CUDA) or no mpirun.
 set -euo pipefail
@@ -55,6 +58,7 @@ if [ "$dev" = cuda ]; then # the CPU stage runs these schedules in tests/model_p
   runpp il32 interleaved --set model.pp_virtual=2 # 2 chunks of 1 block per stage
   runpp zbh116 zb-h1 --set bf16.enabled=true # the split in the bf16 activation mode
   runpp ckoff32 1f1b --set 'activation_checkpointing={"partition_activations": true, "cpu_checkpointing": true}'
+  runpp moezb32 zb-h1 --set 'model.moe={"experts": 4, "top_k": 2}' # the MoE split backward
 fi
 grep -h "pipeline:" "$work"/*.out || true
 
@@ -76,6 +80,8 @@ if dev == "cuda":
     assert "keeps fp32 activations" not in open(os.path.join(w, "zbh116.out")).read(), "the bf16 split fell back"
     figs["pp2_ckpt_offload_vs_1f1b_rel"] = close(losses("ckoff32"), losses("f1b32"), 1e-4,
                                                  dev + " pp 2 1f1b fp32 with cpu_checkpointing vs without")
+    figs["pp2_moe_zbh1_vs_1f1b_rel"] = close(losses("moezb32"), losses("moe32"), 1e-4,
+                                             dev + " pp 2 zb-h1 fp32 MoE vs 1f1b MoE")
 print("FIGURES " + json.dumps(figs))
 PY
 echo "ok: zero-train pipeline on $dev (pp 2, 1f1b and zb-h1, fp32 and bf16, activation checkpointing) against the single-rank run"

@@ -461,12 +461,6 @@ int train_parallel_set_schedule(train_parallel *p, const char *schedule, int chu
     pp_plan plan;
     if (pp_plan_generate(&plan, kind, p->grid.pp_size, p->micro_batches, chunks) != ZERO_OK)
         return pfail(err, en, "model.pp_schedule \"%s\": %s", schedule, gpt_last_error());
-    if (plan.split && p->cfg.moe_experts > 0 && p->cuda) { /* the CPU's MoE blocks defer their W (moe.h) */
-        pp_plan_free(&plan);
-        return pfail(err, en, "model.pp_schedule \"%s\": its split (zero-bubble) backward does not run MoE blocks "
-                              "on CUDA (model.moe; the CUDA MoE layer computes its experts' weight gradients with "
-                              "the input's): use gpipe, 1f1b or interleaved, or train.device cpu", schedule);
-    }
     if (p->cuda) return cuda_stage_for(p, &plan, schedule, err, en);
     for (int c = 0; c < chunks; c++) {
         int need = plan.slots[p->grid.pp_rank * chunks + c];
