@@ -21,14 +21,17 @@
  * checks every variant against the scalar reference bit for bit, NaN,
  * infinities and subnormals included).
  *
- * Why not faster in cache: AdamW needs two correctly rounded divisions and
- * a square root per element to give torch's bits (fl(sqrt(v)/bc2) and
- * fl(fl(-lr*m)/denom)); on this class of core those run on one divider unit
- * whose throughput, not the caches, bounds the kernel when its arrays fit in
- * L2 (measured: a loop of only those three operations runs at 0.65 of a
- * same-traffic loop, at 256 and 512 bits alike; the kernel at 0.48;
- * docs/BENCHMARKS.md). Out of cache the kernel moves 28 bytes per element and memory bounds
- * it (docs/BENCHMARKS.md has both figures). */
+ * Why not faster in cache: AdamW needs a correctly rounded square root and
+ * two correctly rounded divisions per element to give torch's bits
+ * (fl(sqrt(v)/bc2) and fl(fl(-lr*m)/denom)). They run on one divider that is
+ * not pipelined, and its throughput bounds the kernel when its arrays are in
+ * cache: on a Zen 3 core a loop of only those three operations takes 4.3 ns
+ * per 8 elements (52 GB/s AdamW-equivalent) against 2.5-3 ns for a loop
+ * moving the same bytes (docs/BENCHMARKS.md, issue 15). The AVX2 variant
+ * therefore divides by the per-step constant bc2 without the divider (the
+ * reciprocal and one FMA correction below, correctly rounded, so the same
+ * bits): one divider operation fewer per element. Out of cache the kernel
+ * moves 28 bytes per element and memory bounds it. */
 #include "cpu_optim.h"
 
 /* No fused multiply-adds whatever the build's language mode (see above):
@@ -80,6 +83,8 @@
     } while (0)
 #define BC2_DIVIDE(x) ((x) / bc2)
 #define BC2_ONE(x) (x)
+/* AVX2 only: the division by bc2 through its reciprocal (bc2_div8 below). */
+#define BC2_RECIP8(x) bc2_div8((x), bc2_recip, bc2)
 
 #define ADAMW_VECTOR_LOOP(VT, SQRTV, BC2)                                                      \
     for (; W > 1 && i + W <= hi; i += W) {                                                     \
@@ -133,6 +138,7 @@
 
 #define ADAMW_FAST_LOOPS(VT, SQRTV)                                                            \
     const float fa = h->fast_num, fb = h->fast_eps;                                            \
+    for (; i < head_end; i++) ADAMW_FAST_STEP(float, sqrtf, g[i], p[i], m[i], v[i], p[i], m[i], v[i]); \
     for (; W > 1 && i + W <= hi; i += W) {                                                     \
         VT gv, pv, mv, vv, po, mo, vo;                                                         \
         memcpy(&gv, g + i, sizeof gv);                                                         \
@@ -146,19 +152,28 @@
     }                                                                                          \
     for (; i < hi; i++) ADAMW_FAST_STEP(float, sqrtf, g[i], p[i], m[i], v[i], p[i], m[i], v[i]);
 
-#define ADAMW_BODY(VT, SQRTV)                                                     \
+/* RECIP_LOOP: empty, or (AVX2) one more case between bc2 == 1 and the
+ * division: `else if (...) { the vector loop with BC2_RECIP8 }`. */
+#define ADAMW_BODY(VT, SQRTV, RECIP_LOOP)                                                      \
     const float gs = h->grad_scale, decay = h->decay, b1 = h->beta1, omb1 = h->one_minus_beta1; \
     const float b2 = h->beta2, omb2 = h->one_minus_beta2, nss = h->neg_step_size, bc2 = h->bc2_sqrt; \
     const float eps = h->eps;                                                                  \
     const size_t W = sizeof(VT) / sizeof(float);                                               \
     size_t i = lo;                                                                             \
+    /* Scalar steps (the same bits) until p + i is vector-aligned, so that the \
+     * vector stores to p (and to m, v, which the engine lays out alike) do  \
+     * not straddle cache lines: malloc'ed arrays are 16 bytes off 32 and    \
+     * half of the 256-bit stores would (measured: 1.1x in cache, AVX2). */  \
+    size_t head_end = lo + (((size_t)0 - (uintptr_t)(p + lo)) % sizeof(VT)) / sizeof(float); \
+    if (W == 1 || head_end > hi) head_end = W == 1 ? lo : hi;                                  \
     if (h->fast) {                                                                             \
         ADAMW_FAST_LOOPS(VT, SQRTV)                                                            \
         return;                                                                                \
     }                                                                                          \
+    for (; i < head_end; i++) ADAMW_STEP(float, sqrtf, BC2_DIVIDE, g[i], p[i], m[i], v[i], p[i], m[i], v[i]); \
     if (bc2 == 1.0f) {                                                                         \
         ADAMW_VECTOR_LOOP(VT, SQRTV, BC2_ONE)                                                  \
-    } else {                                                                                   \
+    } RECIP_LOOP else {                                                                        \
         ADAMW_VECTOR_LOOP(VT, SQRTV, BC2_DIVIDE)                                               \
     }                                                                                          \
     for (; i < hi; i++) ADAMW_STEP(float, sqrtf, BC2_DIVIDE, g[i], p[i], m[i], v[i], p[i], m[i], v[i]);
@@ -207,7 +222,7 @@
         size_t lo, size_t hi
 
 /* The scalar reference: every other variant must give its bits. */
-static void adamw_scalar(ADAMW_ARGS) { ADAMW_BODY(float, sqrtf) }
+static void adamw_scalar(ADAMW_ARGS) { ADAMW_BODY(float, sqrtf, ) }
 static void sgd_scalar(SGD_ARGS) { SGD_BODY(float) }
 
 #if ZERO_OPTIM_X86
@@ -217,13 +232,78 @@ __attribute__((target("avx512f"))) static inline __m512 sqrt16(__m512 x) { retur
 __attribute__((target("avx"))) static inline __m256 sqrt8(__m256 x) { return _mm256_sqrt_ps(x); }
 static inline __m128 sqrt4(__m128 x) { return _mm_sqrt_ps(x); }
 
-__attribute__((target("avx512f"))) static void adamw_avx512(ADAMW_ARGS) { ADAMW_BODY(__m512, sqrt16) }
-__attribute__((target("avx2"))) static void adamw_avx2(ADAMW_ARGS) { ADAMW_BODY(__m256, sqrt8) }
-static void adamw_sse2(ADAMW_ARGS) { ADAMW_BODY(__m128, sqrt4) }
+/* ---- fl(a / bc2) without the divider, for a = sqrt(v) (AVX2 variant).
+ * y = fl(1 / bc2) once per call (a float division: correctly rounded, as
+ * the method needs; not a double rounded twice). Per element:
+ *   q0 = fl(a * y)                 within 1 ulp of a / bc2
+ *   nr = fl(q0 * bc2 - a)  (FMA)   exact: the remainder of q0 fits a float
+ *   q  = fl(q0 - nr * y)   (FMA)   = fl(a / bc2), correctly rounded
+ * Markstein's theorem (IBM J. Res. Dev. 34(1), 1990; Muller et al.,
+ * Handbook of Floating-Point Arithmetic, "Newton-Raphson-based division
+ * with an FMA"): with y the correctly rounded reciprocal and q0 within 1 ulp,
+ * the remainder is exact and one correction rounds correctly, barring
+ * overflow and underflow. Those cannot occur here: a = sqrt(v) is 0, NaN,
+ * +inf or in [2^-75, 2^64), and bc2_recip_ok() keeps bc2 in [2^-20, 1), so q0
+ * stays below 2^84 and the remainder's bits are multiples of at least 2^-141
+ * (representable even where it is subnormal). Zeros keep their sign (the
+ * correction is written as q0 - nr * y: -0 - (+0) = -0, where q0 + r * y
+ * would give +0); a vector holding an infinity or a NaN (a < inf false)
+ * takes the division instead (inf - NaN * y would be NaN). Checked: every
+ * significand of a in [1, 2) (scaling by powers of two is exact here)
+ * against the division for thousands of bc2 values (tests/optim/
+ * test_cpu_optim.c does all of them for a few bc2 through
+ * zero_cpu_optim_bc2_div), and the kernel bitwise against the scalar
+ * reference, which divides. Why: the two FMAs and the multiply run on the
+ * multiply pipes, which the divider leaves idle, where the division took
+ * 3.5 of the divider's ~12 cycles per vector (sqrt 5, two divisions 3.5
+ * each, measured on Zen 3; docs/BENCHMARKS.md). */
+static inline int bc2_recip_ok(float bc2) { return bc2 >= 0x1p-20f && bc2 < 1.0f; }
+
+__attribute__((target("avx2,fma"))) static inline __m256 bc2_div8(__m256 a, float y, float bc2)
+{
+    const __m256 yv = _mm256_set1_ps(y), bv = _mm256_set1_ps(bc2);
+    const __m256 q0 = _mm256_mul_ps(a, yv);
+    const __m256 nr = _mm256_fmsub_ps(q0, bv, a);
+    __m256 q = _mm256_fnmadd_ps(nr, yv, q0);
+    /* A branch, not a blend: never taken in training, and a blend's extra
+     * operations cost more than the predicted branch (measured). */
+    if (__builtin_expect(_mm256_movemask_ps(_mm256_cmp_ps(a, _mm256_set1_ps(INFINITY), _CMP_LT_OQ)) != 0xff, 0))
+        q = _mm256_div_ps(a, bv);
+    return q;
+}
+/* zero_cpu_optim_bc2_div's loop: the kernel's bc2_div8, nothing else. */
+__attribute__((target("avx2,fma"))) static void bc2_div_avx2(const float *a, float *q, size_t n, float bc2)
+{
+    const float bc2_recip = 1.0f / bc2;
+    for (size_t i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(q + i, bc2_div8(_mm256_loadu_ps(a + i), bc2_recip, bc2));
+}
+#define AVX2_RECIP_LOOP                                                                        \
+    else if (bc2_recip_ok(bc2)) {                                                              \
+        const float bc2_recip = 1.0f / bc2;                                                    \
+        ADAMW_VECTOR_LOOP(__m256, sqrt8, BC2_RECIP8)                                           \
+    }
+
+/* The AVX-512 variant keeps the division: no AVX-512 machine was at hand to
+ * run a 16-lane bc2_div (the method is the same). */
+__attribute__((target("avx512f"))) static void adamw_avx512(ADAMW_ARGS) { ADAMW_BODY(__m512, sqrt16, ) }
+__attribute__((target("avx2,fma"))) static void adamw_avx2(ADAMW_ARGS) { ADAMW_BODY(__m256, sqrt8, AVX2_RECIP_LOOP) }
+static void adamw_sse2(ADAMW_ARGS) { ADAMW_BODY(__m128, sqrt4, ) }
 __attribute__((target("avx512f"))) static void sgd_avx512(SGD_ARGS) { SGD_BODY(__m512) }
 __attribute__((target("avx2"))) static void sgd_avx2(SGD_ARGS) { SGD_BODY(__m256) }
 static void sgd_sse2(SGD_ARGS) { SGD_BODY(__m128) }
 #endif
+
+int zero_cpu_optim_bc2_div(const float *a, float *q, size_t n, float bc2)
+{
+#if ZERO_OPTIM_X86
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !bc2_recip_ok(bc2)) return 0;
+    bc2_div_avx2(a, q, n, bc2);
+    return 1;
+#else
+    (void)a, (void)q, (void)n, (void)bc2;
+    return 0;
+#endif
+}
 
 /* ---------------------------------------------------------------- dispatch */
 
@@ -241,7 +321,8 @@ int zero_cpu_optim_supported(const zero_cpu_optim_variant *v)
 {
 #if ZERO_OPTIM_X86
     if (!strcmp(v->name, "avx512")) return __builtin_cpu_supports("avx512f");
-    if (!strcmp(v->name, "avx2")) return __builtin_cpu_supports("avx2");
+    /* every AVX2 CPU has FMA too, but a hypervisor may hide one of them */
+    if (!strcmp(v->name, "avx2")) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
     (void)v;
     return 1;

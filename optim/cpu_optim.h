@@ -98,4 +98,11 @@ int zero_cpu_optim_supported(const zero_cpu_optim_variant *v);
 /* The variant zero_cpu_adamw / zero_cpu_sgd use. */
 const zero_cpu_optim_variant *zero_cpu_optim_active(void);
 
+/* Internal, for the bitwise test: q[i] = fl(a[i] / bc2) for i < n (n a
+ * multiple of 8) through the AVX2 variant's division by bc2 without the
+ * divider (cpu_optim.c, bc2_div8), for a = sqrt(v) values (>= 0, inf, NaN).
+ * Returns 0 and writes nothing where that path does not run: not x86, no
+ * AVX2 + FMA, or bc2 outside [2^-20, 1) (the kernel divides there). */
+int zero_cpu_optim_bc2_div(const float *a, float *q, size_t n, float bc2);
+
 #endif

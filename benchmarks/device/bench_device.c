@@ -16,11 +16,16 @@
  * the widest vector ISA the CPU has, split over the same threads the same
  * way: in cache (arrays of 64 Ki elements, 1 MiB for AdamW, which fits a
  * core's L2) and out of cache (32 Mi elements, 512 MiB), at 1 and 2
- * threads, kernel and peer alternated, best of 5 rounds each. Then, in
+ * threads, kernel and peer alternated, the best of many rounds each (in
+ * cache 100 rounds of 20 passes: on a shared machine a short round is
+ * often undisturbed, a long one seldom; out of cache 5 of 6). Then, in
  * cache at one thread: the AdamW kernel with bc2 = 1 (where it skips that
  * division), and the divider bound: a loop of only AdamW's square root and
  * two divisions per element, at 256 and 512 bits, in the same GB/s (28
- * bytes an element), the ceiling of the in-cache AdamW row. --clock cpu
+ * bytes an element), the ceiling of the in-cache exact AdamW row of the
+ * variants that divide by bc2; and with one division (256-bit), the
+ * ceiling of the AVX2 kernel, which divides by bc2 without the divider, and
+ * of the fast mode. --clock cpu
  * times by process CPU time (one-thread rows) on a shared machine. */
 #include <math.h>
 #include <stdint.h>
@@ -174,21 +179,34 @@ static void peer_base(float *restrict p, const float *restrict g, float *restric
 /* The divider bound: AdamW's correctly rounded square root and two
  * divisions per element (denom = sqrt(v) / bc2 + eps, p = m / denom: what
  * torch's bits need), and nothing else, on in-cache arrays: how fast the
- * kernel could be if memory and every other instruction were free. */
+ * kernel could be if memory and every other instruction were free. bc2 comes
+ * in at run time: with the constant 0.5 written here, GCC turned x / 0.5
+ * into x + x (exact for a power of two), so this row measured one division
+ * fewer than its label until 2026-12-02 (docs/BENCHMARKS.md, issue 15).
+ * divs 1: the square root and the one division left where the bc2 division
+ * is skipped (bc2 = 1) or done without the divider (the AVX2 kernel). */
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
-PEER_AVX512 static void divider_512(float *restrict p, const float *restrict m, const float *restrict v, size_t n)
+PEER_AVX512 static void divider_512(float *restrict p, const float *restrict m, const float *restrict v, size_t n,
+                                    float bc2f)
 {
-    const __m512 bc2 = _mm512_set1_ps(0.5f), eps = _mm512_set1_ps(1e-8f);
+    const __m512 bc2 = _mm512_set1_ps(bc2f), eps = _mm512_set1_ps(1e-8f);
     for (size_t i = 0; i + 16 <= n; i += 16) {
         __m512 d = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(_mm512_loadu_ps(v + i)), bc2), eps);
         _mm512_storeu_ps(p + i, _mm512_div_ps(_mm512_loadu_ps(m + i), d));
     }
 }
 __attribute__((target("avx"))) static void divider_256(float *restrict p, const float *restrict m,
-                                                        const float *restrict v, size_t n)
+                                                        const float *restrict v, size_t n, float bc2f, int divs)
 {
-    const __m256 bc2 = _mm256_set1_ps(0.5f), eps = _mm256_set1_ps(1e-8f);
+    const __m256 bc2 = _mm256_set1_ps(bc2f), eps = _mm256_set1_ps(1e-8f);
+    if (divs == 1) {
+        for (size_t i = 0; i + 8 <= n; i += 8) {
+            __m256 d = _mm256_add_ps(_mm256_sqrt_ps(_mm256_loadu_ps(v + i)), eps);
+            _mm256_storeu_ps(p + i, _mm256_div_ps(_mm256_loadu_ps(m + i), d));
+        }
+        return;
+    }
     for (size_t i = 0; i + 8 <= n; i += 8) {
         __m256 d = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(_mm256_loadu_ps(v + i)), bc2), eps);
         _mm256_storeu_ps(p + i, _mm256_div_ps(_mm256_loadu_ps(m + i), d));
@@ -198,6 +216,10 @@ __attribute__((target("avx"))) static void divider_256(float *restrict p, const 
 #else
 #define HAVE_DIVIDER_LOOPS 0
 #endif
+
+/* In cache: the best of 100 rounds of 20 passes (1.8 ms of AdamW each). */
+#define IN_CACHE_ROUNDS 100
+#define IN_CACHE_REPS 20
 
 typedef struct optim_arrays {
     float *p, *g, *m1, *m2;
@@ -256,8 +278,8 @@ static int bench_divider(FILE *f, int first_row, optim_arrays *A, const zero_opt
         zero_optim_hyper h1 = *h;
         h1.bc2_sqrt = 1.0f;
         double best = 1e30;
-        for (int round = 0; round < 5; round++) {
-            double t = optim_time(A, 0, 0, &h1, 1, 2000);
+        for (int round = 0; round < IN_CACHE_ROUNDS; round++) {
+            double t = optim_time(A, 0, 0, &h1, 1, IN_CACHE_REPS);
             best = t < best ? t : best;
         }
         double g = 28.0 * (double)A->n / best / 1e9;
@@ -272,27 +294,32 @@ static int bench_divider(FILE *f, int first_row, optim_arrays *A, const zero_opt
 #if ZERO_HAVE_OPENMP
     omp_set_num_threads(1);
 #endif
-    for (int w = 0; w < 2; w++) {
-        if (w == 1 && !__builtin_cpu_supports("avx512f")) break;
-        if (w == 0 && !__builtin_cpu_supports("avx")) continue;
-        const int reps = 2000;
+    /* through a volatile: a constant would let the compiler fold the division */
+    volatile float bc2_at_run_time = h->bc2_sqrt;
+    const float bc2 = bc2_at_run_time;
+    /* w 0: 256-bit, two divisions; 1: 512-bit, two; 2: 256-bit, one */
+    for (int w = 0; w < 3; w++) {
+        if (w == 1 && !__builtin_cpu_supports("avx512f")) continue;
+        if (w != 1 && !__builtin_cpu_supports("avx")) continue;
+        const int reps = IN_CACHE_REPS;
         double best = 1e30;
-        for (int round = 0; round < 5; round++) {
+        for (int round = 0; round < IN_CACHE_ROUNDS; round++) {
             double t0 = now();
             for (int r = 0; r < reps; r++) {
-                if (w) divider_512(A->p, A->m1, A->m2, A->n);
-                else divider_256(A->p, A->m1, A->m2, A->n);
+                if (w == 1) divider_512(A->p, A->m1, A->m2, A->n, bc2);
+                else divider_256(A->p, A->m1, A->m2, A->n, bc2, w == 2 ? 1 : 2);
             }
             double t = (now() - t0) / reps;
             best = t < best ? t : best;
         }
         double g = 28.0 * (double)A->n / best / 1e9;
-        printf("%-6s %-13s %7d %10.2f %10s %10.1f %7s   (sqrt + 2 div per element, %d-bit)\n", "divide", "in cache", 1, g,
-               "-", best * 1e6, "-", w ? 512 : 256);
+        const int bits = w == 1 ? 512 : 256, divs = w == 2 ? 1 : 2;
+        printf("%-6s %-13s %7d %10.2f %10s %10.1f %7s   (sqrt + %d div per element, %d-bit)\n", "divide", "in cache", 1,
+               g, "-", best * 1e6, "-", divs, bits);
         if (f)
-            fprintf(f, "%s  {\"kernel\": \"divider\", \"bits\": %d, \"n\": %zu, \"threads\": 1, "
+            fprintf(f, "%s  {\"kernel\": \"divider\", \"bits\": %d, \"divisions\": %d, \"n\": %zu, \"threads\": 1, "
                        "\"kernel_gbps\": %.4f}",
-                    first_row + rows ? ",\n" : "", w ? 512 : 256, A->n, g);
+                    first_row + rows ? ",\n" : "", bits, divs, A->n, g);
         rows++;
     }
 #else
@@ -315,8 +342,8 @@ static int bench_optim(FILE *f, int first_row)
     const size_t sizes[2] = {(size_t)1 << 16, (size_t)1 << 25};
     const char *where[2] = {"in cache", "out of cache"};
     int rows = 0;
-    printf("\noptimizer kernels (variant %s) vs a same-traffic loop (%s), best of 5, alternated\n",
-           zero_cpu_optim_active()->name, wide ? "avx512f" : "baseline");
+    printf("\noptimizer kernels (variant %s) vs a same-traffic loop (%s), best of %d rounds in cache, alternated\n",
+           zero_cpu_optim_active()->name, wide ? "avx512f" : "baseline", IN_CACHE_ROUNDS);
     printf("%-10s %-13s %7s %10s %10s %10s %7s\n", "kernel", "arrays", "threads", "kern GB/s", "peer GB/s", "time(us)",
            "ratio");
     for (int si = 0; si < 2; si++) {
@@ -328,7 +355,7 @@ static int bench_optim(FILE *f, int first_row)
             exit(1);
         }
         for (size_t i = 0; i < n; i++) A.p[i] = 1.0f, A.g[i] = 1e-3f * (float)(i % 7), A.m1[i] = 0.0f, A.m2[i] = 0.0f;
-        int reps = si == 0 ? 2000 : 6;
+        const int reps = si == 0 ? IN_CACHE_REPS : 6, rounds = si == 0 ? IN_CACHE_ROUNDS : 5;
         /* kind 0 AdamW (exact), 1 SGD + momentum, 2 AdamW's opt-in fast mode */
         for (int kind = 0; kind < 3; kind++) {
             double bytes = (kind != 1 ? 28.0 : 20.0) * (double)n;
@@ -344,7 +371,7 @@ static int bench_optim(FILE *f, int first_row)
 #endif
                 double bk = 1e30, bp = 1e30;
                 optim_pass(&A, kind, 0, &hk, wide), optim_pass(&A, kind, 1, &hk, wide); /* warm up */
-                for (int round = 0; round < 5; round++) {
+                for (int round = 0; round < rounds; round++) {
                     double tk = optim_time(&A, kind, 0, &hk, wide, reps);
                     double tp = optim_time(&A, kind, 1, &hk, wide, reps);
                     bk = tk < bk ? tk : bk;

@@ -6,6 +6,11 @@
  * correction sqrt(1 - beta2^t) is 1 in float and the vector loops skip its
  * division); SGD with and without momentum, nesterov and the first step; and the threaded entry points (zero_cpu_adamw/sgd,
  * whatever variant is active) give the same bits as one scalar pass.
+ * The AVX2 variant divides by bc2 through its reciprocal and an FMA
+ * correction (optim/cpu_optim.c, bc2_div8): that division alone gives the
+ * division's bits for every significand of a in three binades and special
+ * values, at bc2 values including the ends of its range; and the kernel at
+ * those bc2 values, lengths 0..67 at offsets 0..3, matches the reference.
  * Variants the CPU cannot run are reported and skipped; on this project's
  * x86-64 CI every variant but avx512 (where the CPU lacks it) runs. */
 #include <math.h>
@@ -173,6 +178,85 @@ static void check_fast_bound(const zero_cpu_optim_variant *ref, const float *p0,
            "subnormal numerator (outside the bound's domain)\n", worst, skipped, 6 * N);
 }
 
+/* bc2_div8 (the AVX2 variant's fl(a / bc2) without the divider) against
+ * the division, bit for bit: every float a in [1, 2), [2^-75, 2^-74) (the
+ * square roots of subnormals start at 2^-74.5) and [2^63, 2^64) (up to
+ * sqrt(FLT_MAX)), and zeros, infinities, NaN; at the bias corrections of
+ * steps 1-3, the ends of the method's range [2^-20, 1) and significands of
+ * all ones. Skipped (reported) where the CPU lacks AVX2 or FMA. */
+static void check_bc2_div(void)
+{
+    const float bc2s[] = {hyper(1, 0, 0).bc2_sqrt, hyper(2, 0, 0).bc2_sqrt, hyper(3, 0, 0).bc2_sqrt, 0x1p-20f,
+                          0x1.fffffep-1f, 0x1.fffffep-3f, 0x1.800002p-7f};
+    const int binades[] = {0, -75, 63};
+    enum { CH = 65536 };
+    float *a = malloc(CH * 4), *q = malloc(CH * 4);
+    if (!a || !q) {
+        CHECK(0);
+        return;
+    }
+    long tested = 0;
+    for (size_t bi = 0; bi < sizeof bc2s / sizeof *bc2s; bi++) {
+        const float bc2 = bc2s[bi];
+        if (!zero_cpu_optim_bc2_div(a, q, 0, bc2)) {
+            printf("bc2_div: no AVX2 + FMA on this CPU (or not x86), skipped\n");
+            break;
+        }
+        /* all three binades at two bc2 values, [1, 2) at the others (the
+         * test's time); scaling a by a power of two scales the quotient */
+        for (size_t e = 0; e < (bi < 2 ? sizeof binades / sizeof *binades : 1); e++)
+            for (uint32_t start = 0; start < (1u << 23); start += CH) {
+                for (uint32_t i = 0; i < CH; i++) {
+                    uint32_t bits = ((uint32_t)(binades[e] + 127) << 23) | (start + i);
+                    memcpy(a + i, &bits, 4);
+                }
+                if (start == 0) a[0] = 0.0f, a[1] = -0.0f, a[2] = INFINITY, a[3] = NAN, a[9] = 0x1.fffffep63f;
+                CHECK(zero_cpu_optim_bc2_div(a, q, CH, bc2));
+                size_t bad = CH;
+                for (uint32_t i = 0; i < CH && bad == CH; i++) {
+                    const float want = a[i] / bc2;
+                    if (memcmp(&want, q + i, 4) != 0 && !(isnan(want) && isnan(q[i]))) bad = i;
+                }
+                CHECK_MSG(bad == CH, "bc2_div: %a / %a gave %a, the division %a", bad < CH ? (double)a[bad] : 0.0,
+                          (double)bc2, bad < CH ? (double)q[bad] : 0.0, bad < CH ? (double)(a[bad] / bc2) : 0.0);
+                tested += CH;
+            }
+    }
+    if (tested) printf("bc2_div: %ld quotients bitwise equal to the division\n", tested);
+    free(a), free(q);
+}
+
+/* Every variant's kernel at bc2 values at and beyond the ends of the AVX2
+ * reciprocal's range (2^-20 and just below it, where it divides; just
+ * below 1), lengths 0..67 at offsets 0..3: the vector loop, its remainder
+ * and the switch between the paths, bitwise against the reference. */
+static void check_bc2_range(const zero_cpu_optim_variant *ref, const float *p0, const float *g, const float *m0,
+                            const float *v0, float *pr, float *mr, float *vr, float *pt, float *mt, float *vt)
+{
+    const float bc2s[] = {0x1p-20f, 0x1.fffffep-21f, 0x1.fffffep-1f, 0x1.800002p-7f};
+    for (int vi = 0; zero_cpu_optim_variant_at(vi); vi++) {
+        const zero_cpu_optim_variant *k = zero_cpu_optim_variant_at(vi);
+        if (!zero_cpu_optim_supported(k)) continue;
+        for (size_t bi = 0; bi < sizeof bc2s / sizeof *bc2s; bi++) {
+            zero_optim_hyper h = hyper(2, 0, 1);
+            h.bc2_sqrt = bc2s[bi];
+            for (size_t lo = 0; lo < 4; lo++)
+                for (size_t len = 0; len <= 67; len++) {
+                    /* a window of W elements: the range and what lies past it, untouched */
+                    enum { W = 128 };
+                    size_t at = 0;
+                    memcpy(pr, p0, W * 4), memcpy(mr, m0, W * 4), memcpy(vr, v0, W * 4);
+                    memcpy(pt, p0, W * 4), memcpy(mt, m0, W * 4), memcpy(vt, v0, W * 4);
+                    ref->adamw(&h, pr, g, mr, vr, lo, lo + len);
+                    k->adamw(&h, pt, g, mt, vt, lo, lo + len);
+                    CHECK_MSG(same_bits(pr, pt, W, &at) && same_bits(mr, mt, W, &at) && same_bits(vr, vt, W, &at),
+                              "adamw %s bc2 %a [%zu, %zu): element %zu differs", k->name, (double)bc2s[bi], lo,
+                              lo + len, at);
+                }
+        }
+    }
+}
+
 int main(void)
 {
     float *p0 = malloc(N * 4), *g = malloc(N * 4), *m0 = malloc(N * 4), *v0 = malloc(N * 4);
@@ -335,12 +419,14 @@ int main(void)
     }
 
     check_fast_bound(ref, p0, g, m0, v0, pr, mr, vr, pt, mt, vt);
+    check_bc2_range(ref, p0, g, m0, v0, pr, mr, vr, pt, mt, vt);
 
     /* ZERO_CPU_ISA caps the choice (read once, so checked in a fresh process by meson: see meson.build). */
     const char *cap = getenv("ZERO_CPU_ISA");
     const zero_cpu_optim_variant *capped = NULL;
     for (int i = 0; cap && zero_cpu_optim_variant_at(i); i++)
         if (!strcmp(zero_cpu_optim_variant_at(i)->name, cap)) capped = zero_cpu_optim_variant_at(i);
+    if (!cap) check_bc2_div(); /* independent of the variant cap: once, in the uncapped run */
     if (capped && zero_cpu_optim_supported(capped)) CHECK_MSG(!strcmp(zero_cpu_optim_active()->name, cap), "ZERO_CPU_ISA=%s but %s is active", cap,
                        zero_cpu_optim_active()->name);
     free(p0), free(g), free(m0), free(v0), free(pr), free(mr), free(vr), free(pt), free(mt), free(vt);
