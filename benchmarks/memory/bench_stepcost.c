@@ -9,7 +9,11 @@
  * master, gradient and moments, fp32), so step and kernel alternate and
  * share the machine's state. Medians over the repetitions; "ratio" is
  * step / kernel, the overhead the engine adds (norm, clipping, casts,
- * gathers, bookkeeping). "micro" is the median micro-step (the model's
+ * gathers, bookkeeping). "paired" is the median of the repetitions' own
+ * step / kernel quotients: each pair ran back to back, so a load that drifts
+ * over the run (a shared machine's other jobs) cancels in it, where the
+ * ratio of the two medians may take them from different phases of the
+ * load. "micro" is the median micro-step (the model's
  * forward/backward and grads_ready, where the gradient reductions and, on
  * the CPU, the norm's sums of squares happen): what moved out of the step
  * must not reappear there at full price. */
@@ -59,11 +63,12 @@ int bench_cmd_stepcost(int argc, char **argv)
                (unsigned long long)m.numel, zero_comm_size(world), zero_dtype_name(o.dtype),
                o.optimizer == ZERO_OPTIM_ADAMW ? "AdamW" : "SGD", zero_cpu_optim_active()->name, bench_run_threads(),
                o.steps, o.cpu_clock ? "process CPU time" : "wall clock");
-    if (rank == 0) printf("%-6s %12s %12s %8s %12s\n", "stage", "step(ms)", "kernel(ms)", "ratio", "micro(ms)");
+    if (rank == 0)
+        printf("%-6s %12s %12s %8s %8s %12s\n", "stage", "step(ms)", "kernel(ms)", "ratio", "paired", "micro(ms)");
     double (*now)(void) = o.cpu_clock ? bench_cpu_s : bench_now_s;
     double *ts = calloc((size_t)o.steps, sizeof *ts), *tk = calloc((size_t)o.steps, sizeof *tk);
-    double *tm = calloc((size_t)o.steps, sizeof *tm);
-    int rc = ts && tk && tm ? 0 : 1;
+    double *tm = calloc((size_t)o.steps, sizeof *tm), *tq = calloc((size_t)o.steps, sizeof *tq);
+    int rc = ts && tk && tm && tq ? 0 : 1;
     json_t *rows = json_array();
     for (int stage = 0; stage < 4 && !rc; stage++) {
         if (!(o.stage_mask & (1u << stage))) continue;
@@ -102,17 +107,21 @@ int bench_cmd_stepcost(int argc, char **argv)
             if (o.optimizer == ZERO_OPTIM_ADAMW) zero_cpu_adamw(&h, p, g, m1, m2, n);
             else zero_cpu_sgd(&h, p, g, o.momentum > 0 ? m1 : NULL, n);
             double t2 = now();
-            if (r >= o.warmup) ts[r - o.warmup] = t1 - t0, tk[r - o.warmup] = t2 - t1, tm[r - o.warmup] = tm1 - tm0;
+            if (r >= o.warmup) {
+                const int k = r - o.warmup;
+                ts[k] = t1 - t0, tk[k] = t2 - t1, tm[k] = tm1 - tm0;
+                tq[k] = tk[k] > 0 ? ts[k] / tk[k] : 0.0;
+            }
         }
         if (!p || !g || !m1 || !m2) rc = 1;
         free(p), free(g), free(m1), free(m2);
         zero_engine_destroy(e);
         if (rc) break;
         double ms = bench_median(ts, o.steps) * 1e3, mk = bench_median(tk, o.steps) * 1e3;
-        double mm = bench_median(tm, o.steps) * 1e3;
-        if (rank == 0) printf("%-6d %12.2f %12.2f %8.3f %12.2f\n", stage, ms, mk, ms / mk, mm);
-        json_array_append_new(rows, json_pack("{s:i, s:f, s:f, s:f, s:f, s:I}", "stage", stage, "step_ms", ms,
-                                              "kernel_ms", mk, "ratio", ms / mk, "micro_ms", mm,
+        double mm = bench_median(tm, o.steps) * 1e3, mq = bench_median(tq, o.steps);
+        if (rank == 0) printf("%-6d %12.2f %12.2f %8.3f %8.3f %12.2f\n", stage, ms, mk, ms / mk, mq, mm);
+        json_array_append_new(rows, json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:I}", "stage", stage, "step_ms", ms,
+                                              "kernel_ms", mk, "ratio", ms / mk, "paired_ratio", mq, "micro_ms", mm,
                                               "elements", (json_int_t)n));
     }
     if (!rc && rank == 0 && o.json_path) {
@@ -125,7 +134,7 @@ int bench_cmd_stepcost(int argc, char **argv)
         json_decref(root);
     }
     json_decref(rows);
-    free(ts), free(tk), free(tm);
+    free(ts), free(tk), free(tm), free(tq);
     bench_model_free(&m);
     zero_device_close(dev);
     zero_comm_destroy(world);
