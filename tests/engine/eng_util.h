@@ -234,16 +234,23 @@ static inline zero_status eng_train_step(zero_engine *e, zero_device *dev, const
     return zero_engine_step(e, res);
 }
 
-/* Full fp32 values of every param (collective), concatenated. */
-static inline float *eng_collect_master(zero_engine *e, uint64_t *total)
+/* How many elements all of e's params hold together. */
+static inline uint64_t eng_param_total(zero_engine *e)
 {
     uint64_t n = 0;
-    int np = zero_engine_get_num_params(e);
-    for (int p = 0; p < np; p++) {
+    for (int p = 0; p < zero_engine_get_num_params(e); p++) {
         zero_param_info pi;
         zero_engine_get_param_info(e, p, &pi);
         n += pi.numel;
     }
+    return n;
+}
+
+/* Full fp32 values of every param (collective), concatenated. */
+static inline float *eng_collect_master(zero_engine *e, uint64_t *total)
+{
+    const int np = zero_engine_get_num_params(e);
+    const uint64_t n = eng_param_total(e);
     float *all = calloc(n ? n : 1, sizeof *all);
     uint64_t off = 0;
     for (int p = 0; p < np; p++) {
@@ -260,13 +267,8 @@ static inline float *eng_collect_master(zero_engine *e, uint64_t *total)
  * at stage 3), widened to fp32, concatenated. */
 static inline float *eng_collect_params(zero_engine *e, zero_device *dev, zero_dtype dt)
 {
-    uint64_t n = 0;
-    int np = zero_engine_get_num_params(e);
-    for (int p = 0; p < np; p++) {
-        zero_param_info pi;
-        zero_engine_get_param_info(e, p, &pi);
-        n += pi.numel;
-    }
+    const int np = zero_engine_get_num_params(e);
+    const uint64_t n = eng_param_total(e);
     float *all = calloc(n ? n : 1, sizeof *all);
     uint64_t off = 0;
     for (int m = 0; m < zero_engine_get_num_modules(e); m++) {
