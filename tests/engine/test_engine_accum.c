@@ -30,39 +30,22 @@ static zero_config make(int stage, zero_dtype dt, int gas, int local)
     return c;
 }
 
-typedef struct outcome {
-    float *master, *params;
-    uint64_t n;
-    double norms[STEPS];
-} outcome;
-
-static outcome train(const zero_config *c, zero_comm *comm, zero_device *dev)
+/* STEPS steps of the synthetic model (eng_util.h): master weights, params, each step's gradient norm. */
+static eng_outcome train(const zero_config *c, zero_comm *comm, zero_device *dev)
 {
-    outcome o = {0};
+    eng_outcome o = {0};
     zero_engine *e = NULL;
-    CHECK_OK(zero_engine_create(&e, c, comm, dev));
+    zero_status st = eng_create_model(&e, c, comm, dev);
     if (!e) return o;
-    CHECK_OK(eng_register(e, 1));
-    CHECK_OK(zero_engine_finalize(e));
+    CHECK_OK(st);
     eng_run run = {{zero_comm_get_rank(comm)}, 1, 0, 0, 0};
-    for (int s = 1; s <= STEPS; s++) {
-        zero_step_result res;
-        CHECK_OK(eng_train_step(e, dev, c, &run, s, &res));
-        o.norms[s - 1] = res.grad_norm;
-    }
-    o.master = eng_collect_master(e, &o.n);
-    o.params = eng_collect_params(e, dev, c->compute_dtype);
+    CHECK_OK(eng_run_steps(e, dev, c, &run, STEPS, &o, NULL));
+    eng_outcome_collect(e, dev, c->compute_dtype, 1, &o);
     zero_engine_destroy(e);
     return o;
 }
 
-static void outcome_free(outcome *o)
-{
-    free(o->master);
-    free(o->params);
-}
-
-static void check_same(const outcome *a, const outcome *b, const char *what)
+static void check_same(const eng_outcome *a, const eng_outcome *b, const char *what)
 {
     if (!a->master || !b->master) return;
     long d = eng_first_diff(a->master, b->master, a->n);
@@ -136,12 +119,12 @@ int main(void)
         char what[96];
         /* stages 0 and 1 identical in the local mode */
         zero_config c0 = make(0, dts[di], 3, 1), c1 = make(1, dts[di], 3, 1);
-        outcome o0 = train(&c0, world, dev), o1 = train(&c1, world, dev);
+        eng_outcome o0 = train(&c0, world, dev), o1 = train(&c1, world, dev);
         snprintf(what, sizeof what, "%s gas 3 local: stage 1 vs stage 0", zero_dtype_name(dts[di]));
         check_same(&o1, &o0, what);
         /* against the default mode */
         zero_config d0 = make(0, dts[di], 3, 0);
-        outcome r = train(&d0, world, dev);
+        eng_outcome r = train(&d0, world, dev);
         if (dts[di] == ZERO_F32 && r.master && o0.master) {
             double diff2 = 0, ref2 = 0;
             for (uint64_t i = 0; i < r.n; i++) {
@@ -156,17 +139,17 @@ int main(void)
                         zero_comm_get_size(world), rel);
             for (int s = 0; s < STEPS; s++) CHECK_CLOSE(o0.norms[s], r.norms[s], 1e-6);
         }
-        outcome_free(&r);
-        outcome_free(&o0);
-        outcome_free(&o1);
+        eng_outcome_free(&r);
+        eng_outcome_free(&o0);
+        eng_outcome_free(&o1);
         /* one micro-step: nothing to accumulate, the same bits as the default */
         for (int stage = 0; stage < 2; stage++) {
             zero_config l = make(stage, dts[di], 1, 1), d = make(stage, dts[di], 1, 0);
-            outcome a = train(&l, world, dev), b = train(&d, world, dev);
+            eng_outcome a = train(&l, world, dev), b = train(&d, world, dev);
             snprintf(what, sizeof what, "%s gas 1 stage %d: local vs default", zero_dtype_name(dts[di]), stage);
             check_same(&a, &b, what);
-            outcome_free(&a);
-            outcome_free(&b);
+            eng_outcome_free(&a);
+            eng_outcome_free(&b);
         }
     }
     zero_device_destroy(dev);

@@ -161,26 +161,16 @@ static void check_traffic(zero_comm *comm, zero_device *dev)
 
 /* ---------------------------------------------------------------- stages bitwise */
 
-typedef struct outcome {
-    float *master, *params;
-    uint64_t n;
-    double norms[3];
-} outcome;
-
-static outcome train(const zero_config *c, zero_comm *comm, zero_device *dev, int steps)
+/* `steps` steps: master weights, params, each step's gradient norm (eng_util.h). */
+static eng_outcome train(const zero_config *c, zero_comm *comm, zero_device *dev, int steps)
 {
-    outcome o = {0};
+    eng_outcome o = {0};
     const int rank = zero_comm_get_rank(comm);
     zero_engine *e = bk_engine(c, comm, dev, 1);
     if (!e) return o;
     eng_run run = {{rank}, 1, 0, 0, 0};
-    for (int s = 1; s <= steps; s++) {
-        zero_step_result res;
-        CHECK_OK(eng_train_step(e, dev, c, &run, s, &res));
-        o.norms[s - 1] = res.grad_norm;
-    }
-    o.master = eng_collect_master(e, &o.n);
-    o.params = eng_collect_params(e, dev, c->compute_dtype);
+    CHECK_OK(eng_run_steps(e, dev, c, &run, steps, &o, NULL));
+    eng_outcome_collect(e, dev, c->compute_dtype, 1, &o);
     zero_engine_destroy(e);
     return o;
 }
@@ -189,7 +179,7 @@ static void check_stages(zero_comm *comm, zero_device *dev)
 {
     const zero_dtype dts[] = {ZERO_F32, ZERO_BF16};
     for (int di = 0; di < 2; di++) {
-        outcome o[4];
+        eng_outcome o[4];
         for (int stage = 0; stage < 4; stage++) {
             zero_config c = bk_config(stage, dts[di], BK_BUCKET);
             o[stage] = train(&c, comm, dev, 3);
@@ -204,10 +194,7 @@ static void check_stages(zero_comm *comm, zero_device *dev)
                       d);
             CHECK(!memcmp(o[stage].norms, o[0].norms, sizeof o[0].norms));
         }
-        for (int stage = 0; stage < 4; stage++) {
-            free(o[stage].master);
-            free(o[stage].params);
-        }
+        for (int stage = 0; stage < 4; stage++) eng_outcome_free(&o[stage]);
     }
 }
 
