@@ -21,6 +21,7 @@
 #include <zero/zero.h>
 
 #include "check.h"
+#include "ckpt_test_util.h"
 
 typedef struct pdef {
     const char *name;
@@ -139,21 +140,13 @@ static int exists(const char *p)
 
 int main(void)
 {
-    zero_comm *comm = NULL;
-    zero_device *dev = NULL;
-    CHECK_OK(zero_comm_create_world(&comm, NULL));
+    zero_comm *comm;
+    zero_device *dev;
+    int rank = 0;
+    char dir[256]; /* a fresh directory, named by rank 0 */
+    ckpt_test_open(&comm, &dev, &rank, "zero-ckpt-test", dir);
     if (!comm) return check_exit();
-    int rank = zero_comm_get_rank(comm), world = zero_comm_get_size(comm);
-    check_set_rank(rank);
-    CHECK_OK(zero_device_create(&dev, ZERO_DEVICE_CPU, 0));
-
-    /* a fresh directory, named by rank 0 */
-    char dir[256] = "";
-    if (rank == 0) {
-        snprintf(dir, sizeof dir, "/tmp/zero-ckpt-test-XXXXXX");
-        CHECK(mkdtemp(dir) != NULL);
-    }
-    CHECK_OK(zero_broadcast(comm, dir, dir, sizeof dir, ZERO_U8, 0));
+    int world = zero_comm_get_size(comm);
     char ck[320], step[400], p[512];
     snprintf(ck, sizeof ck, "%s/ck", dir);
     zero_checkpoint_options o = ZERO_CHECKPOINT_OPTIONS_INIT;

@@ -38,6 +38,7 @@
 #include <zero/experimental.h>
 
 #include "check.h"
+#include "ckpt_test_util.h"
 
 static const char *const NAMES[] = {"a.weight", "a.bias", "b.weight"};
 static const int64_t SHAPES[][2] = {{24, 10}, {24, 1}, {16, 24}};
@@ -364,19 +365,12 @@ static void check_read_param(zero_comm *world, zero_device *dev, int stage)
 
 int main(void)
 {
-    zero_comm *comm = NULL;
-    zero_device *dev = NULL;
-    CHECK_OK(zero_comm_create_world(&comm, NULL));
+    zero_comm *comm;
+    zero_device *dev;
+    int rank = 0;
+    char dir[256];
+    ckpt_test_open(&comm, &dev, &rank, "zero-ckpt-hostile", dir);
     if (!comm) return check_exit();
-    int rank = zero_comm_get_rank(comm);
-    check_set_rank(rank);
-    CHECK_OK(zero_device_create(&dev, ZERO_DEVICE_CPU, 0));
-    char dir[256] = "";
-    if (rank == 0) {
-        snprintf(dir, sizeof dir, "/tmp/zero-ckpt-hostile-XXXXXX");
-        CHECK(mkdtemp(dir) != NULL);
-    }
-    CHECK_OK(zero_broadcast(comm, dir, dir, sizeof dir, ZERO_U8, 0));
     char ck[320], step[400], bad[400];
     snprintf(ck, sizeof ck, "%s/ck", dir);
     snprintf(step, sizeof step, "%s/step-00000001", ck);
