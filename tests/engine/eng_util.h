@@ -234,6 +234,17 @@ static inline zero_status eng_train_step(zero_engine *e, zero_device *dev, const
     return zero_engine_step(e, res);
 }
 
+/* Step `step` of a finalized engine (eng_train_step) with comm's traffic
+ * counters reset just before it: k gets what that one step moved. */
+static inline void eng_step_counted(zero_engine *e, zero_device *dev, const zero_config *cfg, const eng_run *r, int step,
+                                    zero_comm *comm, zero_comm_counters *k)
+{
+    zero_step_result res;
+    zero_comm_reset_counters(comm);
+    CHECK_OK(eng_train_step(e, dev, cfg, r, step, &res));
+    CHECK_OK(zero_comm_get_counters(comm, k));
+}
+
 /* How many elements all of e's params hold together. */
 static inline uint64_t eng_param_total(zero_engine *e)
 {

@@ -69,11 +69,8 @@ static void check_traffic(zero_comm *comm, zero_device *dev)
         zero_plan_info plan;
         CHECK_OK(zero_engine_get_plan_info(e, &plan));
         eng_run run = {{rank}, 1, 0, 0, 0};
-        zero_step_result res;
-        zero_comm_reset_counters(comm);
-        CHECK_OK(eng_train_step(e, dev, &c, &run, 1, &res));
         zero_comm_counters k;
-        CHECK_OK(zero_comm_get_counters(comm, &k));
+        eng_step_counted(e, dev, &c, &run, 1, comm, &k);
         zero_engine_stats st;
         CHECK_OK(zero_engine_get_stats(e, &st));
         const uint64_t reductions = local ? 1 : 3, B = (uint64_t)plan.num_buckets;

@@ -145,11 +145,8 @@ static void check_traffic(zero_comm *comm, zero_device *dev)
     zero_plan_info plan;
     CHECK_OK(zero_engine_get_plan_info(e, &plan));
     eng_run run = {{rank}, 1, 0, 0, 0};
-    zero_step_result res;
-    zero_comm_reset_counters(comm);
-    CHECK_OK(eng_train_step(e, dev, &c, &run, 1, &res));
     zero_comm_counters k;
-    CHECK_OK(zero_comm_get_counters(comm, &k));
+    eng_step_counted(e, dev, &c, &run, 1, comm, &k);
     const uint64_t B = (uint64_t)plan.num_buckets, moved = plan.padded_numel * (uint64_t)(n - 1) / (uint64_t)n * 4;
     /* over one rank a reduction is a local pass, not a collective (grads.c) */
     CHECK_MSG(k.calls[ZERO_OP_REDUCE_SCATTER] == (n > 1 ? B : 0) && k.calls[ZERO_OP_ALLGATHER] == B,
