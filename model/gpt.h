@@ -91,6 +91,11 @@ zero_status gpt_config_validate(const gpt_config *cfg);
 /* The detailed message of the last failing gpt_* call on this thread, "" if none. */
 const char *gpt_last_error(void);
 
+/* Empties this thread's message: a caller that reports gpt_last_error() after a
+ * call that may fail in either layer clears it first, so an older message is
+ * never shown as this call's. */
+void gpt_clear_error(void);
+
 /* ------------------------------------------------------------ modules and parameters */
 #define GPT_MODULE_EMBED 0
 static inline int gpt_module_block(int layer) { return 1 + layer; }

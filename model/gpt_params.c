@@ -21,6 +21,8 @@ zero_status gpt_fail(zero_status status, const char *fmt, ...)
 
 const char *gpt_last_error(void) { return gpt_errmsg; }
 
+void gpt_clear_error(void) { gpt_errmsg[0] = '\0'; }
+
 /* ------------------------------------------------------------ config */
 zero_status gpt_config_validate(const gpt_config *cfg)
 {

@@ -61,6 +61,7 @@ static int pfail(char *err, size_t n, const char *fmt, ...)
 
 #define PTRY(call, what)                                                                                          \
     do {                                                                                                          \
+        gpt_clear_error(); /* the message shown must be this call's, not an older one */                         \
         if ((call) != ZERO_OK) {                                                                                  \
             pfail(err, en, "%s: %s", what, gpt_last_error()[0] ? gpt_last_error() : zero_last_error());           \
             goto fail;                                                                                            \
