@@ -86,18 +86,21 @@
 /* AVX2 only: the division by bc2 through its reciprocal (bc2_div8 below). */
 #define BC2_RECIP8(x) bc2_div8((x), bc2_recip, bc2)
 
-#define ADAMW_VECTOR_LOOP(VT, SQRTV, BC2)                                                      \
+/* One vector loop for both modes: STEP is ADAMW_STEP or ADAMW_FAST_STEP, called
+ * with its leading arguments (__VA_ARGS__) and then the vectors in and out. */
+#define ADAMW_VECTOR_LOOP_OF(VT, STEP, ...)                                                    \
     for (; W > 1 && i + W <= hi; i += W) {                                                     \
         VT gv, pv, mv, vv, po, mo, vo;                                                         \
         memcpy(&gv, g + i, sizeof gv);                                                         \
         memcpy(&pv, p + i, sizeof pv);                                                         \
         memcpy(&mv, m + i, sizeof mv);                                                         \
         memcpy(&vv, v + i, sizeof vv);                                                         \
-        ADAMW_STEP(VT, SQRTV, BC2, gv, pv, mv, vv, po, mo, vo);                                \
+        STEP(__VA_ARGS__, gv, pv, mv, vv, po, mo, vo);                                         \
         memcpy(p + i, &po, sizeof po);                                                         \
         memcpy(m + i, &mo, sizeof mo);                                                         \
         memcpy(v + i, &vo, sizeof vo);                                                         \
     }
+#define ADAMW_VECTOR_LOOP(VT, SQRTV, BC2) ADAMW_VECTOR_LOOP_OF(VT, ADAMW_STEP, VT, SQRTV, BC2)
 
 /* bc2 == 1 (sqrt(1 - beta2^t) rounds to 1 in float once beta2^t < 2^-25:
  * from about step 17,400 at beta2 = 0.999, so most of a long run): x / 1 is
@@ -139,17 +142,7 @@
 #define ADAMW_FAST_LOOPS(VT, SQRTV)                                                            \
     const float fa = h->fast_num, fb = h->fast_eps;                                            \
     for (; i < head_end; i++) ADAMW_FAST_STEP(float, sqrtf, g[i], p[i], m[i], v[i], p[i], m[i], v[i]); \
-    for (; W > 1 && i + W <= hi; i += W) {                                                     \
-        VT gv, pv, mv, vv, po, mo, vo;                                                         \
-        memcpy(&gv, g + i, sizeof gv);                                                         \
-        memcpy(&pv, p + i, sizeof pv);                                                         \
-        memcpy(&mv, m + i, sizeof mv);                                                         \
-        memcpy(&vv, v + i, sizeof vv);                                                         \
-        ADAMW_FAST_STEP(VT, SQRTV, gv, pv, mv, vv, po, mo, vo);                                \
-        memcpy(p + i, &po, sizeof po);                                                         \
-        memcpy(m + i, &mo, sizeof mo);                                                         \
-        memcpy(v + i, &vo, sizeof vo);                                                         \
-    }                                                                                          \
+    ADAMW_VECTOR_LOOP_OF(VT, ADAMW_FAST_STEP, VT, SQRTV)                                      \
     for (; i < hi; i++) ADAMW_FAST_STEP(float, sqrtf, g[i], p[i], m[i], v[i], p[i], m[i], v[i]);
 
 /* RECIP_LOOP: empty, or (AVX2) one more case between bc2 == 1 and the
