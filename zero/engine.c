@@ -148,6 +148,11 @@ zero_status zero_engine_create(zero_engine **out, const zero_config *config, zer
      * passes (grads.c), for the tests' and benchmarks' A/B. */
     const char *grad_fold = getenv("ZERO_GRAD_FOLD");
     e->grad_fold = zero_take_supported_(dev) && !(grad_fold && !strcmp(grad_fold, "0"));
+    /* ZERO_PROGRESS=0: overlap_comm without the progress calls at the entry
+     * points (progress.c), the behaviour before them, for the benchmarks'
+     * A/B of what they hide. */
+    const char *progress = getenv("ZERO_PROGRESS");
+    e->progress_on = !(progress && !strcmp(progress, "0"));
     if (config->compute_dtype == ZERO_F16)
         e->loss_scale = config->loss_scale > 0 ? config->loss_scale : ldexp(1.0, config->initial_scale_power);
     else

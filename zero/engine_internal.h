@@ -181,6 +181,7 @@ struct zero_engine {
     zero_bucket_norm *bucket_norms; /* per bucket (grad_norm.c) */
     int norm_at_landing;  /* 0: ZERO_NORM_AT_STEP=1, the norm's sums taken at the step */
     int grad_fold;        /* the device's one-pass take (grads.c); 0: ZERO_GRAD_FOLD=0 or CUDA */
+    int progress_on;      /* overlap_comm's progress calls (progress.c); 0: ZERO_PROGRESS=0 */
     float *master;        /* fp32; NULL when own_master */
     float *m1, *m2;       /* fp32 moments (NULL when absent) */
     zero_slot slots[2];

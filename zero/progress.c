@@ -10,12 +10,14 @@
  * compute pauses (gather, release, param_grad, grads_ready): each tests one
  * in-flight request there, which advances every pending operation on the
  * dp comm (zero_test advances the others too). Failures are not reported
- * here: the wait that completes the request reports them, by name. */
+ * here: the wait that completes the request reports them, by name.
+ * ZERO_PROGRESS=0 (read at engine create) leaves them out: the A/B of
+ * docs/BENCHMARKS.md ("overlap_comm"). */
 #include "engine_internal.h"
 
 void engine_progress(zero_engine *e)
 {
-    if (!e->cfg.overlap_comm || !e->finalized) return;
+    if (!e->cfg.overlap_comm || !e->progress_on || !e->finalized) return;
     zero_request *req = NULL;
     for (int i = 0; i < e->num_slots && !req; i++) req = e->slots[i].req;
     for (int m = 0; m < e->num_modules && !req; m++) {
