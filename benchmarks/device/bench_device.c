@@ -13,12 +13,14 @@
  * into this program from their sources: they are internal) beside a loop
  * with the same memory traffic and no arithmetic to speak of (AdamW: read
  * p, g, m, v, write p, m, v; SGD with momentum: read p, g, b, write p, b),
- * the widest vector ISA the CPU has, split over the same threads the same
- * way: in cache (arrays of 64 Ki elements, 1 MiB for AdamW, which fits a
- * core's L2) and out of cache (32 Mi elements, 512 MiB), at 1 and 2
+ * the widest vector ISA the CPU has (AVX-512, else AVX2, else the build's
+ * baseline), split over the same threads the same way: in cache (arrays of
+ * 64 Ki elements, 1 MiB for AdamW: a Xeon core's 2 MiB L2, a Zen 3's L3)
+ * and out of cache (32 Mi elements, 512 MiB), at 1 and 2
  * threads, kernel and peer alternated, the best of many rounds each (in
  * cache 100 rounds of 20 passes: on a shared machine a short round is
- * often undisturbed, a long one seldom; out of cache 5 of 6). Then, in
+ * often undisturbed, a long one seldom; out of cache 5 of 6), and the
+ * median of the rounds' own quotients ("paired"). Then, in
  * cache at one thread: the AdamW kernel with bc2 = 1 (where it skips that
  * division), and the divider bound: a loop of only AdamW's square root and
  * two divisions per element, at 256 and 512 bits, in the same GB/s (28
@@ -148,8 +150,10 @@ static long check(bench *B, const spec *s)
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #define PEER_AVX512 __attribute__((target("avx512f")))
+#define PEER_AVX2 __attribute__((target("avx2")))
 #else
 #define PEER_AVX512
+#define PEER_AVX2
 #endif
 
 /* The peer: one add per stream, vectorized, the same bytes in and out. */
@@ -172,6 +176,14 @@ PEER_AVX512 static void peer_wide(float *restrict p, const float *restrict g, fl
 }
 static void peer_base(float *restrict p, const float *restrict g, float *restrict m1, float *restrict m2, size_t lo,
                       size_t hi)
+{
+    PEER_BODY
+}
+/* On a CPU without AVX-512 the peer is the AVX2 loop, as the kernel's widest
+ * variant there is (until 2026-12-02 it fell back to the SSE2 baseline,
+ * which runs below the AVX2 kernel out of cache and flattered its ratio). */
+PEER_AVX2 static void peer_avx2(float *restrict p, const float *restrict g, float *restrict m1, float *restrict m2,
+                                size_t lo, size_t hi)
 {
     PEER_BODY
 }
@@ -247,7 +259,8 @@ static void optim_pass(optim_arrays *A, int kind, int peer, const zero_optim_hyp
 #endif
         size_t per = (n / nt + 15) / 16 * 16;
         size_t lo = t * per < n ? t * per : n, hi = lo + per < n ? lo + per : n;
-        if (wide) peer_wide(A->p, A->g, A->m1, m2, lo, hi);
+        if (wide == 2) peer_wide(A->p, A->g, A->m1, m2, lo, hi);
+        else if (wide == 1) peer_avx2(A->p, A->g, A->m1, m2, lo, hi);
         else peer_base(A->p, A->g, A->m1, m2, lo, hi);
     }
 }
@@ -328,12 +341,31 @@ static int bench_divider(FILE *f, int first_row, optim_arrays *A, const zero_opt
     return rows;
 }
 
-/* Prints the table and appends JSON rows to f; returns the number of rows. */
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of v[0..n) (sorts v). */
+static double median_of(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Prints the table and appends JSON rows to f; returns the number of rows.
+ * "ratio" is kernel / peer from each one's best round; "paired" the median
+ * of the rounds' own peer-time / kernel-time quotients. This machine's vCPU
+ * switches between a fast and a slow state every few tenths of a second,
+ * the kernel and the peer alike (docs/BENCHMARKS.md, issue 15): the two
+ * bests may come from different states, a round's pair (back to back) from
+ * one. */
 static int bench_optim(FILE *f, int first_row)
 {
-    int wide = 1;
+    int wide = 0; /* the peer's ISA: 2 AVX-512, 1 AVX2, 0 the build's baseline */
 #if defined(__GNUC__) && defined(__x86_64__)
-    wide = __builtin_cpu_supports("avx512f");
+    wide = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
 #endif
     zero_optim_hyper h = {.grad_scale = 1.0f, .decay = 0.99999f, .beta1 = 0.9f, .one_minus_beta1 = 0.1f,
                           .beta2 = 0.999f, .one_minus_beta2 = 0.001f, .neg_step_size = -1e-3f, .bc2_sqrt = 0.5f,
@@ -343,9 +375,9 @@ static int bench_optim(FILE *f, int first_row)
     const char *where[2] = {"in cache", "out of cache"};
     int rows = 0;
     printf("\noptimizer kernels (variant %s) vs a same-traffic loop (%s), best of %d rounds in cache, alternated\n",
-           zero_cpu_optim_active()->name, wide ? "avx512f" : "baseline", IN_CACHE_ROUNDS);
-    printf("%-10s %-13s %7s %10s %10s %10s %7s\n", "kernel", "arrays", "threads", "kern GB/s", "peer GB/s", "time(us)",
-           "ratio");
+           zero_cpu_optim_active()->name, wide == 2 ? "avx512f" : wide == 1 ? "avx2" : "baseline", IN_CACHE_ROUNDS);
+    printf("%-10s %-13s %7s %10s %10s %10s %7s %7s\n", "kernel", "arrays", "threads", "kern GB/s", "peer GB/s",
+           "time(us)", "ratio", "paired");
     for (int si = 0; si < 2; si++) {
         size_t n = sizes[si];
         optim_arrays A = {.n = n};
@@ -369,23 +401,24 @@ static int bench_optim(FILE *f, int first_row)
 #else
                 if (threads > 1) break;
 #endif
-                double bk = 1e30, bp = 1e30;
+                double bk = 1e30, bp = 1e30, paired[IN_CACHE_ROUNDS];
                 optim_pass(&A, kind, 0, &hk, wide), optim_pass(&A, kind, 1, &hk, wide); /* warm up */
                 for (int round = 0; round < rounds; round++) {
                     double tk = optim_time(&A, kind, 0, &hk, wide, reps);
                     double tp = optim_time(&A, kind, 1, &hk, wide, reps);
                     bk = tk < bk ? tk : bk;
                     bp = tp < bp ? tp : bp;
+                    paired[round] = tk > 0 ? tp / tk : 0.0;
                 }
-                double gk = bytes / bk / 1e9, gp = bytes / bp / 1e9;
+                double gk = bytes / bk / 1e9, gp = bytes / bp / 1e9, pr = median_of(paired, rounds);
                 static const char *const kname[3] = {"adamw", "sgd", "adamw-fast"};
-                printf("%-10s %-13s %7d %10.2f %10.2f %10.1f %7.2f\n", kname[kind], where[si], threads,
-                       gk, gp, bk * 1e6, gk / gp);
+                printf("%-10s %-13s %7d %10.2f %10.2f %10.1f %7.2f %7.2f\n", kname[kind], where[si], threads,
+                       gk, gp, bk * 1e6, gk / gp, pr);
                 if (f)
                     fprintf(f, "%s  {\"kernel\": \"%s\", \"variant\": \"%s\", \"n\": %zu, \"threads\": %d, "
-                               "\"kernel_gbps\": %.4f, \"peer_gbps\": %.4f, \"ratio\": %.4f}",
+                               "\"kernel_gbps\": %.4f, \"peer_gbps\": %.4f, \"ratio\": %.4f, \"paired_ratio\": %.4f}",
                             first_row + rows ? ",\n" : "", kname[kind], zero_cpu_optim_active()->name,
-                            n, threads, gk, gp, gk / gp);
+                            n, threads, gk, gp, gk / gp, pr);
                 rows++;
             }
         }
