@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/proc_mem.h"
 #include "bench_cmds.h"
 #include "bench_model.h"
 #include "bench_run.h"
@@ -68,8 +69,8 @@ static int run_stage(const bench_run_opts *o, bench_model *m, zero_comm *world, 
     snprintf(what, sizeof what, "memory stage %d", stage);
 
     if (bench_failed(zero_barrier(world), what)) return 1;
-    rec->rss_ok = bench_rss_reset_peak() == 0;
-    const uint64_t base = bench_rss_now();
+    rec->rss_ok = proc_reset_peak();
+    const long base = proc_rss_bytes();
 
     if (bench_failed(zero_engine_create(&e, &cfg, world, dev), what)) return 1;
     zero_status st = bench_model_register(m, e);
@@ -85,14 +86,15 @@ static int run_stage(const bench_run_opts *o, bench_model *m, zero_comm *world, 
     if (bench_failed(zero_engine_get_memory_report(e, &got), what)) goto out;
     if (bench_failed(bench_expected_memory(e, &cfg, &formula, &expected), what)) goto out;
     if (bench_failed(zero_engine_get_plan_info(e, &plan), what)) goto out;
-    const uint64_t peak = bench_rss_peak();
+    const long peak = proc_hwm_bytes();
+    if (base < 0 || peak < 0) rec->rss_ok = 0;
     for (int c = 0; c < C; c++) {
         rec->measured[c] = got.bytes[c];
         rec->expected[c] = expected.bytes[c];
         rec->formula[c] = formula.bytes[c];
     }
     rec->engine_peak_total = got.peak_total;
-    rec->rss_peak_delta = peak > base ? peak - base : 0;
+    rec->rss_peak_delta = peak > base ? (uint64_t)(peak - base) : 0;
     rec->padded_numel = plan.padded_numel;
     rec->numel = plan.numel;
     rc = 0;

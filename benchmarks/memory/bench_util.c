@@ -1,12 +1,10 @@
 #include "bench_util.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 int bench_failed(zero_status st, const char *what)
 {
@@ -44,37 +42,6 @@ int bench_parse_stages(const char *text, unsigned *mask)
     if (!m) return -1;
     *mask = m;
     return 0;
-}
-
-/* Reads one "Key:   123 kB" line of /proc/self/status. */
-static uint64_t proc_status_kb(const char *key)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return 0;
-    char line[256];
-    size_t klen = strlen(key);
-    uint64_t kb = 0;
-    while (fgets(line, sizeof line, f)) {
-        if (!strncmp(line, key, klen) && line[klen] == ':') {
-            kb = strtoull(line + klen + 1, NULL, 10);
-            break;
-        }
-    }
-    fclose(f);
-    return kb * 1024u;
-}
-
-uint64_t bench_rss_now(void) { return proc_status_kb("VmRSS"); }
-uint64_t bench_rss_peak(void) { return proc_status_kb("VmHWM"); }
-
-int bench_rss_reset_peak(void)
-{
-    /* Writing "5" to clear_refs resets VmHWM (Linux >= 4.0, see proc(5)). */
-    int fd = open("/proc/self/clear_refs", O_WRONLY);
-    if (fd < 0) return -1;
-    ssize_t n = write(fd, "5", 1);
-    close(fd);
-    return n == 1 ? 0 : -1;
 }
 
 double bench_now_s(void)

@@ -18,13 +18,6 @@ int bench_parse_dtype(const char *text, zero_dtype *out);
 /* "0,1,2,3" -> mask of stages (bit s); -1 on a malformed list. */
 int bench_parse_stages(const char *text, unsigned *mask);
 
-/* Process resident memory from /proc/self/status, in bytes (0 if unknown). */
-uint64_t bench_rss_now(void);
-uint64_t bench_rss_peak(void);
-/* Reset the kernel's peak-RSS mark (VmHWM) to the current RSS, so the next
- * bench_rss_peak() covers only what follows; returns 0 on success. */
-int bench_rss_reset_peak(void);
-
 double bench_now_s(void);
 /* This process's CPU time so far, all threads (seconds): on a shared
  * machine, what a phase cost without the time it waited for a core. */

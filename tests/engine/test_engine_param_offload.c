@@ -34,7 +34,7 @@
 #include <unistd.h>
 
 #include "eng_util.h"
-#include "proc_mem.h"
+#include "common/proc_mem.h"
 
 #define STEPS 3
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/proc_mem.h"
 #include "pp_trace.h"
 #include "train_comm_report.h"
 #include "train_run.h"
@@ -72,16 +73,9 @@ static int allreduce_step(run *r, double *loss, double *cpu, int *sig, double *m
 /* This process's resident set now and at its peak, bytes (0 if unknown). */
 static void process_rss(double *now, double *peak)
 {
-    *now = *peak = 0;
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return;
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-        unsigned long long kib;
-        if (sscanf(line, "VmRSS: %llu kB", &kib) == 1) *now = (double)kib * 1024.0;
-        if (sscanf(line, "VmHWM: %llu kB", &kib) == 1) *peak = (double)kib * 1024.0;
-    }
-    fclose(f);
+    const long rss = proc_rss_bytes(), hwm = proc_hwm_bytes();
+    *now = rss > 0 ? (double)rss : 0.0;
+    *peak = hwm > 0 ? (double)hwm : 0.0;
 }
 
 /* This rank's TRAIN_RANK_FIELDS numbers now (NVMe counters since finalize). */

@@ -1,9 +1,12 @@
-/* This process's resident memory as Linux reports it, for the tests that
- * hold the engine's memory report against what the process really holds
- * (tests/engine: test_engine_init.c, test_engine_memory.c,
- * test_engine_param_offload.c). One copy of what each of them wrote out. */
-#ifndef ZERO_TESTS_PROC_MEM_H
-#define ZERO_TESTS_PROC_MEM_H
+/* Internal: this process's resident memory as Linux reports it, for what
+ * holds the engine's memory report against what the process really holds:
+ * zero-train's summary and metrics (tools/train/train_loop.c), the memory
+ * benchmark (benchmarks/memory/bench_util.c) and the tests (tests/engine:
+ * test_engine_init.c, test_engine_memory.c, test_engine_param_offload.c).
+ * One copy of what each of them had written out. Header-only: the library
+ * itself does not read /proc. */
+#ifndef ZERO_COMMON_PROC_MEM_H
+#define ZERO_COMMON_PROC_MEM_H
 
 #include <stdio.h>
 #include <unistd.h>
