@@ -381,7 +381,14 @@ static int bench_optim(FILE *f, int first_row)
     for (int si = 0; si < 2; si++) {
         size_t n = sizes[si];
         optim_arrays A = {.n = n};
-        A.p = malloc(n * 4), A.g = malloc(n * 4), A.m1 = malloc(n * 4), A.m2 = malloc(n * 4);
+        /* 64-byte aligned, as the engine allocates its shards: malloc's
+         * arrays sit 16 bytes off, so half of the peer's 256-bit stores
+         * straddled cache lines while the kernel (which starts its vector
+         * loop at p's alignment) avoided that - until 2026-12-02 the peer
+         * ran at 72-86 GB/s in cache here instead of 110-124 and flattered
+         * the ratio (docs/BENCHMARKS.md, issue 15). n * 4 is a multiple of 64. */
+        A.p = aligned_alloc(64, n * 4), A.g = aligned_alloc(64, n * 4), A.m1 = aligned_alloc(64, n * 4);
+        A.m2 = aligned_alloc(64, n * 4);
         if (!A.p || !A.g || !A.m1 || !A.m2) {
             fprintf(stderr, "zero-bench-device: out of memory for the optimizer table\n");
             exit(1);
