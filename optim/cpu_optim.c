@@ -25,9 +25,10 @@
  * two correctly rounded divisions per element to give torch's bits
  * (fl(sqrt(v)/bc2) and fl(fl(-lr*m)/denom)). They run on one divider that is
  * not pipelined, and its throughput bounds the kernel when its arrays are in
- * cache: on a Zen 3 core a loop of only those three operations takes 4.3 ns
- * per 8 elements (52 GB/s AdamW-equivalent) against 2.5-3 ns for a loop
- * moving the same bytes (docs/BENCHMARKS.md, issue 15). The AVX2 variant
+ * cache: on a Zen 3 core a loop of only those three operations takes 4.0 ns
+ * per 8 elements (56 GB/s AdamW-equivalent) against 1.8-2.2 ns for a loop
+ * moving the same bytes from 64-byte aligned arrays (docs/BENCHMARKS.md,
+ * issue 15). The AVX2 variant
  * therefore divides by the per-step constant bc2 without the divider (the
  * reciprocal and one FMA correction below, correctly rounded, so the same
  * bits): one divider operation fewer per element. Out of cache the kernel
