@@ -139,6 +139,30 @@ static zero_status unknown_key(const char *sec, const char *key, const json_t *v
 
 /* ---------------------------------------------------------------- sections */
 
+/* The keys both offload sections share: device, nvme_path, pin_memory.
+ * Returns 1 (with *st set) if key is one of them, 0 otherwise. */
+static int offload_common_key(const char *sec, const char *key, const json_t *v, zero_offload_device *device,
+                              char *path, size_t path_size, int *pin, zero_status *st)
+{
+    if (!strcmp(key, "device")) {
+        const char *d = json_is_string(v) ? json_string_value(v) : NULL;
+        if (d && !strcasecmp(d, "none")) *device = ZERO_OFFLOAD_NONE;
+        else if (d && !strcasecmp(d, "cpu")) *device = ZERO_OFFLOAD_CPU;
+        else if (d && !strcasecmp(d, "nvme")) *device = ZERO_OFFLOAD_NVME;
+        else *st = bad_value(sec, key, "\"none\", \"cpu\" or \"nvme\"", v);
+    } else if (!strcmp(key, "nvme_path")) {
+        if (json_is_null(v)) path[0] = '\0';
+        else if (!json_is_string(v) || json_string_length(v) >= path_size)
+            *st = bad_value(sec, key, "a directory path (a string of at most 255 bytes)", v);
+        else memcpy(path, json_string_value(v), json_string_length(v) + 1);
+    } else if (!strcmp(key, "pin_memory")) {
+        *st = get_bool(sec, key, v, pin);
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 /* zero_optimization.offload_optimizer {device, nvme_path, pin_memory,
  * buffer_count, fast_init}; DeepSpeed's partial offload `ratio` is not supported. */
 static zero_status parse_offload_optimizer(const json_t *obj, zero_config *c)
@@ -151,19 +175,10 @@ static zero_status parse_offload_optimizer(const json_t *obj, zero_config *c)
     json_object_foreach((json_t *)obj, key, v) {
         zero_status st = ZERO_OK;
         int flag = 0;
-        if (!strcmp(key, "device")) {
-            const char *d = json_is_string(v) ? json_string_value(v) : NULL;
-            if (d && !strcasecmp(d, "none")) c->offload_optimizer_device = ZERO_OFFLOAD_NONE;
-            else if (d && !strcasecmp(d, "cpu")) c->offload_optimizer_device = ZERO_OFFLOAD_CPU;
-            else if (d && !strcasecmp(d, "nvme")) c->offload_optimizer_device = ZERO_OFFLOAD_NVME;
-            else st = bad_value(sec, key, "\"none\", \"cpu\" or \"nvme\"", v);
-        } else if (!strcmp(key, "nvme_path")) {
-            if (json_is_null(v)) c->offload_nvme_path[0] = '\0';
-            else if (!json_is_string(v) || json_string_length(v) >= sizeof c->offload_nvme_path)
-                st = bad_value(sec, key, "a directory path (a string of at most 255 bytes)", v);
-            else memcpy(c->offload_nvme_path, json_string_value(v), json_string_length(v) + 1);
-        } else if (!strcmp(key, "pin_memory")) st = get_bool(sec, key, v, &c->offload_pin_memory);
-        else if (!strcmp(key, "buffer_count")) st = get_int(sec, key, v, 3, 1 << 20, &c->offload_buffer_count);
+        if (offload_common_key(sec, key, v, &c->offload_optimizer_device, c->offload_nvme_path,
+                               sizeof c->offload_nvme_path, &c->offload_pin_memory, &st)) {
+            /* device, nvme_path or pin_memory: parsed */
+        } else if (!strcmp(key, "buffer_count")) st = get_int(sec, key, v, 3, 1 << 20, &c->offload_buffer_count);
         else if (!strcmp(key, "fast_init")) st = get_bool(sec, key, v, &flag); /* accepted; no effect */
         else st = unknown_key(sec, key, v, known);
         if (st != ZERO_OK) return st;
@@ -182,19 +197,10 @@ static zero_status parse_offload_param(const json_t *obj, zero_config *c)
     json_t *v;
     json_object_foreach((json_t *)obj, key, v) {
         zero_status st = ZERO_OK;
-        if (!strcmp(key, "device")) {
-            const char *d = json_is_string(v) ? json_string_value(v) : NULL;
-            if (d && !strcasecmp(d, "none")) c->offload_param_device = ZERO_OFFLOAD_NONE;
-            else if (d && !strcasecmp(d, "cpu")) c->offload_param_device = ZERO_OFFLOAD_CPU;
-            else if (d && !strcasecmp(d, "nvme")) c->offload_param_device = ZERO_OFFLOAD_NVME;
-            else st = bad_value(sec, key, "\"none\", \"cpu\" or \"nvme\"", v);
-        } else if (!strcmp(key, "nvme_path")) {
-            if (json_is_null(v)) c->offload_param_nvme_path[0] = '\0';
-            else if (!json_is_string(v) || json_string_length(v) >= sizeof c->offload_param_nvme_path)
-                st = bad_value(sec, key, "a directory path (a string of at most 255 bytes)", v);
-            else memcpy(c->offload_param_nvme_path, json_string_value(v), json_string_length(v) + 1);
-        } else if (!strcmp(key, "pin_memory")) st = get_bool(sec, key, v, &c->offload_param_pin_memory);
-        else if (!strcmp(key, "buffer_count")) st = get_int(sec, key, v, 2, 1 << 20, &c->offload_param_buffer_count);
+        if (offload_common_key(sec, key, v, &c->offload_param_device, c->offload_param_nvme_path,
+                               sizeof c->offload_param_nvme_path, &c->offload_param_pin_memory, &st)) {
+            /* device, nvme_path or pin_memory: parsed */
+        } else if (!strcmp(key, "buffer_count")) st = get_int(sec, key, v, 2, 1 << 20, &c->offload_param_buffer_count);
         else if (!strcmp(key, "buffer_size")) st = get_u64(sec, key, v, 1, &c->offload_param_buffer_size);
         else if (!strcmp(key, "max_in_cpu")) st = get_u64(sec, key, v, 0, &c->offload_param_max_in_cpu);
         else st = unknown_key(sec, key, v, known);
