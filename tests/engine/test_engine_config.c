@@ -65,6 +65,27 @@ int main(void)
     expect_error("{\"zero_optimization\": {\"stage\": 4}}", "zero_optimization.stage: expected an integer 0..3, got 4");
     expect_error("{\"zero_optimization\": {\"stage\": 1.5}}", "zero_optimization.stage: expected an integer 0..3, got 1.5");
     expect_error("{\"zero_optimization\": {\"stages\": 2}}", "zero_optimization.stages: unknown key");
+    /* The two offload sections: their shared keys parse alike (one helper), each named by its section. */
+    {
+        zero_config o = ZERO_CONFIG_INIT;
+        CHECK_OK(zero_config_from_json(&o, "{\"zero_optimization\": {\"stage\": 3, "
+                                           "\"offload_optimizer\": {\"device\": \"NVMe\", \"nvme_path\": \"/tmp/a\", \"pin_memory\": true}, "
+                                           "\"offload_param\": {\"device\": \"cpu\", \"nvme_path\": \"/tmp/b\", \"pin_memory\": true}}}"));
+        CHECK(o.offload_optimizer_device == ZERO_OFFLOAD_NVME && !strcmp(o.offload_nvme_path, "/tmp/a"));
+        CHECK(o.offload_pin_memory == 1 && o.offload_param_pin_memory == 1);
+        CHECK(o.offload_param_device == ZERO_OFFLOAD_CPU && !strcmp(o.offload_param_nvme_path, "/tmp/b"));
+        CHECK_OK(zero_config_from_json(&o, "{\"zero_optimization\": {\"offload_param\": {\"nvme_path\": null}}}"));
+        CHECK(o.offload_param_nvme_path[0] == '\0' && !strcmp(o.offload_nvme_path, "/tmp/a"));
+        char long_path[400];
+        snprintf(long_path, sizeof long_path, "{\"zero_optimization\": {\"offload_param\": {\"nvme_path\": \"%0300d\"}}}", 0);
+        expect_error(long_path, "zero_optimization.offload_param.nvme_path: expected a directory path");
+        expect_error("{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"disk\"}}}",
+                     "zero_optimization.offload_optimizer.device: expected \"none\", \"cpu\" or \"nvme\"");
+        expect_error("{\"zero_optimization\": {\"offload_param\": {\"device\": 1}}}",
+                     "zero_optimization.offload_param.device: expected \"none\", \"cpu\" or \"nvme\"");
+        expect_error("{\"zero_optimization\": {\"offload_param\": {\"pin_memory\": \"yes\"}}}",
+                     "zero_optimization.offload_param.pin_memory");
+    }
     /* HF Trainer's "auto" is a value the trainer fills in: here the default applies (issue 11) */
     {
         zero_config a = ZERO_CONFIG_INIT;
