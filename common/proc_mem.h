@@ -1,7 +1,7 @@
 /* Internal: this process's resident memory as Linux reports it, for what
  * holds the engine's memory report against what the process really holds:
  * zero-train's summary and metrics (tools/train/train_loop.c), the memory
- * benchmark (benchmarks/memory/bench_util.c) and the tests (tests/engine:
+ * benchmark (benchmarks/memory/bench_memory.c) and the tests (tests/engine:
  * test_engine_init.c, test_engine_memory.c, test_engine_param_offload.c).
  * One copy of what each of them had written out. Header-only: the library
  * itself does not read /proc. */
