@@ -188,10 +188,18 @@ void zero_engine_destroy(zero_engine *e)
     /* Queued device work may still use the buffers freed below. */
     if (!e->broken) (void)engine_sync_stream(e, "engine destroy");
     gather_free_all(e);
-    engine_transient_trim(e);
     for (int i = 0; i < e->num_modules; i++) {
         zero_module *m = &e->modules[i];
-        if (m->grad) engine_free(e, ZERO_MEM_GRADS, m->grad_numel * e->dsize, m->grad);
+        if (m->grad) engine_transient_put(e, ZERO_MEM_GRADS, m->grad_numel * e->dsize, m->grad);
+        m->grad = NULL;
+    }
+    engine_transient_trim(e);
+    free(e->tcache.items);
+    free(e->tcache.sizes);
+    free(e->tcache.size_class);
+    free(e->tcache.classes);
+    for (int i = 0; i < e->num_modules; i++) {
+        zero_module *m = &e->modules[i];
         free(m->name);
         free(m->bucket_ids);
         free(m->reqs);
@@ -413,6 +421,7 @@ zero_status zero_engine_finalize(zero_engine *e)
     ZERO_TRY(plan_check_ranks(e));
     ZERO_TRY(groups_build_runs(e));
     ZERO_TRY(init_check_ranks(e));
+    ZERO_TRY(engine_transient_classes(e));
     zero_status st = alloc_buffers(e);
     if (st == ZERO_OK) st = init_load(e);
     if (st == ZERO_OK) st = poff_flush(e, "engine finalize"); /* the last chunk of an offloaded shard */

@@ -112,15 +112,40 @@ typedef struct zero_bucket_norm {
     int ready; /* taken when the step's last reduction landed; 0: the step takes it */
 } zero_bucket_norm;
 
-#define ENGINE_CACHE_SLOTS 4
-
 /* aio.block_size's upper bound: the NVMe store's largest I/O segment (1 GiB). */
 #define ZERO_AIO_BLOCK_SIZE_MAX (1ull << 30)
 
 typedef struct zero_cached {
     void *ptr;
     size_t bytes;
+    int cls;              /* its size class (zero_transient_cache.classes) */
 } zero_cached;
+
+/* A size class of module buffers (alloc.c). */
+typedef struct zero_buffer_class {
+    size_t size;          /* bytes of each of its buffers */
+    int live, cached;     /* buffers in use, in the cache */
+    int step_peak;        /* the most in use at once since the last step */
+    int last_peak;        /* ... in the step before */
+} zero_buffer_class;
+
+/* Released module-sized buffers (stage-3 gathers, stage-2/3 module
+ * gradients) kept for reuse across steps, with the bounds that keep the
+ * cache from holding more than the engine's recent steps used (alloc.c).
+ * Its bytes are the books' ZERO_MEM_CACHE. */
+typedef struct zero_transient_cache {
+    zero_cached *items;   /* least recently released first */
+    int count, cap;
+    size_t *sizes;        /* the engine's module-buffer request sizes, ascending */
+    int *size_class;      /* ... and the class of each */
+    int num_sizes;
+    zero_buffer_class *classes;
+    int num_classes;
+    uint64_t cached;      /* bytes of the items */
+    uint64_t live;        /* bytes of the buffers in use */
+    uint64_t step_peak;   /* the most `live` since the last step */
+    uint64_t last_peak;   /* ... in the step before */
+} zero_transient_cache;
 
 /* The accounting allocator's books. */
 typedef struct zero_books {
@@ -167,8 +192,7 @@ struct zero_engine {
     int own_master;       /* fp32 compute: params are their own master */
 
     zero_books books;
-    zero_cached cache[ENGINE_CACHE_SLOTS]; /* released transient buffers (alloc.c) */
-    int num_cached;
+    zero_transient_cache tcache;
 
     /* device buffers */
     void *params_full;    /* stages 0-2: flat layout, compute dtype */
@@ -255,6 +279,8 @@ zero_status zero_memset_zero(zero_engine *e, void *ptr, size_t bytes);
  * buffers) or frees the oldest; trim frees the cache. */
 zero_status engine_transient_get(zero_engine *e, zero_mem_category cat, size_t bytes, int zeroed, void **out);
 void engine_transient_put(zero_engine *e, zero_mem_category cat, size_t bytes, void *ptr);
+zero_status engine_transient_classes(zero_engine *e);
+void engine_transient_step_end(zero_engine *e);
 void engine_transient_trim(zero_engine *e);
 /* Host memory, counted (init values before finalize). */
 zero_status engine_host_alloc(zero_engine *e, zero_mem_category cat, size_t bytes, void **out);

@@ -208,13 +208,20 @@ zero_status grads_zero_all(zero_engine *e, int after_step)
     if (!after_step && e->grads_full)
         st = zero_fill_value(e->dev, e->grads_full, e->cfg.compute_dtype, e->padded, 0.0f, e->stream);
     if (st != ZERO_OK) return zero_fail_forward(&e->err, st, "engine: zeroing gradients: ");
+    /* Gradient buffers never handed to grads_ready (zero_grad mid-step) go
+     * to the cache after the compute stream's writes to them. */
+    int unreduced = 0;
+    for (int i = 0; i < e->num_modules; i++) unreduced |= e->modules[i].grad != NULL;
+    if (unreduced) ZERO_TRY(engine_wait_compute(e, "engine: zeroing gradients"));
     for (int i = 0; i < e->num_modules; i++) {
         zero_module *m = &e->modules[i];
-        if (m->grad) engine_free(e, ZERO_MEM_GRADS, m->grad_numel * e->dsize, m->grad);
+        if (m->grad) engine_transient_put(e, ZERO_MEM_GRADS, m->grad_numel * e->dsize, m->grad);
         m->grad = NULL;
         m->ready_count = 0;
     }
-    engine_transient_trim(e);
+    /* The released module buffers stay cached for the next step, trimmed to
+     * what this step needed (alloc.c). */
+    if (after_step) engine_transient_step_end(e);
     return engine_hand_to_compute(e, "engine: zeroing gradients");
 }
 

@@ -19,6 +19,16 @@ zero_status zero_engine_get_memory_report(const zero_engine *e, zero_memory_repo
     return ZERO_OK;
 }
 
+const char *zero_mem_category_name(zero_mem_category category)
+{
+    static const char *const names[ZERO_MEM_CATEGORY_COUNT] = {
+        [ZERO_MEM_PARAMS] = "params",   [ZERO_MEM_GRADS] = "grads",   [ZERO_MEM_MASTER] = "master",
+        [ZERO_MEM_MOMENTS] = "moments", [ZERO_MEM_BUFFERS] = "buffers", [ZERO_MEM_OTHER] = "other",
+        [ZERO_MEM_CACHE] = "cache",
+    };
+    return (unsigned)category < ZERO_MEM_CATEGORY_COUNT ? names[category] : "unknown";
+}
+
 zero_status zero_memory_estimate(uint64_t numel, int dp, int stage, zero_dtype dtype, zero_optimizer_kind optimizer,
                                  int sgd_momentum, zero_memory_report *out)
 {

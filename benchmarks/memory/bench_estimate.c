@@ -134,7 +134,8 @@ int bench_cmd_estimate(int argc, char **argv)
         for (int s = 0; s < 4; s++) {
             json_t *st = json_object(), *bytes = json_object();
             for (int c = 0; c < ZERO_MEM_CATEGORY_COUNT; c++)
-                json_object_set_new(bytes, bench_category_names[c], json_integer((json_int_t)r[s].bytes[c]));
+                json_object_set_new(bytes, zero_mem_category_name((zero_mem_category)c),
+                                    json_integer((json_int_t)r[s].bytes[c]));
             json_object_set_new(st, "stage", json_integer(s));
             json_object_set_new(st, "bytes", bytes);
             json_object_set_new(st, "total_bytes", json_integer((json_int_t)r[s].total));
@@ -159,7 +160,8 @@ int bench_cmd_estimate(int argc, char **argv)
         fprintf(f, "stage,category,bytes\n");
         for (int s = 0; s < 4; s++)
             for (int c = 0; c < ZERO_MEM_CATEGORY_COUNT; c++)
-                fprintf(f, "%d,%s,%llu\n", s, bench_category_names[c], (unsigned long long)r[s].bytes[c]);
+                fprintf(f, "%d,%s,%llu\n", s, zero_mem_category_name((zero_mem_category)c),
+                        (unsigned long long)r[s].bytes[c]);
         fclose(f);
     }
     return 0;

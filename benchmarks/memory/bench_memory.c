@@ -27,6 +27,7 @@ typedef struct mem_record {
     uint64_t expected[C];
     uint64_t formula[C];
     uint64_t engine_peak_total;
+    uint64_t cache;  /* the cache of released module buffers after the steps (emptied before `measured`) */
     uint64_t rss_peak_delta;
     uint64_t padded_numel;
     uint64_t numel;
@@ -83,6 +84,11 @@ static int run_stage(const bench_run_opts *o, bench_model *m, zero_comm *world, 
 
     zero_memory_report got, formula, expected;
     zero_plan_info plan;
+    /* The cache of released module buffers is a reading, not a formula:
+     * note it, empty it, and the rest must equal the formula exactly. */
+    if (bench_failed(zero_engine_get_memory_report(e, &got), what)) goto out;
+    rec->cache = got.bytes[ZERO_MEM_CACHE];
+    if (bench_failed(zero_engine_empty_cache(e), what)) goto out;
     if (bench_failed(zero_engine_get_memory_report(e, &got), what)) goto out;
     if (bench_failed(bench_expected_memory(e, &cfg, &formula, &expected), what)) goto out;
     if (bench_failed(zero_engine_get_plan_info(e, &plan), what)) goto out;
@@ -106,7 +112,8 @@ out:
 static json_t *category_object(const uint64_t *v)
 {
     json_t *o = json_object();
-    for (int c = 0; c < C; c++) json_object_set_new(o, bench_category_names[c], json_integer((json_int_t)v[c]));
+    for (int c = 0; c < C; c++)
+        json_object_set_new(o, zero_mem_category_name((zero_mem_category)c), json_integer((json_int_t)v[c]));
     return o;
 }
 
@@ -135,6 +142,7 @@ static json_t *stages_json(const mem_run *run, const int *stages, int nstages)
             json_object_set_new(jr, "formula_total", json_integer((json_int_t)sum(rec->formula)));
             json_object_set_new(jr, "exact", json_boolean(!memcmp(rec->measured, rec->expected, sizeof rec->measured)));
             json_object_set_new(jr, "engine_peak_total", json_integer((json_int_t)rec->engine_peak_total));
+            json_object_set_new(jr, "cache_before_empty", json_integer((json_int_t)rec->cache));
             if (rec->rss_ok)
                 json_object_set_new(jr, "rss_peak_delta", json_integer((json_int_t)rec->rss_peak_delta));
             else
@@ -153,7 +161,8 @@ static int write_json(const bench_run_opts *o, const bench_model *m, const mem_r
                       const int *stages, int nstages)
 {
     json_t *root = json_object(), *cats = json_array(), *jruns = json_array();
-    for (int c = 0; c < C; c++) json_array_append_new(cats, json_string(bench_category_names[c]));
+    for (int c = 0; c < C; c++)
+        json_array_append_new(cats, json_string(zero_mem_category_name((zero_mem_category)c)));
     json_object_set_new(root, "benchmark", json_string("memory"));
     json_object_set_new(root, "params_target", json_real(o->params));
     json_object_set_new(root, "numel", json_integer((json_int_t)m->numel));
@@ -195,8 +204,9 @@ static int write_csv(const char *path, const mem_run *runs, int nruns, const int
             for (int r = 0; r < runs[k].dp; r++) {
                 const mem_record *rec = &runs[k].rec[(size_t)i * runs[k].dp + r];
                 for (int c = 0; c < C; c++)
-                    fprintf(f, "%d,%d,%d,%s,%llu,%llu,%llu\n", runs[k].dp, stages[i], r, bench_category_names[c],
-                            (unsigned long long)rec->measured[c], (unsigned long long)rec->expected[c],
+                    fprintf(f, "%d,%d,%d,%s,%llu,%llu,%llu\n", runs[k].dp, stages[i], r,
+                            zero_mem_category_name((zero_mem_category)c), (unsigned long long)rec->measured[c],
+                            (unsigned long long)rec->expected[c],
                             (unsigned long long)rec->formula[c]);
             }
     return fclose(f) ? 1 : 0;
@@ -210,19 +220,20 @@ static void print_table(const bench_run_opts *o, const bench_model *m, const mem
            (unsigned long long)m->numel, m->num_params, m->num_modules, m->hidden, world,
            zero_dtype_name(o->dtype), o->optimizer == ZERO_OPTIM_ADAMW ? "AdamW" : "SGD", o->steps,
            o->steps == 1 ? "" : "s");
-    printf("MB = 1e6 bytes. expected = ZeRO formula (padded count) + declared buffers; "
+    printf("MB = 1e6 bytes. expected = ZeRO formula (padded count) + declared buffers, against the report\n"
+           "after zero_engine_empty_cache; cache = what it freed (released module buffers kept between steps);\n"
            "rss = peak RSS growth during the stage\n");
-    printf("%-5s %-4s %9s %9s %9s %9s %9s %7s %10s %10s %10s %6s %10s %10s %6s\n", "stage", "rank", "params",
-           "grads", "master", "moments", "buffers", "other", "total", "expected", "formula", "exact",
+    printf("%-5s %-4s %9s %9s %9s %9s %9s %7s %10s %10s %10s %6s %8s %10s %10s %6s\n", "stage", "rank", "params",
+           "grads", "master", "moments", "buffers", "other", "total", "expected", "formula", "exact", "cache",
            "eng.peak", "rss", "rss/pk");
     for (int i = 0; i < nstages; i++)
         for (int r = 0; r < world; r++) {
             const mem_record *rec = &run->rec[(size_t)i * world + r];
             const uint64_t *v = rec->measured;
             int exact = !memcmp(rec->measured, rec->expected, sizeof rec->measured);
-            printf("%-5d %-4d %9.3f %9.3f %9.3f %9.3f %9.3f %7.3f %10.3f %10.3f %10.3f %6s %10.3f ", stages[i], r,
-                   v[0] / 1e6, v[1] / 1e6, v[2] / 1e6, v[3] / 1e6, v[4] / 1e6, v[5] / 1e6, sum(v) / 1e6,
-                   sum(rec->expected) / 1e6, sum(rec->formula) / 1e6, exact ? "yes" : "NO",
+            printf("%-5d %-4d %9.3f %9.3f %9.3f %9.3f %9.3f %7.3f %10.3f %10.3f %10.3f %6s %8.3f %10.3f ", stages[i],
+                   r, v[0] / 1e6, v[1] / 1e6, v[2] / 1e6, v[3] / 1e6, v[4] / 1e6, v[5] / 1e6, sum(v) / 1e6,
+                   sum(rec->expected) / 1e6, sum(rec->formula) / 1e6, exact ? "yes" : "NO", rec->cache / 1e6,
                    rec->engine_peak_total / 1e6);
             if (rec->rss_ok && rec->engine_peak_total)
                 printf("%10.3f %6.3f\n", rec->rss_peak_delta / 1e6,
@@ -233,7 +244,7 @@ static void print_table(const bench_run_opts *o, const bench_model *m, const mem
                 for (int c = 0; c < C; c++)
                     if (rec->measured[c] != rec->expected[c])
                         printf("      MISMATCH %s: measured %llu, expected %llu (diff %lld bytes)\n",
-                               bench_category_names[c], (unsigned long long)rec->measured[c],
+                               zero_mem_category_name((zero_mem_category)c), (unsigned long long)rec->measured[c],
                                (unsigned long long)rec->expected[c],
                                (long long)(rec->measured[c] - rec->expected[c]));
         }

@@ -7,10 +7,6 @@
 #include <zero/experimental.h>
 
 
-const char *const bench_category_names[ZERO_MEM_CATEGORY_COUNT] = {
-    "params", "grads", "master", "moments", "buffers", "other",
-};
-
 #define EMBED_ROWS 251 /* prime: no bucket divides evenly by a dp size */
 
 /* ------------------------------------------------------------------ layout */

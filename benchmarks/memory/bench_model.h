@@ -68,6 +68,4 @@ void bench_model_compute_step(bench_model *m);
 zero_status bench_expected_memory(zero_engine *e, const zero_config *cfg, zero_memory_report *formula,
                                   zero_memory_report *expected);
 
-extern const char *const bench_category_names[ZERO_MEM_CATEGORY_COUNT];
-
 #endif

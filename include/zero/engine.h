@@ -506,9 +506,13 @@ ZERO_API zero_status zero_engine_param_data(zero_engine *e, int param, void **ou
  * local_accumulation, where it keeps the micro-steps' sum until the
  * grads_ready that reduces it (the module's last before step()). Stages 0-1: one persistent
  * buffer per parameter, valid until destroy. Stages 2-3: the module's
- * gradient buffer is allocated (zeroed) by the first param_grad() call of
- * any of its parameters and freed by grads_ready(module): call param_grad()
- * again on every micro-step; the pointer is valid until that grads_ready. */
+ * gradient buffer is taken from the engine's cache of module buffers (or
+ * allocated) and zeroed by the first param_grad() call of any of its
+ * parameters, and returned to the cache by grads_ready(module): call
+ * param_grad() again on every micro-step; the pointer is valid until that
+ * grads_ready. The zeroing is ordered before the compute stream's later
+ * work; code that writes the buffer from the host thread instead (on an
+ * asynchronous device) synchronizes that stream first. */
 ZERO_API zero_status zero_engine_param_grad(zero_engine *e, int param, void **out);
 
 /* Tied weights (a tensor read by two modules, as GPT's wte by the embedding
@@ -744,7 +748,9 @@ typedef enum zero_mem_category {
     ZERO_MEM_BUFFERS = 4, /* communication staging buffers (+ CUDA: the fused optimizer step's
                              tables, 40 bytes a row of at most 16384 elements and 60 a group) */
     ZERO_MEM_OTHER = 5,   /* add_param init values until finalize (+ CUDA: a 1 MiB host chunk during it) */
-    ZERO_MEM_CATEGORY_COUNT = 6,
+    ZERO_MEM_CACHE = 6,   /* released module-sized buffers (stage-3 gathers, stage-2/3 module grads)
+                             kept for reuse (zero_engine_empty_cache frees them) */
+    ZERO_MEM_CATEGORY_COUNT = 7,
 } zero_mem_category;
 
 /* Bytes per category. For the engine: what it holds now (`bytes`) and the
@@ -770,9 +776,22 @@ typedef enum zero_mem_category {
  *            soon as a parameter is split, whatever its size
  * While a micro-step is in progress, stages 2-3 add the module gradient
  * buffers in use (grads) and stage 3 the gathered / prefetched modules
- * (params), each the module's padded bucket numel * d; released ones are
- * kept for reuse within the step (at most 4, under buffers) and freed by
- * step() and zero_grad(). */
+ * (params), each the module's padded bucket numel * d.
+ *
+ * cache: released module buffers wait there for a request of the same size,
+ * in this step or a later one (no fresh mapping and page faults per gather,
+ * no cudaFree per step). Bound: cache + the module buffers in use never
+ * exceed the most module buffers in use at once in the current or the
+ * previous step, so the cache never raises the engine's peak; after each
+ * step() it is trimmed to that step's most. In steady state the engine thus
+ * holds the formula + the declared buffers + cache;
+ * zero_engine_empty_cache() brings it to the formula + the declared buffers
+ * exactly (torch.cuda.empty_cache()'s role). */
+/* The category's lower-case name ("params", ..., "cache"), as the memory
+ * benchmark's and zero-train's JSON use it; "unknown" for any other value.
+ * Static storage. */
+ZERO_API const char *zero_mem_category_name(zero_mem_category category);
+
 /* Room for categories added later without changing the report's size (ABI). */
 #define ZERO_MEM_CATEGORY_CAPACITY 16
 
@@ -784,6 +803,14 @@ typedef struct zero_memory_report {
 } zero_memory_report;
 
 ZERO_API zero_status zero_engine_get_memory_report(const zero_engine *e, zero_memory_report *out);
+
+/* Free the cache of released module buffers (ZERO_MEM_CACHE reads 0 after
+ * it); buffers in use are untouched. Not collective; after finalize, at any
+ * point between engine calls (mid-step too: later requests allocate anew).
+ * Waits for the engine's queued work. Use it before memory-hungry work
+ * outside training (evaluation with other buffers, a checkpoint
+ * consolidation); the next step refills the cache. */
+ZERO_API zero_status zero_engine_empty_cache(zero_engine *e);
 
 /* The ZeRO formula above for `numel` elements (pass the padded count to
  * compare with an engine), `dp` ranks, `stage`, compute dtype f32/bf16/f16

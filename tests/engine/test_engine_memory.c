@@ -6,6 +6,9 @@
  *                             ZeRO formula (zero_memory_estimate) plus the
  *                             declared buffers of engine.h, to the byte, after
  *                             finalize, during a micro-step and after a step
+ *   test_engine_memory reuse  a transformer-shaped model at stages 2-3:
+ *                             from the third step on, every module buffer
+ *                             comes from the cache (no pages faulted in)
  *   test_engine_memory rss    a large model: resident memory grows by the
  *                             reported total, and peak resident memory by
  *                             the reported peak, within 3%, after finalize
@@ -15,6 +18,7 @@
  *                             as the engine's peak does (world >= 2). The
  *                             allocator is left at glibc's defaults: the
  *                             library itself returns freed large buffers. */
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "eng_util.h"
@@ -92,6 +96,35 @@ static void plan_compute(int n, int rank, uint64_t bucket_cap, uint64_t thr, pla
     free(elem_pos);
 }
 
+/* ---------------------------------------------------------------- module buffer classes */
+
+/* The buffer a module-buffer request of `bytes` gets (engine.h, "cache"):
+ * the engine's request sizes (gathers at stage 3, module gradients at 2-3)
+ * grouped from the largest down, a class taking every size down to 8/9 of
+ * its largest; the buffer has the class's largest size. */
+static uint64_t class_ref(const plan_ref *pr, int stage, uint64_t d, uint64_t bytes)
+{
+    uint64_t sizes[2 * ENG_NMODULES];
+    int n = 0;
+    for (int m = 0; m < ENG_NMODULES; m++) {
+        if (stage >= 3 && pr->gather[m]) sizes[n++] = pr->gather[m] * d;
+        if (stage >= 2 && pr->grad[m]) sizes[n++] = pr->grad[m] * d;
+    }
+    for (int i = 0; i < n; i++) /* descending */
+        for (int j = i + 1; j < n; j++)
+            if (sizes[j] > sizes[i]) {
+                uint64_t t = sizes[i];
+                sizes[i] = sizes[j];
+                sizes[j] = t;
+            }
+    uint64_t top = 0;
+    for (int i = 0; i < n; i++) {
+        if (top == 0 || sizes[i] * 9 < top * 8) top = sizes[i];
+        if (sizes[i] == bytes) return top;
+    }
+    return bytes;
+}
+
 /* ---------------------------------------------------------------- expected report */
 
 static void expected(const zero_config *c, int n, const plan_ref *pr, zero_memory_report *out)
@@ -108,17 +141,31 @@ static void expected(const zero_config *c, int n, const plan_ref *pr, zero_memor
     for (int k = 0; k < ZERO_MEM_CATEGORY_COUNT; k++) out->total += out->bytes[k];
 }
 
-static void check_report(zero_engine *e, const zero_memory_report *want, const char *when, const zero_config *c)
+/* Every category but the cache equals `want`; the cache holds `cache` bytes
+ * (-1: any amount, returned). */
+static uint64_t check_report_cached(zero_engine *e, const zero_memory_report *want, int64_t cache, const char *when,
+                                    const zero_config *c)
 {
-    static const char *names[] = {"params", "grads", "master", "moments", "buffers", "other"};
     zero_memory_report got;
     CHECK_OK(zero_engine_get_memory_report(e, &got));
     for (int k = 0; k < ZERO_MEM_CATEGORY_COUNT; k++)
-        CHECK_MSG(got.bytes[k] == want->bytes[k], "stage %d %s opt %d overlap %d %s: %s = %llu, expected %llu",
-                  c->stage, zero_dtype_name(c->compute_dtype), (int)c->optimizer, c->overlap_comm, when, names[k],
-                  (unsigned long long)got.bytes[k], (unsigned long long)want->bytes[k]);
-    CHECK(got.total == want->total);
+        if (k != ZERO_MEM_CACHE)
+            CHECK_MSG(got.bytes[k] == want->bytes[k], "stage %d %s opt %d overlap %d %s: %s = %llu, expected %llu",
+                      c->stage, zero_dtype_name(c->compute_dtype), (int)c->optimizer, c->overlap_comm, when,
+                      zero_mem_category_name((zero_mem_category)k), (unsigned long long)got.bytes[k],
+                      (unsigned long long)want->bytes[k]);
+    const uint64_t cached = got.bytes[ZERO_MEM_CACHE];
+    if (cache >= 0)
+        CHECK_MSG(cached == (uint64_t)cache, "stage %d overlap %d %s: cache = %llu, expected %lld", c->stage,
+                  c->overlap_comm, when, (unsigned long long)cached, (long long)cache);
+    CHECK(got.total == want->total + cached);
     CHECK(got.peak_total >= got.total);
+    return cached;
+}
+
+static void check_report(zero_engine *e, const zero_memory_report *want, const char *when, const zero_config *c)
+{
+    check_report_cached(e, want, 0, when, c);
 }
 
 static void check_config(const zero_config *c, zero_comm *comm, zero_device *dev)
@@ -171,7 +218,11 @@ static void check_config(const zero_config *c, zero_comm *comm, zero_device *dev
     if (c->stage >= 2) w2.bytes[ZERO_MEM_GRADS] += pr.grad[m] * d;
     w2.total = 0;
     for (int k = 0; k < ZERO_MEM_CATEGORY_COUNT; k++) w2.total += w2.bytes[k];
-    check_report(e, &w2, "during a micro-step", c);
+    /* the rest of each buffer's class: under cache */
+    uint64_t tails = 0;
+    if (c->stage == 3) tails += class_ref(&pr, 3, d, pr.gather[m] * d) - pr.gather[m] * d;
+    if (c->stage >= 2) tails += class_ref(&pr, c->stage, d, pr.grad[m] * d) - pr.grad[m] * d;
+    check_report_cached(e, &w2, (int64_t)tails, "during a micro-step", c);
     CHECK_OK(zero_engine_release(e, m));
 
     /* after a full step: back to the steady state */
@@ -179,7 +230,25 @@ static void check_config(const zero_config *c, zero_comm *comm, zero_device *dev
     CHECK_OK(zero_engine_zero_grad(e));
     zero_step_result res;
     CHECK_OK(eng_train_step(e, dev, c, &run, 1, &res));
-    check_report(e, &want, "after a step", c);
+    /* The released module buffers stay cached for the next step (stages
+     * 2-3: module gradients; 3: gathers), within the bounds of engine.h's
+     * "cache", and zero_engine_empty_cache() leaves the formula alone. */
+    uint64_t cached = check_report_cached(e, &want, -1, "after a step", c);
+    zero_memory_report got;
+    CHECK_OK(zero_engine_get_memory_report(e, &got));
+    const uint64_t transient_peak = got.peak[ZERO_MEM_PARAMS] - want.bytes[ZERO_MEM_PARAMS] +
+                                    got.peak[ZERO_MEM_GRADS] - want.bytes[ZERO_MEM_GRADS];
+    CHECK_MSG(c->stage >= 2 ? cached > 0 : cached == 0, "stage %d overlap %d: %llu bytes cached after a step",
+              c->stage, c->overlap_comm, (unsigned long long)cached);
+    /* twice the most in use at once, each rounded up by at most 1/8 */
+    CHECK_MSG(cached * 4 <= transient_peak * 9, "stage %d overlap %d: cache %llu bytes, more than 9/4 of the step's "
+              "module buffers at their peak (%llu)", c->stage, c->overlap_comm, (unsigned long long)cached,
+              (unsigned long long)transient_peak);
+    CHECK_OK(zero_engine_empty_cache(e));
+    check_report(e, &want, "after empty_cache", c);
+    /* a second step refills it to the same size: the same requests, met from it */
+    CHECK_OK(eng_train_step(e, dev, c, &run, 2, &res));
+    check_report_cached(e, &want, (int64_t)cached, "after a second step", c);
     zero_engine_destroy(e);
 }
 
@@ -244,13 +313,109 @@ static double check_rss(zero_comm *comm, zero_device *dev, int stage, double *en
     return peak_grew;
 }
 
+/* ---------------------------------------------------------------- reuse across steps */
+
+/* A transformer's shape: an embedding, REUSE_BLOCKS equal blocks of a
+ * sharded weight and a persistent bias (so a block's gather is smaller than
+ * its gradient, by the bias), a persistent final norm. */
+#define REUSE_BLOCKS 6
+#define REUSE_H 384
+
+static zero_status reuse_register(zero_engine *e)
+{
+    zero_status st = ZERO_OK;
+    char name[32];
+    float *zeros = calloc((size_t)4000 * REUSE_H, sizeof *zeros);
+    if (!zeros) return ZERO_OUT_OF_MEMORY;
+    const int64_t embed[2] = {4000, REUSE_H}, w[2] = {REUSE_H, REUSE_H}, b[1] = {REUSE_H};
+    int m = 0;
+    if ((st = zero_engine_add_module(e, "embed", &m)) == ZERO_OK)
+        st = zero_engine_add_param(e, m, "embed.w", 2, embed, zeros, NULL);
+    for (int k = 0; k < REUSE_BLOCKS && st == ZERO_OK; k++) {
+        snprintf(name, sizeof name, "block%d", k);
+        if ((st = zero_engine_add_module(e, name, &m)) != ZERO_OK) break;
+        snprintf(name, sizeof name, "block%d.w", k);
+        if ((st = zero_engine_add_param(e, m, name, 2, w, zeros, NULL)) != ZERO_OK) break;
+        snprintf(name, sizeof name, "block%d.b", k);
+        st = zero_engine_add_param(e, m, name, 1, b, zeros, NULL);
+    }
+    if (st == ZERO_OK && (st = zero_engine_add_module(e, "final", &m)) == ZERO_OK)
+        st = zero_engine_add_param(e, m, "final.norm", 1, b, zeros, NULL);
+    free(zeros);
+    return st;
+}
+
+/* One step: every module gathered and released in forward, then in reverse
+ * gathered, its gradients asked for (left zero: the buffers are the point),
+ * reduced and released. */
+static zero_status reuse_step(zero_engine *e)
+{
+    zero_status st;
+    const int nm = zero_engine_get_num_modules(e), np = zero_engine_get_num_params(e);
+    for (int m = 0; m < nm; m++) {
+        if ((st = zero_engine_gather(e, m)) != ZERO_OK) return st;
+        if ((st = zero_engine_release(e, m)) != ZERO_OK) return st;
+    }
+    for (int m = nm - 1; m >= 0; m--) {
+        if ((st = zero_engine_gather(e, m)) != ZERO_OK) return st;
+        for (int p = 0; p < np; p++) {
+            zero_param_info pi;
+            void *g;
+            if ((st = zero_engine_get_param_info(e, p, &pi)) != ZERO_OK) return st;
+            if (pi.module == m && (st = zero_engine_param_grad(e, p, &g)) != ZERO_OK) return st;
+        }
+        if ((st = zero_engine_grads_ready(e, m)) != ZERO_OK) return st;
+        if ((st = zero_engine_release(e, m)) != ZERO_OK) return st;
+    }
+    zero_step_result res;
+    return zero_engine_step(e, &res);
+}
+
+/* Stages 2-3, with and without overlap: after two steps, a step's module
+ * buffers all come from the cache, so it faults in (almost) no fresh pages;
+ * before the cache kept them across steps every gather and module gradient
+ * was mapped and faulted in anew each step, and with exact sizes a block's
+ * gather (weight) and gradient (weight + bias) buffers never met. */
+static void check_reuse(zero_comm *comm, zero_device *dev, int stage, int overlap)
+{
+    zero_config c = ZERO_CONFIG_INIT;
+    c.stage = stage;
+    c.overlap_comm = overlap;
+    zero_engine *e = NULL;
+    CHECK_OK(zero_engine_create(&e, &c, comm, dev));
+    if (!e) return;
+    CHECK_OK(reuse_register(e));
+    CHECK_OK(zero_engine_finalize(e));
+    for (int step = 0; step < 2; step++) CHECK_OK(reuse_step(e));
+    zero_memory_report r;
+    CHECK_OK(zero_engine_get_memory_report(e, &r));
+    const double buffers_peak = (double)(r.peak[ZERO_MEM_PARAMS] - r.bytes[ZERO_MEM_PARAMS] +
+                                         r.peak[ZERO_MEM_GRADS] - r.bytes[ZERO_MEM_GRADS]);
+    struct rusage u0, u1;
+    getrusage(RUSAGE_SELF, &u0);
+    CHECK_OK(reuse_step(e));
+    getrusage(RUSAGE_SELF, &u1);
+    const double faulted = (double)(u1.ru_minflt - u0.ru_minflt) * (double)sysconf(_SC_PAGESIZE);
+    fprintf(stderr, "[rank %d] reuse: stage %d overlap %d, third step faulted in %.3f MB; module buffers at their "
+            "peak %.3f MB\n", zero_comm_rank(comm), stage, overlap, faulted / 1e6, buffers_peak / 1e6);
+    CHECK_MSG(buffers_peak > 1e6, "stage %d: module buffers peak at %.3f MB: too small to tell", stage,
+              buffers_peak / 1e6);
+    CHECK_MSG(faulted < 0.1 * buffers_peak, "stage %d overlap %d: the third step faulted in %.3f MB against module "
+              "buffers of %.3f MB at their peak: released buffers were not reused", stage, overlap, faulted / 1e6,
+              buffers_peak / 1e6);
+    zero_engine_destroy(e);
+}
+
 int main(int argc, char **argv)
 {
     zero_comm *world;
     zero_device *dev;
     int rc = eng_open(0, 0, &world, &dev); /* the world (60 s deadline), this rank for CHECKs, the CPU device */
     if (rc) return rc;
-    if (argc > 1 && !strcmp(argv[1], "rss")) {
+    if (argc > 1 && !strcmp(argv[1], "reuse")) {
+        for (int stage = 2; stage < 4; stage++)
+            for (int ov = 0; ov < 2; ov++) check_reuse(world, dev, stage, ov);
+    } else if (argc > 1 && !strcmp(argv[1], "rss")) {
         double grew[4], peak[4];
         for (int stage = 0; stage < 4; stage++) grew[stage] = check_rss(world, dev, stage, &peak[stage]);
         /* Sharding must show in what the process holds, stage by stage, as

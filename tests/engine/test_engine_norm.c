@@ -99,6 +99,7 @@ static void test_duplicate_after_landing(zero_comm *comm, zero_device *dev)
             float *ga = NULL, *gb = NULL;
             CHECK_OK(zero_engine_param_grad(e, pa, (void **)&ga));
             CHECK_OK(zero_engine_param_grad(e, pb, (void **)&gb));
+            CHECK_OK(zero_device_sync(dev)); /* host writes: the engine's zeroing may be queued (async) */
             for (int i = 0; ga && gb && i < 410; i++) ga[i] = 1.0f, gb[i] = 2.0f;
             CHECK_OK(zero_engine_grads_ready(e, mod));
             CHECK_OK(zero_engine_release(e, mod));

@@ -35,7 +35,7 @@ def test_fp32_params_are_their_own_master(tmp_path):
     _, doc = estimate(tmp_path, "--params", "1e6", "--dp", "4", "--dtype", "fp32")
     s0, s2 = doc["stages"][0]["bytes"], doc["stages"][2]["bytes"]
     assert s0 == {"params": 4_000_000, "grads": 4_000_000, "master": 0, "moments": 8_000_000,
-                  "buffers": 0, "other": 0}
+                  "buffers": 0, "other": 0, "cache": 0}
     assert s2["params"] == 4_000_000 and s2["grads"] == 1_000_000 and s2["moments"] == 2_000_000
 
 

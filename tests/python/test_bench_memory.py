@@ -15,7 +15,7 @@ import pytest
 
 from bench_helpers import plot, run
 
-CATS = ["params", "grads", "master", "moments", "buffers", "other"]
+CATS = ["params", "grads", "master", "moments", "buffers", "other", "cache"]
 
 
 def memory(tmp_path, world, *args):
@@ -73,6 +73,14 @@ def test_memory_world2_sharding(tmp_path):
     # each stage needs less than the one before (ZeRO's point)
     totals = [by_stage[s]["ranks"][0]["measured_total"] for s in range(4)]
     assert totals == sorted(totals, reverse=True) and len(set(totals)) == 4
+    # Released module buffers were cached across steps (stage 2: gradients,
+    # stage 3: gathers too; none before), and emptying the cache left the
+    # formula exact (check_exact above).
+    for s, st in by_stage.items():
+        for r in st["ranks"]:
+            cached = r["cache_before_empty"]
+            assert (cached > 0) if s >= 2 else (cached == 0), f"stage {s}: {cached} bytes cached"
+            assert r["measured"]["cache"] == 0
 
 
 def test_memory_csv_and_chart(tmp_path):

@@ -14,7 +14,7 @@ def strict_json(line):
         raise ValueError(f"not JSON: {const}")
     return json.loads(line, parse_constant=refuse)
 
-CATEGORIES = ("params", "grads", "master", "moments", "buffers", "other")
+CATEGORIES = ("params", "grads", "master", "moments", "buffers", "other", "cache")
 OFFLOAD = ["--set", "zero_optimization.stage=3", "--set", "zero_optimization.stage3_param_persistence_threshold=0",
            "--set", "zero_optimization.reduce_bucket_size=3000", "--set", "zero_optimization.sub_group_size=1000",
            "--set", "zero_optimization.offload_param.buffer_size=5000"]

@@ -84,6 +84,7 @@ static void local_rank_fields(run *r, double *mine)
     memset(mine, 0, TRAIN_RANK_FIELDS * sizeof *mine);
     zero_memory_report mem;
     if (zero_engine_get_memory_report(r->engine, &mem) == ZERO_OK) {
+        _Static_assert(TRF_PARAMS + ZERO_MEM_CATEGORY_COUNT == TRF_TOTAL, "one metrics field per category");
         for (int k = 0; k < ZERO_MEM_CATEGORY_COUNT; k++) mine[TRF_PARAMS + k] = (double)mem.bytes[k];
         mine[TRF_TOTAL] = (double)mem.total;
         mine[TRF_PEAK_TOTAL] = (double)mem.peak_total;
@@ -266,11 +267,12 @@ int train_loop(run *r)
         gpt_activation_bytes act, act_without;
         if (r->par) train_parallel_activation_bytes(r->par, &act, &act_without);
         else train_model_activation_bytes(r->model, &act, &act_without);
-        printf("summary: rank 0 engine memory: params %.2f, grads %.2f, master %.2f, moments %.2f, buffers %.2f MiB "
-               "(peak total %.2f MiB); activations %.2f MiB\n",
+        printf("summary: rank 0 engine memory: params %.2f, grads %.2f, master %.2f, moments %.2f, buffers %.2f, "
+               "cache %.2f MiB (peak total %.2f MiB); activations %.2f MiB\n",
                mem.bytes[ZERO_MEM_PARAMS] / 1048576.0, mem.bytes[ZERO_MEM_GRADS] / 1048576.0,
                mem.bytes[ZERO_MEM_MASTER] / 1048576.0, mem.bytes[ZERO_MEM_MOMENTS] / 1048576.0,
-               mem.bytes[ZERO_MEM_BUFFERS] / 1048576.0, mem.peak_total / 1048576.0,
+               mem.bytes[ZERO_MEM_BUFFERS] / 1048576.0, mem.bytes[ZERO_MEM_CACHE] / 1048576.0,
+               mem.peak_total / 1048576.0,
                act.total / 1048576.0);
         /* exact bytes, by kind (docs/model.md), and what checkpointing saves */
         printf("summary: rank 0 activations: %zu bytes = residual stream %zu + block sets %zu + recompute %zu + "

@@ -50,7 +50,7 @@ static void put_num(FILE *f, const char *key, const char *fmt, double v)
 static void write_rank_fields(FILE *f, const double *v, int n)
 {
     static const char *const names[TRAIN_RANK_FIELDS] = {
-        "params", "grads", "master", "moments", "buffers", "other", "total", "peak_total",
+        "params", "grads", "master", "moments", "buffers", "other", "cache", "total", "peak_total",
         "opt_nvme_read", "opt_nvme_written", "opt_host", "opt_nvme_bytes",
         "param_nvme_read", "param_nvme_written", "param_host", "param_nvme_bytes",
         "rss", "rss_peak"};

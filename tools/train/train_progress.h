@@ -30,7 +30,7 @@ typedef struct train_step_stats {
  * offload reports' NVMe bytes read/written since finalize and host pool
  * bytes, and the process's resident set now and at its peak. */
 enum {
-    TRF_PARAMS, TRF_GRADS, TRF_MASTER, TRF_MOMENTS, TRF_BUFFERS, TRF_OTHER, TRF_TOTAL, TRF_PEAK_TOTAL,
+    TRF_PARAMS, TRF_GRADS, TRF_MASTER, TRF_MOMENTS, TRF_BUFFERS, TRF_OTHER, TRF_CACHE, TRF_TOTAL, TRF_PEAK_TOTAL,
     TRF_OPT_NVME_READ, TRF_OPT_NVME_WRITTEN, TRF_OPT_HOST, TRF_OPT_NVME_BYTES,
     TRF_PARAM_NVME_READ, TRF_PARAM_NVME_WRITTEN, TRF_PARAM_HOST, TRF_PARAM_NVME_BYTES,
     TRF_RSS, TRF_RSS_PEAK,

@@ -59,9 +59,10 @@ def test_memory_report_equals_the_c_formula_at_two_ranks(zero_mod, ranks):
                 "grads": est["grads"],              # + P*(4-d)/N = 0 for f32
                 "master": est["master"], "moments": est["moments"],
                 "buffers": 2 * (B * 4 + B * 4 // N),  # overlap_comm: two slots
-                "other": 0}
+                "other": 0, "cache": 0}  # read after empty_cache()
         want["total"] = sum(want.values())
         assert {k: rep[k] for k in want} == want
+        assert out["cache3"] > 0, "stage 3 keeps its released gathers and module gradients for the next step"
 
 
 def test_mismatch_and_timeout_errors_carry_the_message(ranks):

@@ -657,11 +657,16 @@ class Engine(_Resource):
 
     # ================================================================ introspection
     def memory_report(self):
-        """{"params", "grads", "master", "moments", "buffers", "other": bytes
-        held now, "total", "peak": {the same maxima, "total"}}."""
+        """{"params", "grads", "master", "moments", "buffers", "other", "cache":
+        bytes held now, "total", "peak": {the same maxima, "total"}}."""
         r = ffi.new("zero_memory_report *")
         self._check(lib.zero_engine_get_memory_report(self._live_handle(), r))
         return _report_dict(r)
+
+    def empty_cache(self):
+        """Free the released module buffers the engine keeps for the next
+        step (the report's "cache"), like torch.cuda.empty_cache()."""
+        self._check(lib.zero_engine_empty_cache(self._live_handle()))
 
     def plan_info(self):
         i = ffi.new("zero_plan_info *")

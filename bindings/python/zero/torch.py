@@ -551,8 +551,12 @@ class ZeroModule(torch.nn.Module):
 
     def memory_report(self):
         """The engine's memory report: {"params", "grads", "master", "moments",
-        "buffers", "other": bytes, "total", "peak": {...}}."""
+        "buffers", "other", "cache": bytes, "total", "peak": {...}}."""
         return self.engine.memory_report()
+
+    def empty_cache(self):
+        """Free the module buffers kept between steps (the report's "cache")."""
+        self.engine.empty_cache()
 
     def full_parameters(self):
         """COLLECTIVE: {name: full fp32 value (a new torch tensor)} of every parameter."""
