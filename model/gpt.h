@@ -150,6 +150,8 @@ size_t gpt_num_params(const gpt_config *cfg);
 size_t gpt_param_elements(const gpt_config *cfg);
 /* Number of tensors in module m (2, 12 or 2). */
 int gpt_module_num_tensors(const gpt_config *cfg, int module);
+/* Number of parameter elements in module m (this rank's expert slice for MoE stacks). */
+size_t gpt_module_elements(const gpt_config *cfg, int module);
 /* "embed", "block.3", "final" into buf; returns buf. */
 const char *gpt_module_name(const gpt_config *cfg, int module, char *buf, size_t size);
 /* Information on parameter i (0 <= i < gpt_num_params). */

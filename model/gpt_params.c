@@ -177,6 +177,17 @@ size_t gpt_param_elements(const gpt_config *cfg)
     return total;
 }
 
+size_t gpt_module_elements(const gpt_config *cfg, int module)
+{
+    size_t n = 0;
+    gpt_param_info info;
+    for (int i = 0; i < gpt_module_num_tensors(cfg, module); i++) {
+        gpt_param_info_get(cfg, gpt_param_position(cfg, module, i), &info);
+        n += info.numel;
+    }
+    return n;
+}
+
 /* ------------------------------------------------------------ initialisation */
 /* GPT-2's init as a libzero spec: the engine evaluates it on each rank for
  * just the elements the rank keeps, from (seed, name, index) alone, so every

@@ -34,6 +34,24 @@ def test_print_config_is_complete_and_reloadable(tmp_path):
     assert over["model"]["n_layer"] == 2
 
 
+def test_prefetch_window_auto_is_two_blocks(tmp_path):
+    """zero_optimization.stage3_prefetch_bucket_size "auto" (the built-in config's):
+    zero-train fills in two dense blocks' parameters, 2 x (12 d^2 + 13 d), at every
+    d_model; an explicit value is kept; "auto" in a config file works the same."""
+    def window(*args):
+        return json.loads(run_train(["--print-config", *args]).stdout)["zero_optimization"][
+            "stage3_prefetch_bucket_size"]
+    for d in (128, 512):
+        assert window("--set", f"model.d_model={d}") == 2 * (12 * d * d + 13 * d)
+    assert window("--set", "zero_optimization.stage3_prefetch_bucket_size=123456") == 123456
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": "auto"},
+                             "model": {"d_model": 256, "n_head": 4}}))
+    assert window("--config", str(f)) == 2 * (12 * 256 * 256 + 13 * 256)
+    f.write_text(json.dumps({"zero_optimization": {"stage": 3}}))
+    assert window("--config", str(f)) == 50000000  # DeepSpeed's default when the key is absent
+
+
 # issue 10 B6/B7: --print-config prints every key the config holds, and what it
 # prints loads back and prints the same text again, whatever the sections
 ROUND_TRIP = {

@@ -27,7 +27,8 @@ const char train_default_config_json[] =
      * small model whole; 4096 shards the weight matrices and keeps only the
      * LayerNorm and bias vectors whole, so stage 3 really gathers per block. */
     "  \"zero_optimization\": {\"stage\": 3, \"overlap_comm\": true,\n"
-    "                        \"stage3_param_persistence_threshold\": 4096},\n"
+    "                        \"stage3_param_persistence_threshold\": 4096,\n"
+    "                        \"stage3_prefetch_bucket_size\": \"auto\"},\n"
     /* the GPT recipe: no weight decay on biases, LayerNorms and embeddings */
     "  \"param_groups\": [{\"name\": \"no_decay\", \"params\": [\"*.bias\", \"*ln_*\", \"wte.*\", \"wpe.*\"],\n"
     "                    \"weight_decay\": 0.0}],\n"
@@ -659,6 +660,8 @@ int train_config_parse(train_config *c, json_t *root, int world, char *err, size
     }
     int rc = parse_clean(c, clean, world, err, n);
     json_decref(clean);
+    const json_t *window = json_object_get(json_object_get(root, "zero_optimization"), "stage3_prefetch_bucket_size");
+    c->prefetch_auto = json_is_string(window) && !strcmp(json_string_value(window), "auto");
     if (rc == 0) {
         /* the engine gets the document as given but for zero-train's own
          * sections: its sections, and DeepSpeed's other keys to judge */

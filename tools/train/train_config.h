@@ -107,6 +107,9 @@ typedef struct train_config {
     int n_groups;
     /* The document as given (owned), for zero_config_from_json: its sections, and DeepSpeed's keys to judge. */
     json_t *engine_json;
+    /* zero_optimization.stage3_prefetch_bucket_size was "auto": zero-train sizes the window to two
+     * blocks' parameters (train_prefetch_window) instead of leaving libzero's default. */
+    int prefetch_auto;
     /* The whole effective config: defaults filled in (owned). */
     json_t *effective;
 } train_config;

@@ -106,7 +106,21 @@ static int apply_set(json_t *root, const char *kv, char *err, size_t en)
     return set_path(root, key, v, err, en);
 }
 
-/* ---------------------------------------------------------------- engine config as JSON */
+/* ---------------------------------------------------------------- the model and the engine config */
+
+static gpt_config train_gpt_config(const train_config *c)
+{
+    return (gpt_config){.n_layer = c->n_layer, .n_head = c->n_head, .d_model = c->d_model, .seq_len = c->seq_len,
+                        .vocab = c->vocab, .moe_experts = c->moe_experts, .moe_top_k = c->moe_top_k,
+                        .moe_capacity_factor = (float)c->moe_capacity_factor,
+                        .moe_aux_loss_coef = (float)c->moe_aux_loss_coef, .moe_ep = c->moe_ep};
+}
+
+/* stage3_prefetch_bucket_size "auto": the elements of two blocks (module 1 is block 0). */
+static uint64_t train_prefetch_window(const gpt_config *g)
+{
+    return 2 * (uint64_t)gpt_module_elements(g, GPT_MODULE_EMBED + 1);
+}
 
 static json_t *engine_effective(const zero_config *z)
 {
@@ -322,6 +336,15 @@ int main(int argc, char **argv)
         goto done;
     }
     r.zcfg = (zero_config)ZERO_CONFIG_INIT;
+    const gpt_config g = train_gpt_config(&r.cfg);
+    if (r.cfg.prefetch_auto) {
+        /* HF Trainer's "auto" is the trainer's to fill in: two blocks' parameters,
+         * so the prefetcher keeps about one block ahead whatever the model's size
+         * (HF's 0.9 x d_model^2 suits DeepSpeed's per-parameter prefetch; libzero
+         * prefetches whole modules, and a window below one block prefetches none). */
+        json_t *zo = json_object_get(r.cfg.engine_json, "zero_optimization");
+        json_object_set_new(zo, "stage3_prefetch_bucket_size", json_integer((json_int_t)train_prefetch_window(&g)));
+    }
     {
         char *engine_text = json_dumps(r.cfg.engine_json, JSON_COMPACT);
         zero_status s = zero_config_from_json(&r.zcfg, engine_text);
@@ -426,10 +449,6 @@ int main(int argc, char **argv)
     }
 
     /* engine and model */
-    gpt_config g = {.n_layer = r.cfg.n_layer, .n_head = r.cfg.n_head, .d_model = r.cfg.d_model,
-                    .seq_len = r.cfg.seq_len, .vocab = r.cfg.vocab, .moe_experts = r.cfg.moe_experts,
-                    .moe_top_k = r.cfg.moe_top_k, .moe_capacity_factor = (float)r.cfg.moe_capacity_factor,
-                    .moe_aux_loss_coef = (float)r.cfg.moe_aux_loss_coef, .moe_ep = r.cfg.moe_ep};
     /* activation_checkpointing: blocks 0 .. blocks-1 recomputed in backward */
     const gpt_checkpointing ckpt = {r.cfg.actckpt.enabled ? r.cfg.actckpt.blocks : 0, r.cfg.actckpt.cpu_checkpointing,
                                     r.cfg.actckpt.partition_activations};

@@ -77,17 +77,6 @@ static zero_status engine_fail(char *err, size_t n, zero_status s, const char *c
     return mfail(err, n, s, "%s %s", prefix, msg);
 }
 
-static size_t module_numel(const gpt_config *cfg, int module)
-{
-    size_t n = 0;
-    for (int i = 0; i < gpt_module_num_tensors(cfg, module); i++) {
-        gpt_param_info pi;
-        gpt_param_info_get(cfg, gpt_param_position(cfg, module, i), &pi);
-        n += pi.numel;
-    }
-    return n;
-}
-
 /* The CUDA model: bf16 compute runs the bf16 activation mode (bf16
  * storage, flash attention, cuBLASLt epilogues: gpt_cuda.h), as the CPU
  * path's bf16 compute multiplies bf16; fp32 compute keeps fp32 activations
@@ -178,8 +167,8 @@ zero_status train_model_create(train_model **out, const gpt_config *cfg, int mic
             if (s == ZERO_OK && m->grad_scratch) {
                 size_t es = zero_dtype_size(m->dtype), mod = 0;
                 for (int i = 1; i < m->n_modules; i++)
-                    if (module_numel(cfg, i) > mod) mod = module_numel(cfg, i);
-                if ((s = zero_device_alloc(dev, module_numel(cfg, GPT_MODULE_EMBED) * es, &m->dev_embed_g)) !=
+                    if (gpt_module_elements(cfg, i) > mod) mod = gpt_module_elements(cfg, i);
+                if ((s = zero_device_alloc(dev, gpt_module_elements(cfg, GPT_MODULE_EMBED) * es, &m->dev_embed_g)) !=
                         ZERO_OK ||
                     (s = zero_device_alloc(dev, mod * es, &m->dev_mod_g)) != ZERO_OK)
                     mfail(err, en, s, "model: the device gradient scratch of expert parallelism: %s",
@@ -198,9 +187,9 @@ zero_status train_model_create(train_model **out, const gpt_config *cfg, int mic
                 mfail(err, en, s, "model: %s", gpt_last_error());
             m->grad_scratch = m->dtype != ZERO_F32 || m->ep_size > 1;
             if (s == ZERO_OK && m->grad_scratch) {
-                m->embed_numel = module_numel(cfg, GPT_MODULE_EMBED);
+                m->embed_numel = gpt_module_elements(cfg, GPT_MODULE_EMBED);
                 for (int mod = 1; mod < m->n_modules; mod++)
-                    if (module_numel(cfg, mod) > m->mod_numel) m->mod_numel = module_numel(cfg, mod);
+                    if (gpt_module_elements(cfg, mod) > m->mod_numel) m->mod_numel = gpt_module_elements(cfg, mod);
                 m->embed_p = malloc(m->embed_numel * sizeof(float));
                 m->embed_g = malloc(m->embed_numel * sizeof(float));
                 m->mod_p = malloc(m->mod_numel * sizeof(float));
