@@ -12,8 +12,9 @@
  *   test_engine_memory rss    a large model: resident memory grows by the
  *                             reported total, and peak resident memory by
  *                             the reported peak, within 3%, after finalize
- *                             and again after steps (stage 3 frees and
- *                             reuses module-sized buffers every step); the
+ *                             and again after steps (module buffers come
+ *                             and go, and the cache keeps some: the report's
+ *                             total counts them); the
  *                             process's peak growth falls stage by stage
  *                             as the engine's peak does (world >= 2). The
  *                             allocator is left at glibc's defaults: the
