@@ -3,11 +3,14 @@
  * where the step has nothing to communicate but a scalar).
  *
  * For each stage an engine is built on the model; every repetition runs one
- * micro-step untimed, then times zero_engine_step alone, then times the
- * optimizer kernel alone (optim/cpu_optim.c, compiled into this program: it
- * is internal) on arrays of the size the step updates (this rank's shard of
+ * micro-step untimed, then times zero_engine_step alone and the optimizer
+ * kernel alone (optim/cpu_optim.c, compiled into this program: it is
+ * internal) on arrays of the size the step updates (this rank's shard of
  * master, gradient and moments, fp32), so step and kernel alternate and
- * share the machine's state. Medians over the repetitions; "ratio" is
+ * share the machine's state. The two take turns at going first after the
+ * micro-step (the step first on even repetitions), since that place costs
+ * more (the micro-step's writes are still dirty in the cache); before
+ * 2026-12-03 the step always went first. Medians over the repetitions; "ratio" is
  * step / kernel, the overhead the engine adds (norm, clipping, casts,
  * gathers, bookkeeping). "paired" is the median of the repetitions' own
  * step / kernel quotients: each pair ran back to back, so a load that drifts
@@ -36,6 +39,13 @@ static void usage(void)
             "  number of elements, per stage, alternated in one run (target: step <= 1.1 x kernel\n"
             "  at world 1). Defaults: --params 2e7 --dtype fp32 --steps 15 --warmup 2 --overlap 0.\n%s",
             bench_run_usage);
+}
+
+static void run_kernel(const bench_run_opts *o, const zero_optim_hyper *h, float *p, float *g, float *m1, float *m2,
+                       size_t n)
+{
+    if (o->optimizer == ZERO_OPTIM_ADAMW) zero_cpu_adamw(h, p, g, m1, m2, n);
+    else zero_cpu_sgd(h, p, g, o->momentum > 0 ? m1 : NULL, n);
 }
 
 int bench_cmd_stepcost(int argc, char **argv)
@@ -101,15 +111,27 @@ int bench_cmd_stepcost(int argc, char **argv)
             double tm1 = now();
             if (rc) break;
             zero_barrier(world);
+            /* Whichever runs first after the micro-step finds the memory system
+             * as the micro-step left it (its gradient writes dirty in the cache):
+             * the two take turns in that place, so neither gets it every time. */
+            const int kernel_first = r % 2;
+            double tk0 = 0, tk1 = 0;
+            if (kernel_first) {
+                tk0 = now();
+                run_kernel(&o, &h, p, g, m1, m2, n);
+                tk1 = now();
+            }
             double t0 = now();
             rc = bench_failed(zero_engine_step(e, &res), "stepcost: step");
             double t1 = now();
-            if (o.optimizer == ZERO_OPTIM_ADAMW) zero_cpu_adamw(&h, p, g, m1, m2, n);
-            else zero_cpu_sgd(&h, p, g, o.momentum > 0 ? m1 : NULL, n);
-            double t2 = now();
+            if (!kernel_first) {
+                tk0 = now();
+                run_kernel(&o, &h, p, g, m1, m2, n);
+                tk1 = now();
+            }
             if (r >= o.warmup) {
                 const int k = r - o.warmup;
-                ts[k] = t1 - t0, tk[k] = t2 - t1, tm[k] = tm1 - tm0;
+                ts[k] = t1 - t0, tk[k] = tk1 - tk0, tm[k] = tm1 - tm0;
                 tq[k] = tk[k] > 0 ? ts[k] / tk[k] : 0.0;
             }
         }
