@@ -184,6 +184,9 @@ static void check_config(const zero_config *c, zero_comm *comm, zero_device *dev
     uint64_t init_bytes = 0;
     for (int p = 0; p < ENG_NPARAMS; p++) init_bytes += eng_numel(&eng_model[p]) * 4;
     CHECK(r0.bytes[ZERO_MEM_OTHER] == init_bytes && r0.total == init_bytes);
+    /* misuse: a clear status, nothing freed */
+    CHECK(zero_engine_empty_cache(NULL) == ZERO_INVALID_ARGUMENT);
+    CHECK(zero_engine_empty_cache(e) == ZERO_INVALID_STATE); /* before finalize */
     CHECK_OK(zero_engine_finalize(e));
 
     zero_plan_info pi;
@@ -224,6 +227,9 @@ static void check_config(const zero_config *c, zero_comm *comm, zero_device *dev
     if (c->stage == 3) tails += class_ref(&pr, 3, d, pr.gather[m] * d) - pr.gather[m] * d;
     if (c->stage >= 2) tails += class_ref(&pr, c->stage, d, pr.grad[m] * d) - pr.grad[m] * d;
     check_report_cached(e, &w2, (int64_t)tails, "during a micro-step", c);
+    /* emptying the cache mid-step leaves the buffers in use (and their tails) alone */
+    CHECK_OK(zero_engine_empty_cache(e));
+    check_report_cached(e, &w2, (int64_t)tails, "after empty_cache during a micro-step", c);
     CHECK_OK(zero_engine_release(e, m));
 
     /* after a full step: back to the steady state */
