@@ -364,7 +364,6 @@ static zero_status alloc_buffers(zero_engine *e)
         else ZERO_TRY(engine_alloc(e, ZERO_MEM_PARAMS, S * d, &e->params_shard));
         ZERO_TRY(engine_alloc(e, ZERO_MEM_PARAMS, e->persist_numel * d, &e->persist));
     }
-    if (stage < 2) ZERO_TRY(engine_alloc(e, ZERO_MEM_GRADS, P * d, &e->grads_full));
     ZERO_TRY(engine_alloc(e, ZERO_MEM_GRADS, S * 4, (void **)&e->gacc));
     e->gacc_live = calloc((size_t)e->num_buckets + 1, 1); /* host bookkeeping, like the plan */
     e->bucket_norms = calloc((size_t)e->num_buckets + 1, sizeof *e->bucket_norms);
@@ -377,6 +376,12 @@ static zero_status alloc_buffers(zero_engine *e)
     int moments = e->cfg.optimizer == ZERO_OPTIM_ADAMW ? 2 : (e->cfg.momentum > 0 ? 1 : 0);
     if (moments >= 1 && !offloaded) ZERO_TRY(engine_alloc(e, ZERO_MEM_MOMENTS, state_numel * 4, (void **)&e->m1));
     if (moments >= 2 && !offloaded) ZERO_TRY(engine_alloc(e, ZERO_MEM_MOMENTS, state_numel * 4, (void **)&e->m2));
+    /* Stages 0-1's full gradients after the arrays the optimizer streams
+     * through together (params or master, the fp32 gradient, the moments),
+     * so those stay next to each other as at stages 2-3: allocated between
+     * them, this buffer made the same kernel run 1.1-1.2x slower in the step
+     * (zero-bench stepcost, AMD EPYC Zen 3, docs/BENCHMARKS.md). */
+    if (stage < 2) ZERO_TRY(engine_alloc(e, ZERO_MEM_GRADS, P * d, &e->grads_full));
     e->num_slots = e->cfg.overlap_comm ? 2 : 1;
     for (int s = 0; s < e->num_slots; s++) {
         ZERO_TRY(engine_alloc(e, ZERO_MEM_BUFFERS, e->max_bucket * 4, (void **)&e->slots[s].send));
