@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "convert_impl.h"
+#include "convert_x86.h"
 #include "cpu_async.h"
 #include "device_internal.h"
 
@@ -278,8 +279,7 @@ static zero_status cpu_memcpy(zero_device *dev, void *dst, const void *src, size
  * which the reference keeps signalling, so those lanes get the quiet bit
  * cleared again (tests/device/test_kernels.c checks all 65536 patterns).
  * ZERO_CPU_ISA=sse2|scalar turns it off, as it caps the optimizer kernels. */
-#if defined(__GNUC__) && defined(__x86_64__)
-#include <immintrin.h>
+#if ZERO_CONVERT_X86
 #define F16C_TARGET __attribute__((target("avx2,f16c")))
 
 static int f16c_usable(void)
@@ -295,13 +295,7 @@ static int f16c_usable(void)
     return u;
 }
 
-F16C_TARGET static void f32_to_f16_f16c(const float *s, uint16_t *d, size_t n)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
-    for (; i < n; i++) d[i] = zero_cvt_f32_to_f16(s[i]);
-}
+static void f32_to_f16_f16c(const float *s, uint16_t *d, size_t n) { zero_x86_f32_to_f16(s, d, n); }
 
 F16C_TARGET static void f16_to_f32_f16c(const uint16_t *s, float *d, size_t n)
 {

@@ -48,6 +48,7 @@
 #include <string.h>
 
 #include "device/convert_impl.h"
+#include "device/convert_x86.h"
 #include "zero_build_config.h"
 
 #if ZERO_HAVE_OPENMP
@@ -410,8 +411,21 @@ static void fused_chunk(const zero_optim_fused *f, const zero_cpu_optim_variant 
     if (f->adamw) k->adamw(h, p, g, m1, f->m2 + c->m_off, 0, c->len);
     else k->sgd(h, p, g, m1, 0, c->len);
     if (!f->out) return;
-    /* The chunk is still in cache: its cast costs little more than the store. */
+    /* The chunk is still in cache: its cast costs little more than the store
+     * once vectorized (the scalar loop doubled the step: 2.2-2.4x the fp32
+     * kernel at bf16). The vector casts give the scalar reference's bits. */
     uint16_t *o = (uint16_t *)f->out + c->out_off;
+#if ZERO_CONVERT_X86
+    const int vector = strcmp(k->name, "avx512") == 0 || strcmp(k->name, "avx2") == 0;
+    if (vector && f->out_dtype == ZERO_BF16) {
+        zero_x86_f32_to_bf16(p, o, c->len);
+        return;
+    }
+    if (vector && f->out_dtype == ZERO_F16 && __builtin_cpu_supports("f16c")) {
+        zero_x86_f32_to_f16(p, o, c->len);
+        return;
+    }
+#endif
     if (f->out_dtype == ZERO_BF16)
         for (uint32_t i = 0; i < c->len; i++) o[i] = zero_cvt_f32_to_bf16(p[i]);
     else

@@ -21,6 +21,7 @@
 
 #include "check.h"
 #include "device/convert_impl.h"
+#include "device/convert_x86.h"
 #include "optim/cpu_optim.h"
 #include "zero_build_config.h"
 #if ZERO_HAVE_OPENMP
@@ -257,6 +258,44 @@ static void check_bc2_range(const zero_cpu_optim_variant *ref, const float *p0, 
     }
 }
 
+/* The vector casts of the fused step's parameter write (device/convert_x86.h)
+ * against the integer reference, bit for bit: every low half (rounding
+ * bits, ties, NaN payloads) under high halves that cover zero, subnormals,
+ * normal values, the largest finite (rounding up to infinity), infinity and
+ * NaN, both signs; arrays of 65536 + 5 so the scalar tail runs too. */
+static void check_x86_casts(void)
+{
+#if ZERO_CONVERT_X86
+    if (!__builtin_cpu_supports("avx2")) {
+        printf("vector casts: no AVX2, skipped\n");
+        return;
+    }
+    const int f16c = __builtin_cpu_supports("f16c");
+    static const uint16_t highs[] = {0x0000, 0x0001, 0x007F, 0x0080, 0x3F80, 0x3FFF, 0x4049, 0x477F, 0x4780,
+                                     0x7F7E, 0x7F7F, 0x7F80, 0x7FC0, 0x7FFF, 0x8000, 0x8001, 0x807F, 0xBF80,
+                                     0xC7FF, 0xFF7F, 0xFF80, 0xFFC0, 0xFFFF, 0x3380, 0x3880, 0x387F};
+    const size_t n = 65536 + 5;
+    float *x = malloc(n * sizeof *x);
+    uint16_t *got = malloc(n * 2);
+    long bad_bf16 = 0, bad_f16 = 0;
+    for (size_t h = 0; x && got && h < sizeof highs / sizeof highs[0]; h++) {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u = (uint32_t)highs[h] << 16 | (uint32_t)(i & 0xFFFF);
+            memcpy(&x[i], &u, 4);
+        }
+        zero_x86_f32_to_bf16(x, got, n);
+        for (size_t i = 0; i < n; i++) bad_bf16 += got[i] != zero_cvt_f32_to_bf16(x[i]);
+        if (!f16c) continue;
+        zero_x86_f32_to_f16(x, got, n);
+        for (size_t i = 0; i < n; i++) bad_f16 += got[i] != zero_cvt_f32_to_f16(x[i]);
+    }
+    CHECK_MSG(x && got && bad_bf16 == 0, "vector f32 -> bf16 cast: %ld values differ from the reference", bad_bf16);
+    CHECK_MSG(bad_f16 == 0, "vector f32 -> f16 cast (F16C): %ld values differ from the reference", bad_f16);
+    free(x);
+    free(got);
+#endif
+}
+
 int main(void)
 {
     float *p0 = malloc(N * 4), *g = malloc(N * 4), *m0 = malloc(N * 4), *v0 = malloc(N * 4);
@@ -418,6 +457,7 @@ int main(void)
         }
     }
 
+    check_x86_casts();
     check_fast_bound(ref, p0, g, m0, v0, pr, mr, vr, pt, mt, vt);
     check_bc2_range(ref, p0, g, m0, v0, pr, mr, vr, pt, mt, vt);
 
