@@ -401,7 +401,22 @@ void zero_cpu_sgd(const zero_optim_hyper *h, float *restrict p, const float *res
 
 /* ---------------------------------------------------------------- fused multi-tensor step */
 
-static void fused_chunk(const zero_optim_fused *f, const zero_cpu_optim_variant *k, const zero_optim_chunk *c)
+/* Whether the fused step casts its chunks with the x86 vector casts: the
+ * active variant is a vector one (so a ZERO_CPU_ISA cap of sse2/scalar keeps
+ * the scalar loop) and the CPU has what the cast needs. */
+static int fused_vector_cast(const zero_cpu_optim_variant *k, zero_dtype out_dtype)
+{
+#if ZERO_CONVERT_X86
+    if (strcmp(k->name, "avx512") != 0 && strcmp(k->name, "avx2") != 0) return 0;
+    return out_dtype == ZERO_BF16 || (out_dtype == ZERO_F16 && __builtin_cpu_supports("f16c"));
+#else
+    (void)k, (void)out_dtype;
+    return 0;
+#endif
+}
+
+static void fused_chunk(const zero_optim_fused *f, const zero_cpu_optim_variant *k, const zero_optim_chunk *c,
+                        int vector_cast)
 {
     const zero_optim_hyper *h = &f->hyper[c->group];
     float *p = f->p + c->p_off;
@@ -416,15 +431,13 @@ static void fused_chunk(const zero_optim_fused *f, const zero_cpu_optim_variant 
      * kernel at bf16). The vector casts give the scalar reference's bits. */
     uint16_t *o = (uint16_t *)f->out + c->out_off;
 #if ZERO_CONVERT_X86
-    const int vector = strcmp(k->name, "avx512") == 0 || strcmp(k->name, "avx2") == 0;
-    if (vector && f->out_dtype == ZERO_BF16) {
-        zero_x86_f32_to_bf16(p, o, c->len);
+    if (vector_cast) {
+        if (f->out_dtype == ZERO_BF16) zero_x86_f32_to_bf16(p, o, c->len);
+        else zero_x86_f32_to_f16(p, o, c->len);
         return;
     }
-    if (vector && f->out_dtype == ZERO_F16 && __builtin_cpu_supports("f16c")) {
-        zero_x86_f32_to_f16(p, o, c->len);
-        return;
-    }
+#else
+    (void)vector_cast;
 #endif
     if (f->out_dtype == ZERO_BF16)
         for (uint32_t i = 0; i < c->len; i++) o[i] = zero_cvt_f32_to_bf16(p[i]);
@@ -436,14 +449,15 @@ void zero_cpu_fused_step(const zero_optim_fused *f)
 {
     const zero_cpu_optim_variant *k = zero_cpu_optim_active();
     const long n = (long)f->num_chunks;
+    const int vcast = f->out && fused_vector_cast(k, f->out_dtype);
 #if ZERO_HAVE_OPENMP
     uint64_t total = 0;
     for (long i = 0; i < n; i++) total += f->chunks[i].len;
     if (total > PAR_MIN && n > 1) {
 #pragma omp parallel for schedule(static)
-        for (long i = 0; i < n; i++) fused_chunk(f, k, &f->chunks[i]);
+        for (long i = 0; i < n; i++) fused_chunk(f, k, &f->chunks[i], vcast);
         return;
     }
 #endif
-    for (long i = 0; i < n; i++) fused_chunk(f, k, &f->chunks[i]);
+    for (long i = 0; i < n; i++) fused_chunk(f, k, &f->chunks[i], vcast);
 }

@@ -5,7 +5,6 @@
  * without a lookup table. */
 #include <stdlib.h>
 #include <string.h>
-#include <stdio.h>
 
 #include "device/device_internal.h"
 #include "engine_internal.h"
