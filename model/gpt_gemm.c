@@ -128,6 +128,12 @@ const char *gpt_gemm_kernel_name(gpt_gemm_math math)
     return kind_names[choice[math == GPT_GEMM_BF16]];
 }
 
+int gpt_gemm_bf16_is_native(void)
+{
+    pthread_once(&choice_once, choose);
+    return choice[GPT_GEMM_BF16] == K_AMX_BF16 || choice[GPT_GEMM_BF16] == K_AVX512_BF16;
+}
+
 const char *gpt_gemm_blas_core(void)
 {
 #if ZERO_HAVE_OPENBLAS

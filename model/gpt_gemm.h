@@ -51,6 +51,12 @@ zero_status gpt_gemm_init(void);
 /* The kernel that `math` runs on ("amx_bf16", "avx512_bf16", "avx512", "avx2", "blas", "reference"). */
 const char *gpt_gemm_kernel_name(gpt_gemm_math math);
 
+/* 1 if bf16 math runs on a bf16 kernel (amx_bf16, avx512_bf16); 0 if it
+ * runs on the fp32 kernel, where it is fp32 math bit for bit (every CPU
+ * without a bf16 kernel, or one named by ZERO_CPU_GEMM): bf16 parameters
+ * then save memory, not time. */
+int gpt_gemm_bf16_is_native(void);
+
 /* The core whose kernels the build's OpenBLAS runs ("Haswell", "Zen",
  * "SkylakeX", ...: OpenBLAS's own name, after OPENBLAS_CORETYPE and its
  * fallbacks; a CoreType this CPU cannot run may fall back silently, so

@@ -68,7 +68,9 @@ def test_parallel_bf16_matches_one_rank_bf16(tmp_path, tp, pp, stage, sched):
     ref, _ = run(tmp_path, "ref", bf16 + ["--stage", str(stage), "--grad-accum", "4"], ranks=1)
     f32, _ = run(tmp_path, "f32", ["--set", f"model.tp={tp}", "--set", f"model.pp={pp}", "--stage", str(stage),
                                    "--grad-accum", str(4 // dp), "--set", f"model.pp_schedule={sched}"], ranks=4)
-    assert "cpu gemm: " in p.stdout and "(bf16 matmuls)" in p.stdout, p.stdout
+    # bf16 matmuls where a bf16 kernel runs, else the stated fp32 fallback
+    assert "cpu gemm: " in p.stdout and ("(bf16 matmuls)" in p.stdout or "(fp32 matmuls: no bf16 GEMM kernel" in
+                                          p.stdout), p.stdout
     assert "f32 compute" not in p.stdout and "bf16 compute" in p.stdout, p.stdout
     assert len(par) == len(ref) == STEPS
     for a, b in zip(par, ref):

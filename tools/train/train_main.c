@@ -525,10 +525,17 @@ int main(int argc, char **argv)
                  g.n_layer, g.n_head, g.d_model, g.seq_len, g.vocab, full_numel / 1e6, plan.stage, r.dp,
                  r.dp > 1 ? "s" : "", cuda ? "cuda" : "cpu", zero_dtype_name(plan.compute_dtype),
                  r.cfg.micro_batch, r.cfg.grad_accum, r.dp, (long long)r.cfg.train_batch_size);
-        if (!cuda) /* which kernel the matmuls run on (docs/model.md, "CPU GEMM"; ZERO_CPU_GEMM chooses) */
-            r0printf(&r, stdout, "cpu gemm: %s (%s matmuls)\n",
-                     gpt_gemm_kernel_name(plan.compute_dtype == ZERO_BF16 ? GPT_GEMM_BF16 : GPT_GEMM_F32),
-                     plan.compute_dtype == ZERO_BF16 ? "bf16" : "fp32");
+        if (!cuda) { /* which kernel the matmuls run on (docs/model.md, "CPU GEMM"; ZERO_CPU_GEMM chooses) */
+            const int bf16 = plan.compute_dtype == ZERO_BF16;
+            if (bf16 && !gpt_gemm_bf16_is_native())
+                r0printf(&r, stdout,
+                         "cpu gemm: %s (fp32 matmuls: no bf16 GEMM kernel runs here, so bf16 compute is fp32 math "
+                         "on bf16 parameters: it saves memory, not time)\n",
+                         gpt_gemm_kernel_name(GPT_GEMM_BF16));
+            else
+                r0printf(&r, stdout, "cpu gemm: %s (%s matmuls)\n",
+                         gpt_gemm_kernel_name(bf16 ? GPT_GEMM_BF16 : GPT_GEMM_F32), bf16 ? "bf16" : "fp32");
+        }
         if (g.moe_experts)
             r0printf(&r, stdout,
                      "moe: %d experts per block, top-%d, capacity factor %g, aux loss coef %g; expert parallel "
